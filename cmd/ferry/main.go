@@ -1,0 +1,134 @@
+// Command ferry runs ferry's experiments and tools. Every command prints
+// for people by default and one JSON object with --json.
+//
+//	ferry demo      the origin experiment: memory and time per offload mode
+//	ferry doctor    which devices and native libraries ferry found
+//
+// Run `ferry <command> -h` for a command's flags.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	_ "ferry/device/cpu"
+	_ "ferry/device/meta"
+)
+
+// command is one subcommand: its flags are registered on fs, run does the
+// work and writes to out.
+type command struct {
+	name    string
+	summary string
+	setup   func(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error
+}
+
+var commands []command
+
+func register(c command) { commands = append(commands, c) }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	sort.Slice(commands, func(i, j int) bool { return commands[i].name < commands[j].name })
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		fs := flag.NewFlagSet("ferry "+c.name, flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		asJSON := fs.Bool("json", false, "print one JSON object instead of text for people")
+		do := c.setup(fs)
+		if err := fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "ferry %s: unexpected arguments %q\n", c.name, fs.Args())
+			return 2
+		}
+		if err := do(stdout, *asJSON); err != nil {
+			if *asJSON {
+				json.NewEncoder(stdout).Encode(map[string]string{"error": err.Error()})
+			}
+			fmt.Fprintf(stderr, "ferry %s: %v\n", c.name, err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "ferry: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: ferry <command> [flags]   (every command takes --json)")
+	fmt.Fprintln(w)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// mib formats bytes as PyTorch users print them: MiB with two decimals,
+// labelled MB.
+func mib(b int64) string { return fmt.Sprintf("%.2f MB", float64(b)/(1<<20)) }
+
+// byteSize is a flag value that takes "3GiB", "512MiB", "1e9" or plain
+// bytes.
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+func parseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+		{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1}}
+	mult := 1.0
+	for _, u := range units {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("%q is not a size (examples: 3GiB, 512MiB, 1e9)", s)
+	}
+	return int64(f * mult), nil
+}

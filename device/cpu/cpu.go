@@ -1,0 +1,229 @@
+// Package cpu is ferry's CPU device. Importing it registers the "cpu" kind
+// with package device.
+//
+// Memory comes from anonymous mmap, outside the Go heap, through the caching
+// allocator in package device: the garbage collector never frees a tensor's
+// bytes, and flushing the cache really lowers the process's resident memory.
+//
+// Kernels run on the caller's goroutine (the compute stream is synchronous),
+// spreading large loops over GOMAXPROCS goroutines. Side streams each run on
+// a goroutine of their own, so a copy really overlaps compute. Matrix
+// products go to OpenBLAS when it can be loaded at run time, and to a pure-Go
+// kernel otherwise.
+//
+// Host memory (Device.Host) is a second CPU device with its own allocator, so
+// that bytes offloaded "to the host" are counted apart from the device's,
+// even though both live in the same RAM.
+package cpu
+
+import (
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"ferry/device"
+)
+
+func init() { device.Register("cpu", driver{}) }
+
+type driver struct{}
+
+func (driver) Open(index int, opts device.Options) (device.Device, error) {
+	if index != 0 {
+		return nil, fmt.Errorf("cpu:%d: there is one CPU device, cpu:0", index)
+	}
+	return New(opts)
+}
+
+// Device is the CPU device.
+type Device struct {
+	name      string
+	alloc     *device.Allocator
+	compute   *inlineStream
+	kern      *kernels
+	copyDelay time.Duration
+	poison    bool
+
+	mu      sync.Mutex
+	streams []*workerStream
+	host    *Device // nil until first asked for; a host's host is itself
+	isHost  bool
+	closed  bool
+}
+
+// New opens a CPU device. Params understood: "copy_delay" (a duration added
+// to every copy on a side stream; for tests that need a copy to be slow).
+func New(opts device.Options) (*Device, error) {
+	return newDevice("cpu", opts, false)
+}
+
+// NewOver opens a CPU device whose memory comes from mem, each of whose
+// segments must implement Segment: an accelerator's pinned host memory,
+// serving as that accelerator's Host(). Its Host is itself.
+func NewOver(name string, mem device.Memory, opts device.Options) (*Device, error) {
+	return newDeviceOver(name, mem, opts, true)
+}
+
+func newDevice(name string, opts device.Options, isHost bool) (*Device, error) {
+	return newDeviceOver(name, memory{}, opts, isHost)
+}
+
+func newDeviceOver(name string, mem device.Memory, opts device.Options, isHost bool) (*Device, error) {
+	d := &Device{name: name, isHost: isHost, poison: opts.PoisonFreed}
+	for k, v := range opts.Params {
+		switch k {
+		case "copy_delay":
+			dur, err := time.ParseDuration(v)
+			if err != nil {
+				return nil, fmt.Errorf("cpu: copy_delay=%q: %v", v, err)
+			}
+			d.copyDelay = dur
+		default:
+			return nil, fmt.Errorf("cpu: unknown parameter %q (known: copy_delay)", k)
+		}
+	}
+	d.alloc = device.NewAllocator(poisoning{mem}, device.AllocatorConfig{
+		Name: name, Capacity: opts.Capacity, PoisonFreed: opts.PoisonFreed,
+	})
+	d.compute = &inlineStream{}
+	d.kern = &kernels{}
+	if isHost {
+		d.host = d
+	}
+	return d, nil
+}
+
+func (d *Device) Name() string                 { return d.name }
+func (d *Device) Allocator() *device.Allocator { return d.alloc }
+func (d *Device) Compute() device.Stream       { return d.compute }
+func (d *Device) Kernels() device.Kernels      { return d.kern }
+
+// Host returns the device holding this device's host memory, creating it on
+// first use. It shares this device's poisoning but has no capacity cap.
+func (d *Device) Host() device.Device {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.host == nil {
+		h, _ := newDevice(d.name+" host", device.Options{PoisonFreed: d.poison}, true)
+		d.host = h
+	}
+	return d.host
+}
+
+// NewStream starts a side stream on its own goroutine.
+func (d *Device) NewStream(name string) (device.Stream, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, fmt.Errorf("%s: NewStream on a closed device", d.name)
+	}
+	s := newWorkerStream(name, d.copyDelay)
+	d.streams = append(d.streams, s)
+	return s, nil
+}
+
+// Copy copies src to dst on s. Both spans must be CPU memory (this device's
+// or its host's).
+func (d *Device) Copy(s device.Stream, dst, src device.Span) error {
+	if dst.Len != src.Len {
+		return fmt.Errorf("%s: copy of %d bytes into a span of %d", d.name, src.Len, dst.Len)
+	}
+	db, sb := spanBytes(dst), spanBytes(src)
+	switch st := s.(type) {
+	case *inlineStream:
+		copy(db, sb)
+		return nil
+	case *workerStream:
+		st.enqueue(func() error {
+			copy(db, sb)
+			return nil
+		}, true)
+		return nil
+	default:
+		return fmt.Errorf("%s: Copy on a stream of another device (%T)", d.name, s)
+	}
+}
+
+// Close stops the side streams and releases all memory.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	streams, host := d.streams, d.host
+	d.mu.Unlock()
+	for _, s := range streams {
+		s.stop()
+	}
+	var hostErr error
+	if host != nil && host != d {
+		hostErr = host.Close()
+	}
+	if err := d.alloc.Close(); err != nil {
+		return err
+	}
+	return hostErr
+}
+
+// Segment is what the memory under a CPU device hands out: bytes the
+// process can address.
+type Segment interface{ Bytes() []byte }
+
+// memory reserves segments with mmap.
+type memory struct{}
+
+type segment struct{ mem []byte }
+
+func (s *segment) Bytes() []byte { return s.mem }
+
+// poisoning gives any CPU memory the ability to poison freed blocks.
+type poisoning struct{ device.Memory }
+
+func (poisoning) Poison(s device.Segment, off, n int64) {
+	f := bytesAsFloats(s.(Segment).Bytes()[off : off+n])
+	nan := float32NaN()
+	for i := range f {
+		f[i] = nan
+	}
+}
+
+func (memory) Reserve(size int64) (device.Segment, error) {
+	b, err := mapAnon(size)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes: %w", size, err)
+	}
+	return &segment{mem: b}, nil
+}
+
+func (memory) Release(s device.Segment) error { return unmapAnon(s.(*segment).mem) }
+
+// Bytes returns the memory of a CPU block (device or host), len Size().
+// The slice is valid until the block is freed.
+func Bytes(b *device.Block) []byte {
+	seg, ok := b.Segment().(Segment)
+	if !ok {
+		panic(fmt.Sprintf("cpu: block of another device (%T)", b.Segment()))
+	}
+	return seg.Bytes()[b.Offset() : b.Offset()+b.Size()]
+}
+
+func spanBytes(s device.Span) []byte { return Bytes(s.Block)[s.Off : s.Off+s.Len] }
+
+func bytesAsFloats(b []byte) []float32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+// floats returns the float32 elements a view can reach, starting at its
+// offset.
+func floats(v device.View) []float32 { return bytesAsFloats(Bytes(v.Block))[v.Off:] }
+
+func int32s(v device.View) []int32 {
+	b := Bytes(v.Block)
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), len(b)/4)[v.Off:]
+}

@@ -1,0 +1,214 @@
+package device
+
+import "fmt"
+
+// DType is an element type.
+type DType uint8
+
+const (
+	Float32  DType = iota
+	Int32          // class indices for losses
+	BFloat16       // reserved: no kernel takes it yet
+	Float16        // reserved
+)
+
+var dtypeNames = []string{"float32", "int32", "bfloat16", "float16"}
+
+func (d DType) String() string {
+	if int(d) < len(dtypeNames) {
+		return dtypeNames[d]
+	}
+	return fmt.Sprintf("dtype(%d)", d)
+}
+
+// Size is the bytes per element.
+func (d DType) Size() int {
+	switch d {
+	case BFloat16, Float16:
+		return 2
+	default:
+		return 4
+	}
+}
+
+// View is how a kernel sees a tensor: a block, an element offset into it,
+// and a shape with strides in elements. Kernels write only contiguous
+// outputs (row-major, strides as Contiguous gives) unless a method says
+// otherwise; inputs may have any strides, 0 included (broadcast).
+type View struct {
+	Block   *Block
+	Off     int // elements from the start of the block
+	Shape   []int
+	Strides []int
+}
+
+// Numel is the number of elements the view covers.
+func (v View) Numel() int { return Numel(v.Shape) }
+
+// Numel is the product of shape.
+func Numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// Contiguous returns row-major strides for shape.
+func Contiguous(shape []int) []int {
+	st := make([]int, len(shape))
+	s := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		st[i] = s
+		s *= shape[i]
+	}
+	return st
+}
+
+// IsContiguous reports whether v's strides are row-major for its shape
+// (dimensions of size 1 may have any stride).
+func (v View) IsContiguous() bool {
+	s := 1
+	for i := len(v.Shape) - 1; i >= 0; i-- {
+		if v.Shape[i] != 1 && v.Strides[i] != s {
+			return false
+		}
+		s *= v.Shape[i]
+	}
+	return true
+}
+
+// UnaryOp is an elementwise function of one input.
+type UnaryOp uint8
+
+const (
+	Neg       UnaryOp = iota // -x
+	Exp                      // e^x
+	Log                      // ln x
+	Sqrt                     // √x
+	Square                   // x²
+	Abs                      // |x|
+	Tanh                     // tanh x
+	Sigmoid                  // 1/(1+e^-x)
+	ReLU                     // max(x, 0)
+	GELU                     // x·Φ(x), with the exact (erf) Φ
+	GELUTanh                 // x·Φ(x), Φ approximated with tanh as PyTorch's approximate="tanh"
+	Scale                    // alpha·x
+	AddScalar                // x + alpha
+	PowScalar                // x^alpha
+)
+
+var unaryNames = []string{"neg", "exp", "log", "sqrt", "square", "abs", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "scale", "add_scalar", "pow"}
+
+func (o UnaryOp) String() string { return unaryNames[o] }
+
+// BinaryOp is an elementwise function of two inputs, broadcast to the
+// output's shape by their strides.
+type BinaryOp uint8
+
+const (
+	Add          BinaryOp = iota // a + b
+	Sub                          // a - b
+	Mul                          // a · b
+	Div                          // a / b
+	ReLUGrad                     // a · [b > 0]   (a: gradient, b: ReLU output)
+	GELUGrad                     // a · GELU'(b)  (b: GELU input)
+	GELUTanhGrad                 // a · GELUTanh'(b)
+	Maximum                      // max(a, b)
+)
+
+var binaryNames = []string{"add", "sub", "mul", "div", "relu_backward", "gelu_backward", "gelu_tanh_backward", "maximum"}
+
+func (o BinaryOp) String() string { return binaryNames[o] }
+
+// GemmParams describe a batched, strided matrix product on row-major
+// matrices: for each i < Batch,
+//
+//	C[i] = Alpha·op(A[i])·op(B[i]) + Beta·C[i]
+//
+// where op(A) is M×K, op(B) is K×N and C is M×N. A[i] starts StrideA
+// elements after A[i-1] (0 reuses one matrix for the whole batch). With
+// Beta 0, C is not read.
+type GemmParams struct {
+	TransA, TransB            bool
+	M, N, K                   int
+	Alpha, Beta               float32
+	A, B, C                   *Block
+	OffA, OffB, OffC          int // elements
+	LDA, LDB, LDC             int
+	Batch                     int
+	StrideA, StrideB, StrideC int
+}
+
+// SGDParams are PyTorch's SGD hyper-parameters for one step.
+type SGDParams struct {
+	LR, Momentum, Dampening, WeightDecay float32
+	Nesterov                             bool
+	// First is true on the first step, when the momentum buffer is
+	// initialised from the gradient instead of updated.
+	First bool
+}
+
+// AdamWParams are PyTorch's AdamW hyper-parameters for step Step (1-based).
+type AdamWParams struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float32
+	Step                               int
+}
+
+// Kernels is the arithmetic a device provides, on float32 data unless a
+// method says otherwise. Each call enqueues work on the device's compute
+// stream; on an asynchronous device an error may instead surface at the
+// next synchronization. Arguments are validated by the caller (the tensor
+// layer): kernels may assume shapes agree.
+type Kernels interface {
+	// Gemm runs a batched matrix product (see GemmParams).
+	Gemm(p GemmParams) error
+	// Copy writes src (any strides) into dst (contiguous, same shape).
+	// With dtype Int32 it copies 4-byte integers.
+	Copy(dst, src View) error
+	// Fill sets every element of dst (contiguous) to v.
+	Fill(dst View, v float32) error
+	// Unary writes op(src) into dst; alpha parametrises Scale, AddScalar
+	// and PowScalar. dst may be src (same block, offset and layout).
+	Unary(op UnaryOp, dst, src View, alpha float32) error
+	// Binary writes op(a, b) into dst, a and b broadcast to dst's shape
+	// (their shapes have dst's rank; a broadcast dimension has stride 0).
+	// dst may be a.
+	Binary(op BinaryOp, dst, a, b View) error
+	// Sum writes alpha times the sum of src over the axes where dst's size
+	// is 1 and src's is not (dst has src's rank).
+	Sum(dst, src View, alpha float32) error
+	// Softmax writes softmax (or, with log, log-softmax) of src over its
+	// last axis into dst; both contiguous.
+	Softmax(dst, src View, log bool) error
+	// SoftmaxBackward writes the gradient with respect to the softmax
+	// input, given the output's gradient and the output (log or not).
+	SoftmaxBackward(dst, grad, out View, log bool) error
+	// NLL writes to the scalar dst the mean over rows of -logp[r, target[r]],
+	// skipping rows whose target is negative; target is Int32 with one
+	// entry per row of logp (rows × classes). With no row counted, dst is NaN.
+	NLL(dst, logp, target View) error
+	// NLLBackward writes into dst (rows × classes) the gradient of NLL
+	// given the scalar output gradient grad: -grad/count at each row's
+	// target, 0 elsewhere.
+	NLLBackward(dst, grad, target View) error
+	// SGDStep updates param in place (and momentum, when p.Momentum ≠ 0).
+	SGDStep(param, grad, momentum View, p SGDParams) error
+	// AdamWStep updates param, expAvg and expAvgSq in place.
+	AdamWStep(param, grad, expAvg, expAvgSq View, p AdamWParams) error
+	// Upload copies host bytes into dst (contiguous) and Download copies
+	// src (contiguous) into host bytes; both block until done. On the meta
+	// device they do nothing.
+	Upload(dst View, src []byte) error
+	Download(dst []byte, src View) error
+}
+
+// DataLess is implemented by devices whose memory holds no data (the meta
+// device): the tensor layer skips preparing host-side values for them.
+type DataLess interface{ DataLess() }
+
+// HasData reports whether d's memory holds values.
+func HasData(d Device) bool {
+	_, ok := d.(DataLess)
+	return !ok
+}

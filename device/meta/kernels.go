@@ -1,0 +1,74 @@
+package meta
+
+import "ferry/device"
+
+// kernels compute nothing; with a profile they advance the compute clock
+// by what the kernel would cost: FLOPs at the matmul rate for products,
+// bytes moved at the memory rate for the rest.
+type kernels struct{ d *Device }
+
+func (k kernels) cost(flops, bytes float64) {
+	p := k.d.sim.profile
+	if p == nil {
+		return
+	}
+	k.d.comp.run(p.KernelSeconds + flops/p.MatmulFLOPS + bytes/p.MemoryBytesPerSec)
+}
+
+// elementwise accounts a kernel that reads in tensors of n elements and
+// writes out.
+func (k kernels) elementwise(n int, in, out int) { k.cost(0, float64(n*4*(in+out))) }
+
+func (k kernels) Gemm(p device.GemmParams) error {
+	k.cost(2*float64(p.M)*float64(p.N)*float64(p.K)*float64(p.Batch),
+		4*float64(p.Batch)*float64(p.M*p.K+p.K*p.N+p.M*p.N))
+	return nil
+}
+
+func (k kernels) Copy(dst, src device.View) error { k.elementwise(dst.Numel(), 1, 1); return nil }
+func (k kernels) Fill(dst device.View, v float32) error {
+	k.elementwise(dst.Numel(), 0, 1)
+	return nil
+}
+func (k kernels) Unary(op device.UnaryOp, dst, src device.View, alpha float32) error {
+	k.elementwise(dst.Numel(), 1, 1)
+	return nil
+}
+func (k kernels) Binary(op device.BinaryOp, dst, a, b device.View) error {
+	k.elementwise(dst.Numel(), 2, 1)
+	return nil
+}
+func (k kernels) Sum(dst, src device.View, alpha float32) error {
+	k.cost(0, float64(4*(src.Numel()+dst.Numel())))
+	return nil
+}
+func (k kernels) Softmax(dst, src device.View, log bool) error {
+	k.elementwise(dst.Numel(), 2, 1)
+	return nil
+}
+func (k kernels) SoftmaxBackward(dst, grad, out device.View, log bool) error {
+	k.elementwise(dst.Numel(), 2, 1)
+	return nil
+}
+func (k kernels) NLL(dst, logp, target device.View) error {
+	k.cost(0, float64(4*2*target.Numel()))
+	return nil
+}
+func (k kernels) NLLBackward(dst, grad, target device.View) error {
+	k.elementwise(dst.Numel(), 0, 1)
+	return nil
+}
+func (k kernels) SGDStep(param, grad, momentum device.View, p device.SGDParams) error {
+	n := 2
+	if p.Momentum != 0 {
+		n = 3
+	}
+	k.elementwise(param.Numel(), n, n-1)
+	return nil
+}
+func (k kernels) AdamWStep(param, grad, expAvg, expAvgSq device.View, p device.AdamWParams) error {
+	k.elementwise(param.Numel(), 4, 3)
+	return nil
+}
+func (k kernels) Upload(dst device.View, src []byte) error   { return nil }
+func (k kernels) Download(dst []byte, src device.View) error { return nil }

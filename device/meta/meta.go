@@ -1,0 +1,288 @@
+// Package meta is ferry's shape-only device: tensors have shapes and no
+// data, yet every op allocates, frees and saves exactly as on a real
+// device, through the same caching allocator and statistics. A training
+// step on it gives that step's exact memory timeline at any model size, in
+// milliseconds. Importing the package registers the "meta" kind.
+//
+// With a Profile (FLOP rates, bandwidths), the device also keeps simulated
+// clocks for its streams: kernels advance the compute stream, copies the
+// side streams, events carry times, and waiting advances the waiter. The
+// simulated compute clock at the end of a step predicts its time, and the
+// waits compute had to make predict its stalls. Without a profile every
+// cost is zero: copies complete the moment they are issued.
+package meta
+
+import (
+	"fmt"
+	"sync"
+
+	"ferry/device"
+)
+
+func init() { device.Register("meta", driver{}) }
+
+type driver struct{}
+
+func (driver) Open(index int, opts device.Options) (device.Device, error) {
+	if index != 0 {
+		return nil, fmt.Errorf("meta:%d: there is one meta device, meta:0", index)
+	}
+	return New(opts, nil), nil
+}
+
+// Profile describes hardware for the cost model. Rates are per second.
+type Profile struct {
+	Name   string `json:"name"`
+	Source string `json:"source,omitempty"` // where the figures come from
+	// MatmulFLOPS is the fp32 matrix-product rate.
+	MatmulFLOPS float64 `json:"matmul_flops"`
+	// MemoryBytesPerSec is the rate elementwise kernels move bytes at
+	// (reads plus writes).
+	MemoryBytesPerSec float64 `json:"memory_bytes_per_sec"`
+	// KernelSeconds is a fixed cost per kernel (launch, dispatch).
+	KernelSeconds float64 `json:"kernel_seconds"`
+	// Host link, each way.
+	H2DBytesPerSec float64 `json:"h2d_bytes_per_sec"`
+	D2HBytesPerSec float64 `json:"d2h_bytes_per_sec"`
+	// Disk, each way.
+	DiskWriteBytesPerSec float64 `json:"disk_write_bytes_per_sec"`
+	DiskReadBytesPerSec  float64 `json:"disk_read_bytes_per_sec"`
+	// MemoryBytes is the device's memory, for planning (0: unknown).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+}
+
+// Validate checks that every rate is positive.
+func (p *Profile) Validate() error {
+	for name, v := range map[string]float64{"matmul_flops": p.MatmulFLOPS, "memory_bytes_per_sec": p.MemoryBytesPerSec,
+		"h2d_bytes_per_sec": p.H2DBytesPerSec, "d2h_bytes_per_sec": p.D2HBytesPerSec,
+		"disk_write_bytes_per_sec": p.DiskWriteBytesPerSec, "disk_read_bytes_per_sec": p.DiskReadBytesPerSec} {
+		if !(v > 0) {
+			return fmt.Errorf("profile %q: %s must be positive, got %v", p.Name, name, v)
+		}
+	}
+	if p.KernelSeconds < 0 {
+		return fmt.Errorf("profile %q: kernel_seconds must not be negative", p.Name)
+	}
+	return nil
+}
+
+// Device is the meta device.
+type Device struct {
+	name  string
+	alloc *device.Allocator
+	host  *Device
+	sim   *sim
+	comp  *stream
+	kern  kernels
+
+	mu      sync.Mutex
+	streams []*stream
+}
+
+// sim is the simulated time shared by a device and its host.
+type sim struct {
+	mu      sync.Mutex
+	profile *Profile
+	disk    float64 // the disk's clock
+	stall   float64 // total time compute waited for events
+	events  []TimelineEvent
+	record  bool
+}
+
+// TimelineEvent is one allocation or free, at a simulated time.
+type TimelineEvent struct {
+	Seconds   float64         `json:"t"`
+	Alloc     bool            `json:"alloc"`
+	Bytes     int64           `json:"bytes"`
+	Category  device.Category `json:"-"`
+	Cat       string          `json:"category"`
+	Allocated int64           `json:"allocated"`
+}
+
+// New opens a meta device; profile nil means every cost is zero.
+func New(opts device.Options, profile *Profile) *Device {
+	s := &sim{profile: profile}
+	d := newDevice("meta", opts, s)
+	d.host = newDevice("meta host", device.Options{}, s)
+	d.host.host = d.host
+	d.host.comp = d.comp // one simulated clock for device and host
+	return d
+}
+
+func newDevice(name string, opts device.Options, s *sim) *Device {
+	d := &Device{name: name, sim: s}
+	d.alloc = device.NewAllocator(&memory{host: name != "meta"}, device.AllocatorConfig{Name: name, Capacity: opts.Capacity})
+	d.comp = &stream{name: "compute", dev: d, compute: true}
+	d.kern = kernels{d: d}
+	d.alloc.Observe(func(e device.AllocEvent) {
+		if !s.record {
+			return
+		}
+		s.events = append(s.events, TimelineEvent{Seconds: d.comp.clock, Alloc: e.Alloc, Bytes: e.Bytes,
+			Category: e.Category, Cat: e.Category.String(), Allocated: e.Allocated})
+	})
+	return d
+}
+
+// DataLess marks the device as holding no values (see device.HasData).
+func (d *Device) DataLess() {}
+
+func (d *Device) Name() string                 { return d.name }
+func (d *Device) Allocator() *device.Allocator { return d.alloc }
+func (d *Device) Compute() device.Stream       { return d.comp }
+func (d *Device) Host() device.Device          { return d.host }
+func (d *Device) Kernels() device.Kernels      { return d.kern }
+
+// Profile is the cost model in use, or nil.
+func (d *Device) Profile() *Profile { return d.sim.profile }
+
+// Now is the simulated time of the compute stream, in seconds.
+func (d *Device) Now() float64 { return d.comp.clock }
+
+// StallSeconds is the simulated time compute has waited for other streams.
+func (d *Device) StallSeconds() float64 { return d.sim.stall }
+
+// RecordTimeline turns recording of allocations and frees on or off (and
+// clears what was recorded when turned on).
+func (d *Device) RecordTimeline(on bool) {
+	d.sim.record = on
+	if on {
+		d.sim.events = nil
+	}
+}
+
+// Timeline returns the recorded allocations and frees of this device.
+func (d *Device) Timeline() []TimelineEvent { return d.sim.events }
+
+func (d *Device) NewStream(name string) (device.Stream, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := &stream{name: name, dev: d}
+	d.streams = append(d.streams, s)
+	return s, nil
+}
+
+// Copy accounts a copy of len(src) bytes on s, at the link's rate.
+func (d *Device) Copy(s device.Stream, dst, src device.Span) error {
+	if dst.Len != src.Len {
+		return fmt.Errorf("meta: copy of %d bytes into a span of %d", src.Len, dst.Len)
+	}
+	st, ok := s.(*stream)
+	if !ok {
+		return fmt.Errorf("meta: Copy on a stream of another device (%T)", s)
+	}
+	var cost float64
+	if p := d.sim.profile; p != nil {
+		dh, sh := isHost(dst.Block), isHost(src.Block)
+		switch {
+		case sh && !dh:
+			cost = float64(src.Len) / p.H2DBytesPerSec
+		case dh && !sh:
+			cost = float64(src.Len) / p.D2HBytesPerSec
+		default:
+			cost = 2 * float64(src.Len) / p.MemoryBytesPerSec
+		}
+	}
+	st.run(cost)
+	return nil
+}
+
+func isHost(b *device.Block) bool { return b.Segment().(*segment).host }
+
+// SimulateDisk accounts a disk transfer of n bytes that starts once after
+// has completed (nil: now), and returns the event of its end. The offloader
+// uses it for its disk tier on this device, which has no bytes to write.
+func (d *Device) SimulateDisk(n int64, write bool, after device.Event) device.Event {
+	s := d.sim
+	start := max(s.disk, d.comp.clock)
+	if e, ok := after.(*event); ok {
+		start = max(start, e.t)
+	}
+	if p := s.profile; p != nil {
+		if write {
+			start += float64(n) / p.DiskWriteBytesPerSec
+		} else {
+			start += float64(n) / p.DiskReadBytesPerSec
+		}
+	}
+	s.disk = start
+	return &event{t: start, dev: d}
+}
+
+func (d *Device) Close() error { return d.alloc.Close() }
+
+// stream is a simulated stream: its clock is when its last work ends.
+type stream struct {
+	name    string
+	dev     *Device
+	compute bool
+	clock   float64
+}
+
+func (s *stream) Name() string { return s.name }
+
+// run accounts cost seconds of work issued now.
+func (s *stream) run(cost float64) {
+	if s.compute {
+		s.clock += cost
+		return
+	}
+	// Side work starts when issued (the compute clock) or when the stream
+	// is free, whichever is later.
+	s.clock = max(s.clock, s.dev.comp.clock) + cost
+}
+
+func (s *stream) Record() device.Event { return &event{t: s.clock, dev: s.dev} }
+
+func (s *stream) Wait(e device.Event) {
+	ev, ok := e.(*event)
+	if !ok {
+		_ = e.Synchronize()
+		return
+	}
+	if s.compute && ev.t > s.clock {
+		s.dev.sim.stall += ev.t - s.clock
+	}
+	s.clock = max(s.clock, ev.t)
+}
+
+func (s *stream) Synchronize() error {
+	if !s.compute {
+		s.dev.comp.Wait(s.Record())
+	}
+	return nil
+}
+
+// event is a point in simulated time. The host is taken to keep pace with
+// the compute stream: an event is done once compute's clock has reached it,
+// and waiting for it on the host moves compute's clock there.
+type event struct {
+	t   float64
+	dev *Device
+}
+
+func (e *event) Done() bool { return e.t <= e.dev.comp.clock }
+
+func (e *event) Synchronize() error {
+	e.dev.comp.Wait(e)
+	return nil
+}
+
+// memory hands out segments that are only numbers.
+type memory struct {
+	host bool
+	next uint64
+}
+
+type segment struct {
+	id   uint64
+	size int64
+	host bool
+}
+
+func (m *memory) Reserve(size int64) (device.Segment, error) {
+	m.next++
+	return &segment{id: m.next, size: size, host: m.host}, nil
+}
+
+func (m *memory) Release(device.Segment) error { return nil }

@@ -1,0 +1,169 @@
+package device
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Category says what an allocation holds, so that a memory timeline can say
+// what the bytes are.
+type Category uint8
+
+const (
+	Activation     Category = iota // forward outputs and inputs of a step (the default)
+	Parameter                      // model weights and buffers
+	Gradient                       // gradients: of parameters, and of activations during backward
+	OptimizerState                 // momentum, Adam moments
+	Workspace                      // scratch a library asks for (cuBLAS workspace)
+	Temporary                      // scratch an op frees before it returns
+	NumCategories
+)
+
+var categoryNames = [NumCategories]string{"activation", "parameter", "gradient", "optimizer_state", "workspace", "temporary"}
+
+func (c Category) String() string {
+	if c < NumCategories {
+		return categoryNames[c]
+	}
+	return fmt.Sprintf("category(%d)", c)
+}
+
+// ParseCategory is the inverse of Category.String.
+func ParseCategory(s string) (Category, error) {
+	for i, n := range categoryNames {
+		if n == s {
+			return Category(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown memory category %q", s)
+}
+
+// Stat is one statistic, shaped like PyTorch's: the current value, the peak
+// since the last reset, and the running totals of increases and decreases.
+type Stat struct {
+	Current   int64 `json:"current"`
+	Peak      int64 `json:"peak"`
+	Allocated int64 `json:"allocated"`
+	Freed     int64 `json:"freed"`
+}
+
+func (s *Stat) add(n int64) {
+	s.Current += n
+	s.Allocated += n
+	if s.Current > s.Peak {
+		s.Peak = s.Current
+	}
+}
+
+func (s *Stat) sub(n int64) {
+	s.Current -= n
+	s.Freed += n
+}
+
+func (s *Stat) resetPeak() { s.Peak = s.Current }
+
+// Stats is a snapshot of an allocator's statistics. Byte counts are of
+// blocks as handed out (sizes rounded up to the allocator's granularity),
+// as PyTorch's memory_allocated() counts them.
+type Stats struct {
+	// AllocatedBytes: bytes in blocks handed out and not yet freed.
+	// PyTorch: memory_allocated(), max_memory_allocated().
+	AllocatedBytes Stat
+	// ReservedBytes: bytes obtained from the system, cached or not.
+	// PyTorch: memory_reserved(), max_memory_reserved().
+	ReservedBytes Stat
+	// ActiveBytes: allocated bytes plus freed blocks that another stream
+	// may still be using (not yet reusable).
+	ActiveBytes Stat
+	// RequestedBytes: the sizes callers asked for, before rounding.
+	RequestedBytes Stat
+	// Allocations, Segments and ActiveBlocks count blocks and segments.
+	Allocations  Stat
+	Segments     Stat
+	ActiveBlocks Stat
+	// ByCategory breaks AllocatedBytes down by what the bytes hold.
+	ByCategory [NumCategories]Stat
+	// CacheFlushes counts times the cache was emptied to satisfy an
+	// allocation (PyTorch: num_alloc_retries).
+	CacheFlushes int64
+	// OOMs counts allocations that failed (PyTorch: num_ooms).
+	OOMs int64
+	// Capacity is the allocator's cap on reserved bytes; 0 means none.
+	Capacity int64
+}
+
+// Flat returns the statistics under PyTorch's flat keys
+// ("allocated_bytes.all.peak", "allocated_bytes.activation.current", ...),
+// so numbers compare one to one with torch.cuda.memory_stats().
+func (s Stats) Flat() map[string]int64 {
+	m := map[string]int64{
+		"num_alloc_retries": s.CacheFlushes,
+		"num_ooms":          s.OOMs,
+		"capacity_bytes":    s.Capacity,
+	}
+	put := func(prefix string, st Stat) {
+		m[prefix+".current"] = st.Current
+		m[prefix+".peak"] = st.Peak
+		m[prefix+".allocated"] = st.Allocated
+		m[prefix+".freed"] = st.Freed
+	}
+	put("allocated_bytes.all", s.AllocatedBytes)
+	put("reserved_bytes.all", s.ReservedBytes)
+	put("active_bytes.all", s.ActiveBytes)
+	put("requested_bytes.all", s.RequestedBytes)
+	put("allocation.all", s.Allocations)
+	put("segment.all", s.Segments)
+	put("active.all", s.ActiveBlocks)
+	for c := Category(0); c < NumCategories; c++ {
+		put("allocated_bytes."+c.String(), s.ByCategory[c])
+	}
+	return m
+}
+
+// MarshalJSON writes the flat form.
+func (s Stats) MarshalJSON() ([]byte, error) { return json.Marshal(s.Flat()) }
+
+// String summarises the statistics in one line for people.
+func (s Stats) String() string {
+	str := fmt.Sprintf("%s allocated (peak %s), %s reserved (peak %s)",
+		FormatBytes(s.AllocatedBytes.Current), FormatBytes(s.AllocatedBytes.Peak),
+		FormatBytes(s.ReservedBytes.Current), FormatBytes(s.ReservedBytes.Peak))
+	if s.Capacity > 0 {
+		str += " of " + FormatBytes(s.Capacity) + " capacity"
+	}
+	return str
+}
+
+// FormatBytes writes n in binary units with two decimals: "16.00 MiB".
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit && n > -unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f := float64(n)
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		f /= unit
+		if f < unit && f > -unit {
+			return fmt.Sprintf("%.2f %s", f, u)
+		}
+	}
+	return fmt.Sprintf("%.2f PiB", f/unit)
+}
+
+// OutOfMemoryError is returned when an allocation does not fit, even after
+// the cache was flushed. It carries the statistics at the moment of failure.
+type OutOfMemoryError struct {
+	Device    string
+	Requested int64 // bytes asked for
+	Category  Category
+	Stats     Stats
+	// Free is the capacity left, FreeCached the bytes cached but too
+	// fragmented to serve the request.
+	Free, FreeCached int64
+}
+
+func (e *OutOfMemoryError) Error() string {
+	return fmt.Sprintf("%s out of memory: tried to allocate %s (%s); %s, %s free, %s cached but unusable. "+
+		"Lower the batch size, offload activations (see `ferry plan`), or open the device with a larger capacity",
+		e.Device, FormatBytes(e.Requested), e.Category, e.Stats, FormatBytes(e.Free), FormatBytes(e.FreeCached))
+}

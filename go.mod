@@ -1,0 +1,8 @@
+module ferry
+
+go 1.26.0
+
+require (
+	github.com/ebitengine/purego v0.11.3 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)

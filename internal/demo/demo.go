@@ -1,0 +1,359 @@
+// Package demo runs the experiment ferry started from: L layers of
+// Linear(W, W) + ReLU at batch B, trained with MSE loss and SGD, once per
+// offload mode, measuring memory the way the original PyTorch user did
+// (allocated before and after forward, peak during forward) and more.
+// `ferry demo` prints its results; tests compare devices with it.
+package demo
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+	"unsafe"
+
+	"ferry"
+	"ferry/device"
+	"ferry/internal/rss"
+	"ferry/nn"
+	"ferry/offload"
+	"ferry/optim"
+)
+
+// Modes, in the order the demo runs them.
+const (
+	None        = "none"         // no offloading
+	Naive       = "naive"        // the original user's mistake: copy each layer input to the host, discard the copy
+	SaveOnHost  = "save-on-host" // PyTorch's save_on_cpu(pin_memory=True)
+	Offload     = "offload"      // ferry's asynchronous offloader
+	OffloadDisk = "offload-disk" // the same, with every offloaded tensor on disk
+)
+
+// AllModes lists every mode.
+var AllModes = []string{None, Naive, SaveOnHost, Offload, OffloadDisk}
+
+// NaiveExplanation says why the naive mode saves nothing.
+const NaiveExplanation = `Why "naive" saves nothing: x.To(host) makes a new tensor on the host and leaves x where it is. ` +
+	`The copy is discarded at once, and the tape still holds the device tensor that Linear saved for ` +
+	`backward, so no device byte is freed (PyTorch: prev_tensor.to('cpu') returns a copy; autograd keeps ` +
+	`the original). Offloading has to happen where tensors are saved: saved-tensor hooks, as in ` +
+	`save-on-host and offload.`
+
+// Config describes one demo run.
+type Config struct {
+	Device        string
+	DeviceOptions device.Options
+	Layers        int
+	Width         int
+	Batch         int
+	Modes         []string
+	Steps         int    // timed steps after one warm-up
+	Seed          uint64 // parameters, input and target
+	LR            float32
+	DiskDir       string         // for offload-disk ("" = the system's temporary directory)
+	Offload       offload.Config // for offload and offload-disk
+	// Policy, if set, replaces the offloader's default choices (ferry plan
+	// writes one).
+	Policy func(ferry.SaveInfo, *ferry.Tensor) offload.Placement
+	// Open opens the device; nil uses device.Open.
+	Open func(name string, opts device.Options) (device.Device, error)
+}
+
+// DefaultConfig is the origin experiment at a size the device can take in
+// well under a minute: 40 layers of 4096 at batch 1024 on a GPU or the meta
+// device, of 1024 at batch 256 on the CPU.
+func DefaultConfig(dev string) Config {
+	c := Config{Device: dev, Layers: 40, Width: 4096, Batch: 1024, Modes: AllModes, Steps: 3, Seed: 1, LR: 1e-3,
+		Offload: offload.DefaultConfig()}
+	if kind, _, _ := device.ParseName(dev); kind == "cpu" {
+		c.Width, c.Batch = 1024, 256
+	}
+	return c
+}
+
+// Run is one mode's measurements. Byte figures are the device allocator's
+// (PyTorch's memory_allocated), from the last timed step; every step gives
+// the same figures.
+type Run struct {
+	Mode               string    `json:"mode"`
+	BeforeForwardBytes int64     `json:"before_forward_bytes"`
+	AfterForwardBytes  int64     `json:"after_forward_bytes"`
+	PeakForwardBytes   int64     `json:"peak_forward_bytes"`
+	PeakStepBytes      int64     `json:"peak_step_bytes"`
+	StepSeconds        float64   `json:"step_seconds"` // median of the timed steps
+	StepSecondsAll     []float64 `json:"step_seconds_all"`
+	Loss               float32   `json:"loss"` // of the first step
+	GradsEqualNone     *bool     `json:"grads_equal_none"`
+	OffloadedBytes     int64     `json:"offloaded_bytes"` // per step, to host and disk
+	ToHostBytes        int64     `json:"to_host_bytes"`
+	ToDiskBytes        int64     `json:"to_disk_bytes"`
+	StallSeconds       float64   `json:"stall_seconds"` // per step
+	OverlapRatio       float64   `json:"overlap_ratio"`
+	PeakRSSBytes       int64     `json:"peak_rss_bytes,omitempty"`
+	HostPeakBytes      int64     `json:"host_peak_bytes"` // the host allocator's peak (pinned pool on a GPU)
+	ReservedPeakBytes  int64     `json:"reserved_peak_bytes"`
+	gradHash           uint64
+	hasData            bool
+}
+
+// Result is a whole demo.
+type Result struct {
+	Device          string   `json:"device"`
+	Layers          int      `json:"layers"`
+	Width           int      `json:"width"`
+	Batch           int      `json:"batch"`
+	Steps           int      `json:"steps"`
+	ActivationBytes int64    `json:"activation_bytes"` // one layer's output
+	ParameterBytes  int64    `json:"parameter_bytes"`
+	MatmulBackend   string   `json:"matmul_backend,omitempty"`
+	Runs            []Run    `json:"runs"`
+	Notes           []string `json:"notes,omitempty"`
+}
+
+// Execute runs every mode of cfg.
+func Execute(cfg Config) (*Result, error) {
+	if cfg.Layers < 1 || cfg.Width < 1 || cfg.Batch < 1 || cfg.Steps < 1 {
+		return nil, fmt.Errorf("demo: layers, width, batch and steps must be positive (got %d, %d, %d, %d)", cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps)
+	}
+	for _, m := range cfg.Modes {
+		if !slices.Contains(AllModes, m) {
+			return nil, fmt.Errorf("demo: unknown mode %q (modes: %s)", m, strings.Join(AllModes, ", "))
+		}
+	}
+	if cfg.Open == nil {
+		cfg.Open = device.Open
+	}
+	res := &Result{Device: cfg.Device, Layers: cfg.Layers, Width: cfg.Width, Batch: cfg.Batch, Steps: cfg.Steps,
+		ActivationBytes: int64(cfg.Batch) * int64(cfg.Width) * 4,
+		ParameterBytes:  int64(cfg.Layers) * (int64(cfg.Width)*int64(cfg.Width) + int64(cfg.Width)) * 4}
+	var none *Run
+	for _, mode := range cfg.Modes {
+		r, err := runMode(cfg, mode)
+		if err != nil {
+			return res, fmt.Errorf("mode %s: %w", mode, err)
+		}
+		if mode == None {
+			none = r
+		}
+		res.Runs = append(res.Runs, *r)
+	}
+	if none != nil && none.hasData {
+		for i := range res.Runs {
+			eq := res.Runs[i].gradHash == none.gradHash && math.Float32bits(res.Runs[i].Loss) == math.Float32bits(none.Loss)
+			res.Runs[i].GradsEqualNone = &eq
+		}
+	}
+	return res, nil
+}
+
+// model is the origin model: a list of Linear layers with ReLU between, run
+// by a hand-written loop as the original user's was.
+type model struct {
+	layers []*nn.Linear
+}
+
+func newModel(dev device.Device, cfg Config) (*model, error) {
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0xfe77))
+	m := &model{}
+	for i := 0; i < cfg.Layers; i++ {
+		l, err := nn.NewLinear(dev, cfg.Width, cfg.Width, true, rng)
+		if err != nil {
+			m.release()
+			return nil, err
+		}
+		m.layers = append(m.layers, l)
+	}
+	return m, nil
+}
+
+func (m *model) params() []*ferry.Tensor {
+	var ps []*ferry.Tensor
+	for _, l := range m.layers {
+		ps = append(ps, l.Parameters()...)
+	}
+	return ps
+}
+
+func (m *model) release() {
+	for _, p := range m.params() {
+		p.Release()
+	}
+}
+
+// forward runs the layers on x (which stays the caller's). With naive, it
+// makes the original user's copy of each layer input to the host.
+func (m *model) forward(tape *ferry.Tape, x *ferry.Tensor, naive bool) *ferry.Tensor {
+	h := x
+	for i, l := range m.layers {
+		tape.PushModule(fmt.Sprintf("layers.%d", i))
+		z := l.Forward(h)  // Linear saves h
+		y := ferry.ReLU(z) // ReLU saves y
+		z.Release()        // as Python drops it: nothing else refers to z
+		tape.PopModule()
+		if naive {
+			c := h.To(h.Device().Host()) // prev_tensor.to('cpu', non_blocking=True)
+			c.Release()                  // ... and the result is thrown away
+		}
+		if h != x {
+			h.Release() // the loop variable moves on; the tape keeps what it saved
+		}
+		h = y
+	}
+	return h
+}
+
+func runMode(cfg Config, mode string) (*Run, error) {
+	opts := cfg.DeviceOptions
+	dev, err := cfg.Open(cfg.Device, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close()
+	m, err := newModel(dev, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer m.release()
+	opt := optim.NewSGD(m.params(), cfg.LR)
+	defer opt.Release()
+	var input, target *ferry.Tensor
+	if err := ferry.Catch(func() error {
+		rng := rand.New(rand.NewPCG(cfg.Seed, 0x1277))
+		input = ferry.Randn(dev, rng, cfg.Batch, cfg.Width)
+		// The target waits on the host: as in the original test, forward is
+		// measured holding only the parameters and the input.
+		target = ferry.Randn(dev.Host(), rng, cfg.Batch, cfg.Width)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	defer input.Release()
+	defer target.Release()
+
+	var hooks *ferry.SavedTensorHooks
+	var off *offload.Offloader
+	var stats func() offload.Stats
+	switch mode {
+	case SaveOnHost:
+		saver := offload.NewHostSaver(dev)
+		hooks = saver.Hooks()
+		stats = saver.Stats
+	case Offload, OffloadDisk:
+		oc := cfg.Offload
+		oc.Policy = cfg.Policy
+		if mode == OffloadDisk {
+			oc.DiskDir = cfg.DiskDir
+			if oc.DiskDir == "" {
+				oc.DiskDir = os.TempDir()
+			}
+			oc.HostLimit = -1
+		}
+		if off, err = offload.New(dev, oc); err != nil {
+			return nil, err
+		}
+		defer off.Close()
+		hooks = off.Hooks()
+		stats = off.Stats
+	}
+
+	r := &Run{Mode: mode, hasData: device.HasData(dev)}
+	alloc := dev.Allocator()
+	hostAlloc := dev.Host().Allocator()
+	runtime.GC()
+	debug.FreeOSMemory()
+	rssOK := rss.ResetPeak() == nil
+	for step := 0; step <= cfg.Steps; step++ {
+		var statsBefore offload.Stats
+		if stats != nil {
+			statsBefore = stats()
+		}
+		hostAlloc.ResetPeak()
+		start := time.Now()
+		var loss float32
+		err := ferry.Step(func(tape *ferry.Tape) error {
+			x := tape.Input(input)
+			r.BeforeForwardBytes = alloc.Allocated()
+			alloc.ResetPeak()
+			var y *ferry.Tensor
+			if hooks != nil {
+				tape.WithHooks(hooks, func() { y = m.forward(tape, x, false) })
+			} else {
+				y = m.forward(tape, x, mode == Naive)
+			}
+			r.AfterForwardBytes = alloc.Allocated()
+			r.PeakForwardBytes = alloc.Stats().AllocatedBytes.Peak
+			l := ferry.MSELoss(y, tape.Adopt(target.To(dev)))
+			if err := l.Backward(); err != nil {
+				return err
+			}
+			if step == 0 && r.hasData {
+				loss = l.Item()
+				r.gradHash = hashGrads(m.params())
+			}
+			if err := opt.Step(); err != nil {
+				return err
+			}
+			opt.ZeroGrad()
+			return dev.Compute().Synchronize()
+		})
+		elapsed := time.Since(start).Seconds()
+		if err != nil {
+			return nil, err
+		}
+		if step == 0 {
+			r.Loss = loss
+			continue // warm-up
+		}
+		r.StepSecondsAll = append(r.StepSecondsAll, elapsed)
+		st := alloc.Stats()
+		r.PeakStepBytes = st.AllocatedBytes.Peak
+		r.ReservedPeakBytes = st.ReservedBytes.Peak
+		r.HostPeakBytes = hostAlloc.Stats().AllocatedBytes.Peak
+		if stats != nil {
+			s := stats().Since(statsBefore)
+			r.ToHostBytes, r.ToDiskBytes = s.BytesToHost, s.BytesToDisk
+			r.OffloadedBytes = s.BytesToHost + s.BytesToDisk
+			r.StallSeconds = s.StallSeconds
+			r.OverlapRatio = s.OverlapRatio()
+		}
+	}
+	r.StepSeconds = median(r.StepSecondsAll)
+	if rssOK {
+		_, r.PeakRSSBytes, _ = rss.Read()
+	}
+	return r, nil
+}
+
+// hashGrads hashes the bits of every gradient: equal hashes mean bitwise
+// equal gradients (to a 64-bit hash's certainty).
+func hashGrads(ps []*ferry.Tensor) uint64 {
+	h := fnv.New64a()
+	for _, p := range ps {
+		g := p.Grad()
+		if g == nil {
+			h.Write([]byte{0})
+			continue
+		}
+		v := g.Float32s()
+		h.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*4))
+	}
+	return h.Sum64()
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

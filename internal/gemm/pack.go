@@ -1,0 +1,145 @@
+package gemm
+
+import "unsafe"
+
+// Packed layouts (kc = depth of the current k block):
+//
+//	A block (mc×kc): micro-panels of mr rows; panel r starts at r*mr*kc and
+//	holds, for p = 0..kc-1, the mr values op(A)[r*mr+i][p] (i = 0..mr-1).
+//	B block (kc×nc): micro-panels of nr columns; panel s starts at s*nr*kc
+//	and holds, for p = 0..kc-1, the nr values op(B)[p][s*nr+j].
+//
+// Rows/columns beyond the edge of the block are zero. Both packings reduce
+// to two primitives that fill ceil(cnt/w) panels of w*kc elements from a
+// source matrix src with row stride ld; for panel s, q < kc and j < w, with
+// x = s*w + j:
+//
+//	packCopy:   panel[s][q*w + j] = src[(r0+q)*ld + c0 + x]  (contiguous runs)
+//	packGather: panel[s][q*w + j] = src[(r0+x)*ld + c0 + q]  (a transpose)
+//
+// and zero where x >= cnt. The AVX-512 kernels use assembly versions (16×16
+// register transposes, masked copies); the others use the Go versions below.
+// packCopy walks the source in strips of 16 rows (k-steps) so that the rows
+// being read stay in L1 and in the TLB when the leading dimension is large;
+// the assembly packGather reads 16 rows × 16 columns at a time.
+
+// packA packs op(A)[ic:ic+mc, pc:pc+kc] into dst.
+func (p *problem) packA(dst []float32, ic, pc, mc, kc int) {
+	if p.transA {
+		p.k.packCopy(dst, p.k.mr, p.a, p.lda, pc, ic, kc, mc)
+	} else {
+		p.k.packGather(dst, p.k.mr, p.a, p.lda, ic, pc, kc, mc)
+	}
+}
+
+// packB packs op(B)[pc:pc+kc, jc:jc+nc] into dst.
+func (p *problem) packB(dst []float32, pc, jc, kc, nc int) {
+	if p.transB {
+		p.k.packGather(dst, p.k.nr, p.b, p.ldb, jc, pc, kc, nc)
+	} else {
+		p.k.packCopy(dst, p.k.nr, p.b, p.ldb, pc, jc, kc, nc)
+	}
+}
+
+const packStrip = 16
+
+// The Go primitives check the first and last element they touch with
+// ordinary (bounds-checked) indexing, then walk rows with unsafe pointers so
+// that the short inner copies compile to plain vector moves.
+
+// rowCopy copies rows runs of len(T) floats, strides in bytes.
+func rowCopy[T [4]float32 | [6]float32 | [8]float32 | [14]float32 | [16]float32 | [32]float32 | [64]float32](dp, sp unsafe.Pointer, rows int, dstride, sstride uintptr) {
+	// Offsets are recomputed from the base pointers: advancing a pointer
+	// past the end of its allocation, even without dereferencing it, is
+	// invalid (and caught by -race/checkptr).
+	for i := range uintptr(rows) {
+		*(*T)(unsafe.Add(dp, i*dstride)) = *(*T)(unsafe.Add(sp, i*sstride))
+	}
+}
+
+// packCopyGo implements packCopy in Go.
+func packCopyGo(dst []float32, w int, src []float32, ld, r0, c0, kc, cnt int) {
+	if kc == 0 || cnt == 0 {
+		return
+	}
+	np := (cnt + w - 1) / w
+	dst = dst[:np*w*kc]
+	_ = src[(r0+kc-1)*ld+c0+cnt-1]
+	_ = src[r0*ld+c0]
+	ds, ss := uintptr(w)*4, uintptr(ld)*4
+	for q0 := 0; q0 < kc; q0 += packStrip {
+		rows := min(packStrip, kc-q0)
+		for s := 0; s < np; s++ {
+			n := min(w, cnt-s*w)
+			dp := unsafe.Pointer(&dst[s*w*kc+q0*w])
+			sp := unsafe.Pointer(&src[(r0+q0)*ld+c0+s*w])
+			full := n == w // partial panels take the default path, which zero-pads
+			switch {
+			case full && n == 4:
+				rowCopy[[4]float32](dp, sp, rows, ds, ss)
+			case full && n == 6:
+				rowCopy[[6]float32](dp, sp, rows, ds, ss)
+			case full && n == 8:
+				rowCopy[[8]float32](dp, sp, rows, ds, ss)
+			case full && n == 14:
+				rowCopy[[14]float32](dp, sp, rows, ds, ss)
+			case full && n == 16:
+				rowCopy[[16]float32](dp, sp, rows, ds, ss)
+			case full && n == 32:
+				rowCopy[[32]float32](dp, sp, rows, ds, ss)
+			case full && n == 64:
+				rowCopy[[64]float32](dp, sp, rows, ds, ss)
+			default:
+				for q := range rows {
+					d := dst[s*w*kc+(q0+q)*w:][:w]
+					copy(d, src[(r0+q0+q)*ld+c0+s*w:][:n])
+					clear(d[n:])
+				}
+			}
+		}
+	}
+}
+
+// packGatherGo implements packGather in Go, interleaving four source rows
+// at a time.
+func packGatherGo(dst []float32, w int, src []float32, ld, r0, c0, kc, cnt int) {
+	if kc == 0 || cnt == 0 {
+		return
+	}
+	np := (cnt + w - 1) / w
+	dst = dst[:np*w*kc]
+	_ = src[(r0+cnt-1)*ld+c0+kc-1]
+	_ = src[r0*ld+c0]
+	ds, ss := uintptr(w)*4, uintptr(ld)*4
+	for s := 0; s < np; s++ {
+		n := min(w, cnt-s*w)
+		panel := dst[s*w*kc : (s+1)*w*kc]
+		rs := r0 + s*w
+		j := 0
+		for ; j+4 <= n; j += 4 {
+			dp := unsafe.Pointer(&panel[j])
+			s0 := unsafe.Pointer(&src[(rs+j)*ld+c0])
+			s1 := unsafe.Add(s0, ss)
+			s2 := unsafe.Add(s0, 2*ss)
+			s3 := unsafe.Add(s0, 3*ss)
+			for q := range uintptr(kc) {
+				d := (*[4]float32)(unsafe.Add(dp, q*ds))
+				d[0] = *(*float32)(unsafe.Add(s0, 4*q))
+				d[1] = *(*float32)(unsafe.Add(s1, 4*q))
+				d[2] = *(*float32)(unsafe.Add(s2, 4*q))
+				d[3] = *(*float32)(unsafe.Add(s3, 4*q))
+			}
+		}
+		for ; j < n; j++ {
+			sr := src[(rs+j)*ld+c0:][:kc]
+			for q, v := range sr {
+				panel[q*w+j] = v
+			}
+		}
+		if n < w {
+			for q := 0; q < kc; q++ {
+				clear(panel[q*w+n : q*w+w])
+			}
+		}
+	}
+}

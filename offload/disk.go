@@ -1,0 +1,208 @@
+package offload
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"ferry/device"
+)
+
+// The disk tier. Files are written and read on one goroutine (ioQueue), in
+// the order the work was queued; the training goroutine learns that an
+// operation finished through its ioOp. Each file is unlinked as soon as it
+// is created, so it disappears when closed or when the process ends, even
+// if it is killed: a failed or interrupted step leaves nothing behind.
+
+// ioQueue runs functions one at a time on its own goroutine.
+type ioQueue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	tasks  []func()
+	closed bool
+	done   chan struct{}
+}
+
+func newIOQueue() *ioQueue {
+	q := &ioQueue{done: make(chan struct{})}
+	q.cond = sync.NewCond(&q.mu)
+	go q.loop()
+	return q
+}
+
+func (q *ioQueue) push(f func()) {
+	q.mu.Lock()
+	q.tasks = append(q.tasks, f)
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+func (q *ioQueue) loop() {
+	defer close(q.done)
+	for {
+		q.mu.Lock()
+		for len(q.tasks) == 0 && !q.closed {
+			q.cond.Wait()
+		}
+		if len(q.tasks) == 0 {
+			q.mu.Unlock()
+			return
+		}
+		f := q.tasks[0]
+		q.tasks[0] = nil
+		q.tasks = q.tasks[1:]
+		q.mu.Unlock()
+		f()
+	}
+}
+
+// close finishes the queued work and stops the goroutine.
+func (q *ioQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
+	<-q.done
+}
+
+// ioOp is one disk operation's completion: err and result are written by
+// the I/O goroutine before ch is closed, and read only after.
+type ioOp struct {
+	ch     chan struct{}
+	err    error
+	result any // the *diskFile written, or the device.Event of a copy after a read
+}
+
+func newIOOp() *ioOp { return &ioOp{ch: make(chan struct{})} }
+
+func (op *ioOp) finish(result any, err error) {
+	op.result, op.err = result, err
+	close(op.ch)
+}
+
+func (op *ioOp) done() bool {
+	select {
+	case <-op.ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (op *ioOp) wait() { <-op.ch }
+
+// diskFile is one record's file, already unlinked (name is kept only where
+// unlinking an open file failed, to remove it at close).
+type diskFile struct {
+	f    *os.File
+	name string
+}
+
+func createUnlinked(dir string) (*diskFile, error) {
+	f, err := os.CreateTemp(dir, "ferry-offload-*.bin")
+	if err != nil {
+		return nil, err
+	}
+	d := &diskFile{f: f}
+	if os.Remove(f.Name()) != nil {
+		d.name = f.Name()
+	}
+	return d, nil
+}
+
+func (d *diskFile) close() error {
+	err := d.f.Close()
+	if d.name != "" {
+		if e := os.Remove(d.name); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+// startDiskWrite queues the write of r's data to a new file: straight from
+// device memory when the process can address it (direct), else from the
+// host staging block once the copy into it (r.out) has finished.
+func (o *Offloader) startDiskWrite(r *record, src device.Span, direct bool) {
+	var data []byte
+	if direct {
+		data = blockBytes(src.Block)
+	} else {
+		data = blockBytes(r.host)
+	}
+	op := newIOOp()
+	r.outIO = op
+	after, dir, n := r.out, o.cfg.DiskDir, r.bytes
+	r.out = nil // the I/O goroutine waits for it
+	o.disk.push(func() {
+		if after != nil {
+			if err := after.Synchronize(); err != nil {
+				op.finish(nil, err)
+				return
+			}
+		}
+		f, err := createUnlinked(dir)
+		if err != nil {
+			op.finish(nil, fmt.Errorf("disk tier: cannot create a file in %s: %w; check that the directory exists and is writable", dir, err))
+			return
+		}
+		if _, err := f.f.WriteAt(data[:n], 0); err != nil {
+			f.close()
+			op.finish(nil, fmt.Errorf("disk tier: writing %s to %s failed: %w; free disk space, choose another DiskDir, or raise HostLimit", device.FormatBytes(n), dir, err))
+			return
+		}
+		op.finish(f, nil)
+	})
+}
+
+// takeFile moves the file a finished write produced into r.
+func (r *record) takeFile() {
+	if f, ok := r.outIO.result.(*diskFile); ok {
+		r.file = f
+		r.outIO.result = nil
+	}
+}
+
+// startDiskRead queues the read of r's file into dst: directly when the
+// process can address device memory, else into a host staging block
+// followed by a copy to the device (whose event becomes the op's result).
+func (o *Offloader) startDiskRead(r *record, dst device.Span) error {
+	op := newIOOp()
+	f, n := r.file, r.bytes
+	if hostAddressable(dst.Block) {
+		data := blockBytes(dst.Block)
+		r.inIO = op
+		o.disk.push(func() {
+			op.finish(nil, readFull(f, data[:n]))
+		})
+		return nil
+	}
+	hb, err := o.host.Allocator().Alloc(n, device.Activation)
+	if err != nil {
+		return err
+	}
+	r.host = hb
+	r.inIO = op
+	staging := blockBytes(hb)
+	dev, h2d := o.dev, o.h2d
+	o.disk.push(func() {
+		if err := readFull(f, staging[:n]); err != nil {
+			op.finish(nil, err)
+			return
+		}
+		if err := dev.Copy(h2d, dst, device.Whole(hb)); err != nil {
+			op.finish(nil, err)
+			return
+		}
+		op.finish(h2d.Record(), nil)
+	})
+	return nil
+}
+
+func readFull(f *diskFile, b []byte) error {
+	m, err := f.f.ReadAt(b, 0)
+	if err != nil || m != len(b) {
+		return fmt.Errorf("disk tier: reading back %s: read %d bytes: %v", device.FormatBytes(int64(len(b))), m, err)
+	}
+	return nil
+}

@@ -1,0 +1,262 @@
+package offload_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"ferry"
+	"ferry/device"
+	"ferry/device/cpu"
+	"ferry/nn"
+	"ferry/offload"
+)
+
+const layers, width, batch = 8, 64, 32
+
+func openCPU(t testing.TB, opts device.Options) device.Device {
+	t.Helper()
+	dev, err := cpu.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+func model(t testing.TB, dev device.Device) *nn.Sequential {
+	rng := rand.New(rand.NewPCG(7, 7))
+	var ms []nn.Module
+	for i := 0; i < layers; i++ {
+		l, err := nn.NewLinear(dev, width, width, true, rng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, l, nn.ReLU{})
+	}
+	return nn.NewSequential(ms...)
+}
+
+type result struct {
+	before, after, peak int64
+	loss                float32
+	grads               [][]float32
+}
+
+// step trains one step with hooks (nil: none) and reports memory and grads.
+func step(t *testing.T, dev device.Device, m *nn.Sequential, hooks *ferry.SavedTensorHooks) (result, error) {
+	var r result
+	in := ferry.Randn(dev, rand.New(rand.NewPCG(1, 1)), batch, width)
+	tg := ferry.Randn(dev, rand.New(rand.NewPCG(2, 2)), batch, width)
+	defer in.Release()
+	defer tg.Release()
+	alloc := dev.Allocator()
+	err := ferry.Step(func(tape *ferry.Tape) error {
+		x := tape.Input(in)
+		r.before = alloc.Allocated()
+		alloc.ResetPeak()
+		var y *ferry.Tensor
+		if hooks != nil {
+			tape.WithHooks(hooks, func() { y = m.Forward(x) })
+		} else {
+			y = m.Forward(x)
+		}
+		r.after = alloc.Allocated()
+		r.peak = alloc.Stats().AllocatedBytes.Peak
+		loss := ferry.MSELoss(y, tape.Input(tg))
+		r.loss = loss.Item()
+		return loss.Backward()
+	})
+	for _, p := range m.Parameters() {
+		if p.Grad() != nil {
+			r.grads = append(r.grads, p.Grad().Float32s())
+		}
+		p.SetGrad(nil)
+	}
+	return r, err
+}
+
+func equalBits(t *testing.T, a, b result) {
+	t.Helper()
+	if math.Float32bits(a.loss) != math.Float32bits(b.loss) {
+		t.Fatalf("loss %v != %v", a.loss, b.loss)
+	}
+	if len(a.grads) != len(b.grads) {
+		t.Fatalf("%d grads vs %d", len(a.grads), len(b.grads))
+	}
+	for i := range a.grads {
+		for j := range a.grads[i] {
+			if math.Float32bits(a.grads[i][j]) != math.Float32bits(b.grads[i][j]) {
+				t.Fatalf("grad %d[%d]: %v != %v", i, j, a.grads[i][j], b.grads[i][j])
+			}
+		}
+	}
+}
+
+func TestModesAgreeAndSaveMemory(t *testing.T) {
+	dev := openCPU(t, device.Options{PoisonFreed: true})
+	m := model(t, dev)
+	act := int64(batch * width * 4)
+	base, err := step(t, dev, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := base.after - base.before; got != layers*act {
+		t.Errorf("none: forward kept %d, want %d", got, layers*act)
+	}
+	soh, err := step(t, dev, m, offload.SaveOnHost(dev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalBits(t, base, soh)
+	if d := soh.after - soh.before; d > 3*act {
+		t.Errorf("save-on-host: forward kept %d bytes, want <= 3 activations (%d)", d, 3*act)
+	}
+	if d := soh.peak - soh.before; d > 4*act {
+		t.Errorf("save-on-host: forward peak %d above before, want <= 4 activations", d)
+	}
+	cfg := offload.DefaultConfig()
+	off, err := offload.New(dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	for i := 0; i < 3; i++ {
+		r, err := step(t, dev, m, off.Hooks())
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalBits(t, base, r)
+		if d := r.after - r.before; d > 3*act {
+			t.Errorf("offload: forward kept %d bytes, want <= 3 activations (%d)", d, 3*act)
+		}
+		if d := r.peak - r.before; d > int64(4+cfg.MaxInFlight)*act {
+			t.Errorf("offload: forward peak %d above before, want <= %d activations", d, 4+cfg.MaxInFlight)
+		}
+	}
+	st := off.Stats()
+	if st.Offloaded == 0 || st.BytesToHost == 0 || st.BytesFromHost == 0 || st.BytesFromHost > st.BytesToHost {
+		t.Errorf("stats: %+v", st)
+	}
+	t.Logf("offload stats: %+v overlap %.2f", st, st.OverlapRatio())
+
+	dir := t.TempDir()
+	cfg.DiskDir, cfg.HostLimit = dir, -1
+	disk, err := offload.New(dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer disk.Close()
+	r, err := step(t, dev, m, disk.Hooks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalBits(t, base, r)
+	if ds := disk.Stats(); ds.BytesToDisk == 0 || ds.BytesToHost != 0 || ds.BytesFromDisk == 0 || ds.BytesFromDisk > ds.BytesToDisk {
+		t.Errorf("disk stats: %+v", ds)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("files left in %s: %v", dir, ents)
+	}
+}
+
+// The torchtune bug: freeing a device block before the copy that reads it
+// has finished. With slow copies and poisoned free blocks, the copy reads
+// NaN; the offloader's real behaviour does not.
+func TestEarlyFreeIsCaughtByPoison(t *testing.T) {
+	dev := openCPU(t, device.Options{PoisonFreed: true, Params: map[string]string{"copy_delay": "2ms"}})
+	m := model(t, dev)
+	off, err := offload.New(dev, offload.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	good, err := step(t, dev, m, off.Hooks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hasNaN(good) {
+		t.Fatal("correct offloading produced NaN")
+	}
+	offload.SetEarlyFree(off, true)
+	bad, err := step(t, dev, m, off.Hooks())
+	if err == nil && !hasNaN(bad) {
+		t.Fatal("freeing before the copy finished went unnoticed")
+	}
+}
+
+func hasNaN(r result) bool {
+	for _, g := range r.grads {
+		for _, v := range g {
+			if v != v {
+				return true
+			}
+		}
+	}
+	return r.loss != r.loss
+}
+
+func TestInPlaceChangeOfOffloadedTensorFails(t *testing.T) {
+	dev := openCPU(t, device.Options{})
+	off, err := offload.New(dev, offload.Config{MinBytes: 0, KeepLast: 0, MaxInFlight: 1, Lookahead: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	w := ferry.Randn(dev, rand.New(rand.NewPCG(3, 3)), 16, 16).RequireGrad()
+	defer w.Release()
+	err = ferry.Step(func(tape *ferry.Tape) error {
+		x := tape.Adopt(ferry.Ones(dev, 4, 16))
+		var y *ferry.Tensor
+		tape.WithHooks(off.Hooks(), func() {
+			h := ferry.MatMul(x, w) // saves x, which stays while x is held
+			tape.NoGrad(func() { x.AddInPlace(x) })
+			x.Release()                  // now only the offloader holds it: it moves
+			y = ferry.Sum(ferry.Tanh(h)) // the next save starts the move
+		})
+		if off.Stats().Offloaded == 0 {
+			t.Fatal("the modified tensor was not offloaded")
+		}
+		return y.Backward()
+	})
+	if err == nil {
+		t.Fatal("backward succeeded after an offloaded saved tensor was changed in place")
+	}
+	t.Log(err)
+}
+
+func TestDiskFailureIsClearAndRecoverable(t *testing.T) {
+	dev := openCPU(t, device.Options{})
+	m := model(t, dev)
+	base, _ := step(t, dev, m, nil)
+	dir := filepath.Join(t.TempDir(), "spill")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := offload.DefaultConfig()
+	cfg.DiskDir, cfg.HostLimit = dir, -1
+	off, err := offload.New(dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	os.Remove(dir) // the directory disappears under the offloader
+	_, err = step(t, dev, m, off.Hooks())
+	if err == nil {
+		t.Fatal("step succeeded with the disk tier's directory gone")
+	}
+	t.Log(err)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := step(t, dev, m, off.Hooks())
+	if err != nil {
+		t.Fatalf("the step after the failure: %v", err)
+	}
+	equalBits(t, base, r)
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("files left: %v", ents)
+	}
+}

@@ -1,0 +1,117 @@
+package ferry
+
+import "ferry/device"
+
+// Activations and softmax. Each saves what its derivative needs: ReLU,
+// Tanh, Sigmoid and the softmaxes their output (as PyTorch does, so that a
+// following Linear and the activation share one saved tensor), the GELUs
+// their input.
+
+// ReLU returns max(x, 0).
+func ReLU(x *Tensor) *Tensor {
+	out, tp := unary("relu", device.ReLU, x, 0)
+	record(tp, "relu", out, []*Tensor{x}, []*Tensor{out}, func(bk *backward) {
+		bk.Accumulate(0, binaryNoBroadcast("relu_backward", device.ReLUGrad, bk.Grad(), bk.Saved(0)))
+	})
+	return out
+}
+
+// GELU returns x·Φ(x) with the exact normal CDF (PyTorch: gelu(x)).
+func GELU(x *Tensor) *Tensor {
+	out, tp := unary("gelu", device.GELU, x, 0)
+	record(tp, "gelu", out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
+		bk.Accumulate(0, binaryNoBroadcast("gelu_backward", device.GELUGrad, bk.Grad(), bk.Saved(0)))
+	})
+	return out
+}
+
+// GELUTanh returns GELU with the tanh approximation (PyTorch:
+// gelu(x, approximate="tanh")).
+func GELUTanh(x *Tensor) *Tensor {
+	out, tp := unary("gelu_tanh", device.GELUTanh, x, 0)
+	record(tp, "gelu_tanh", out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
+		bk.Accumulate(0, binaryNoBroadcast("gelu_tanh_backward", device.GELUTanhGrad, bk.Grad(), bk.Saved(0)))
+	})
+	return out
+}
+
+// Tanh returns tanh x.
+func Tanh(x *Tensor) *Tensor {
+	out, tp := unary("tanh", device.Tanh, x, 0)
+	record(tp, "tanh", out, []*Tensor{x}, []*Tensor{out}, func(bk *backward) {
+		y2 := Square(bk.Saved(0))
+		gy2 := Mul(bk.Grad(), y2)
+		y2.Release()
+		d := Sub(bk.Grad(), gy2) // g - g·y²
+		gy2.Release()
+		bk.Accumulate(0, d)
+	})
+	return out
+}
+
+// Sigmoid returns 1/(1+e⁻ˣ).
+func Sigmoid(x *Tensor) *Tensor {
+	out, tp := unary("sigmoid", device.Sigmoid, x, 0)
+	record(tp, "sigmoid", out, []*Tensor{x}, []*Tensor{out}, func(bk *backward) {
+		y := bk.Saved(0)
+		gy := Mul(bk.Grad(), y)
+		gyy := Mul(gy, y)
+		d := Sub(gy, gyy) // g·y - g·y² = g·y·(1-y)
+		gy.Release()
+		gyy.Release()
+		bk.Accumulate(0, d)
+	})
+	return out
+}
+
+// Softmax returns the softmax of x over its last axis.
+func Softmax(x *Tensor) *Tensor { return softmax("softmax", x, false) }
+
+// LogSoftmax returns the log of the softmax of x over its last axis,
+// computed stably.
+func LogSoftmax(x *Tensor) *Tensor { return softmax("log_softmax", x, true) }
+
+func softmax(op string, x *Tensor, log bool) *Tensor {
+	tp := tapeOf(op, x)
+	floats32(op, x)
+	if x.Rank() == 0 {
+		panicf(op, "needs at least one dimension")
+	}
+	src := x
+	if !x.IsContiguous() {
+		src = x.contiguousCopy(nil)
+		defer src.Release()
+	}
+	out := newOutput(tp, x.st.dev, x.shape)
+	if out.st.block != nil {
+		check(op, kernels(x).Softmax(out.view(), src.view(), log))
+	}
+	record(tp, op, out, []*Tensor{x}, []*Tensor{out}, func(bk *backward) {
+		g := bk.Grad()
+		if !g.IsContiguous() {
+			g = g.contiguousCopy(bk.tape)
+			defer g.Release()
+		}
+		y := bk.Saved(0)
+		if !y.IsContiguous() { // a hook may bring it back with other strides
+			y = y.contiguousCopy(nil)
+			defer y.Release()
+		}
+		dx := newOutput(bk.tape, g.st.dev, g.shape)
+		if dx.st.block != nil {
+			check(op+"_backward", kernels(g).SoftmaxBackward(dx.view(), g.view(), y.view(), log))
+		}
+		bk.Accumulate(0, dx)
+	})
+	return out
+}
+
+// binaryNoBroadcast computes kop(a, b) for two tensors of one shape,
+// without recording (for backward functions).
+func binaryNoBroadcast(op string, kop device.BinaryOp, a, b *Tensor) *Tensor {
+	if !sameShape(a.shape, b.shape) {
+		panicf(op, "shapes %v and %v differ", a.shape, b.shape)
+	}
+	out, _ := binary(op, kop, a, b)
+	return out
+}

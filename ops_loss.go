@@ -1,0 +1,118 @@
+package ferry
+
+import (
+	"math"
+
+	"ferry/device"
+)
+
+// Losses, each reduced to a mean (PyTorch's default reduction).
+
+// MSELoss returns the mean of (x - target)² over all elements (PyTorch:
+// nn.functional.mse_loss). It saves x and target for backward.
+func MSELoss(x, target *Tensor) *Tensor {
+	tp := tapeOf("mse_loss", x, target)
+	dev := sameDevice("mse_loss", x, target)
+	floats32("mse_loss", x, target)
+	if !sameShape(x.shape, target.shape) {
+		panicf("mse_loss", "input %v and target %v differ in shape", x.shape, target.shape)
+	}
+	n := x.Numel()
+	out := newOutput(tp, dev, nil)
+	if out.st.block != nil && x.st.block == nil { // the mean of no elements, as PyTorch
+		check("mse_loss", dev.Kernels().Fill(out.view(), float32(math.NaN())))
+	} else if out.st.block != nil {
+		d := temporary(dev, x.shape)
+		k := dev.Kernels()
+		check("mse_loss", k.Binary(device.Sub, d.view(), x.view(), target.view()))
+		check("mse_loss", k.Unary(device.Square, d.view(), d.view(), 0))
+		ov := out.view()
+		ov.Shape, ov.Strides = onesLike(x.shape), onesLike(x.shape)
+		check("mse_loss", k.Sum(ov, d.view(), 1/float32(n)))
+		d.Release()
+	}
+	record(tp, "mse_loss", out, []*Tensor{x, target}, []*Tensor{x, target}, func(bk *backward) {
+		// d/dx = 2(x - t)·g/n; d/dt = -d/dx.
+		g := bk.Grad()
+		diff, _ := binary("mse_loss_backward", device.Sub, bk.Saved(0), bk.Saved(1))
+		dx, _ := binary("mse_loss_backward", device.Mul, diff, g)
+		diff.Release()
+		if dx.st.block != nil {
+			check("mse_loss_backward", kernels(dx).Unary(device.Scale, dx.view(), dx.view(), 2/float32(n)))
+		}
+		if bk.Needs(1) {
+			bk.Accumulate(1, Neg(dx))
+		}
+		bk.Accumulate(0, dx)
+	})
+	return out
+}
+
+func onesLike(shape []int) []int {
+	s := make([]int, len(shape))
+	for i := range s {
+		s[i] = 1
+	}
+	return s
+}
+
+// NLLLoss returns the mean over rows of -logp[r, target[r]] for logp
+// [rows, classes] (log-probabilities) and int32 target [rows]; rows whose
+// target is negative are skipped (PyTorch's ignore_index, here any negative
+// class). It saves the target.
+func NLLLoss(logp, target *Tensor) *Tensor {
+	tp := tapeOf("nll_loss", logp, target)
+	dev := sameDevice("nll_loss", logp, target)
+	floats32("nll_loss", logp)
+	if target.dtype != device.Int32 {
+		panicf("nll_loss", "target is %s; class indices are int32 (FromInt32s)", target.dtype)
+	}
+	if logp.Rank() != 2 || target.Rank() != 1 || target.shape[0] != logp.shape[0] {
+		panicf("nll_loss", "want logp [rows, classes] and target [rows], got %v and %v", logp.shape, target.shape)
+	}
+	if device.HasData(dev) {
+		classes := logp.shape[1]
+		for _, c := range target.Int32s() {
+			if c >= int32(classes) {
+				panicf("nll_loss", "target class %d out of range for %d classes", c, classes)
+			}
+		}
+	}
+	src := logp
+	if !logp.IsContiguous() {
+		src = logp.contiguousCopy(nil)
+		defer src.Release()
+	}
+	out := newOutput(tp, dev, nil)
+	if out.st.block != nil && logp.st.block == nil { // no rows: the mean of nothing
+		check("nll_loss", dev.Kernels().Fill(out.view(), float32(math.NaN())))
+	} else if out.st.block != nil {
+		check("nll_loss", dev.Kernels().NLL(out.view(), src.view(), target.view()))
+	}
+	shape := logp.shape
+	record(tp, "nll_loss", out, []*Tensor{logp, target}, []*Tensor{target}, func(bk *backward) {
+		tg := bk.Saved(0)
+		if !tg.IsContiguous() {
+			tg = tg.contiguousCopy(nil)
+			defer tg.Release()
+		}
+		dx := newOutput(bk.tape, dev, shape)
+		if dx.st.block != nil {
+			check("nll_loss_backward", dev.Kernels().NLLBackward(dx.view(), bk.Grad().view(), tg.view()))
+		}
+		bk.Accumulate(0, dx)
+	})
+	return out
+}
+
+// CrossEntropy returns the mean cross-entropy of logits [rows, classes]
+// against int32 class targets [rows]: NLLLoss(LogSoftmax(logits)), as
+// PyTorch computes nn.functional.cross_entropy. The log-probabilities are
+// freed when the loss is computed, except for the reference log-softmax
+// saved for backward.
+func CrossEntropy(logits, target *Tensor) *Tensor {
+	logp := LogSoftmax(logits)
+	loss := NLLLoss(logp, target)
+	logp.Release()
+	return loss
+}
