@@ -14,6 +14,12 @@ type BackwardOptions struct {
 	// RetainGraph keeps saved tensors after use, so that Backward can run
 	// over the same ops again.
 	RetainGraph bool
+	// GradReady, if set, is called for each leaf as soon as its gradient
+	// for this backward is complete (every op that uses it has run), while
+	// backward goes on. An optimizer can update the leaf there and drop its
+	// gradient, so that gradients never all exist at once (see
+	// optim.InBackward). It runs on the goroutine running Backward.
+	GradReady func(leaf *Tensor)
 }
 
 // Backward computes the gradient of t (a one-element loss) with respect to
@@ -64,6 +70,18 @@ func (tp *Tape) runBackward(root *Tensor, opts BackwardOptions) (err error) {
 			}
 		}
 	}
+	// Count, per leaf, the ops that will send it a gradient.
+	var pendingLeaf map[*Tensor]int
+	if opts.GradReady != nil {
+		pendingLeaf = map[*Tensor]int{}
+		for _, n := range want {
+			for _, e := range n.inputs {
+				if e.leaf != nil {
+					pendingLeaf[e.leaf]++
+				}
+			}
+		}
+	}
 	tp.inBackward = true
 	defer func() {
 		tp.inBackward = false
@@ -84,13 +102,25 @@ func (tp *Tape) runBackward(root *Tensor, opts BackwardOptions) (err error) {
 	accumulate(&root.node.grad, seed)
 	for i := len(tp.nodes) - 1; i >= 0; i-- {
 		n := tp.nodes[i]
-		if !marked[n] || n.grad == nil {
+		if !marked[n] {
 			continue
 		}
-		b := &backward{tape: tp, n: n}
-		n.backward(b)
-		n.grad.Release()
-		n.grad = nil
+		if n.grad != nil {
+			b := &backward{tape: tp, n: n}
+			n.backward(b)
+			n.grad.Release()
+			n.grad = nil
+		}
+		for _, e := range n.inputs {
+			if e.leaf == nil || pendingLeaf == nil {
+				continue
+			}
+			if pendingLeaf[e.leaf]--; pendingLeaf[e.leaf] == 0 && e.leaf.grad != nil {
+				tp.inBackward = false // the callback's ops are not backward's
+				opts.GradReady(e.leaf)
+				tp.inBackward = true
+			}
+		}
 		if opts.RetainGraph {
 			for j := range n.saved {
 				n.saved[j].unpack = nil

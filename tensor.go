@@ -504,3 +504,31 @@ func (t *Tensor) StorageHandles() int {
 	t.live("storage_handles")
 	return int(t.st.refs)
 }
+
+// WeakRef refers to a tensor's storage without keeping it alive: an
+// offloader that has copied a tensor away keeps one, so that if someone
+// else still holds the storage when backward needs it, it uses the device
+// data instead of copying it back.
+type WeakRef struct {
+	st      *storage
+	shape   []int
+	strides []int
+	offset  int
+	dtype   device.DType
+}
+
+// Weak returns a weak reference to t.
+func (t *Tensor) Weak() WeakRef {
+	t.live("weak")
+	return WeakRef{st: t.st, shape: t.shape, strides: t.strides, offset: t.offset, dtype: t.dtype}
+}
+
+// Get returns a new handle (unrecorded, on no tape) if the storage is still
+// alive, else nil.
+func (w WeakRef) Get() *Tensor {
+	if w.st == nil || w.st.refs == 0 || w.st.block == nil {
+		return nil
+	}
+	w.st.retain()
+	return &Tensor{shape: w.shape, strides: w.strides, offset: w.offset, dtype: w.dtype, st: w.st}
+}

@@ -64,7 +64,8 @@ type Config struct {
 	MinBytes int64
 	// KeepLast: the most recently saved storages (this many) are not
 	// moved until later ones are saved, so the last ones of forward, which
-	// backward needs first, never leave.
+	// backward needs first, never leave. It applies to tensors placed
+	// Auto; a Policy's Host or Disk moves a tensor as soon as it can.
 	KeepLast int
 	// MaxInFlight bounds copies off the device that have started and not
 	// finished; saving waits for the oldest beyond it. Device memory held
@@ -166,7 +167,6 @@ type Offloader struct {
 	order     []*record       // this step's records in the order they were saved
 	live      int             // records not yet dropped
 	queue     []*record       // saved, not yet moved (KeepLast)
-	deferred  []*record       // due to move, but someone else still holds the storage
 	inFlight  []*record       // copies off the device not yet known to be finished
 	hostBytes int64
 	diskBytes int64
@@ -248,7 +248,8 @@ type record struct {
 	refs    int // packed values not yet released
 	state   recState
 	tier    Placement     // Host or Disk once chosen
-	dev     *ferry.Tensor // handle on the device data while there is one
+	dev     *ferry.Tensor // handle on the device data while the offloader holds it
+	weak    ferry.WeakRef // the original device data, which others may still hold
 	host    *device.Block // host tier copy, or staging for disk on a device without host-addressable memory
 	file    *diskFile
 	out     device.Event // copy off the device (host tier, or to staging)
@@ -294,61 +295,54 @@ func (p *packed) Release() {
 func (o *Offloader) pack(t *ferry.Tensor, info ferry.SaveInfo) any {
 	o.stats.SavedTensors++
 	o.reap()
-	place := Auto
-	if o.cfg.Policy != nil {
-		place = o.cfg.Policy(info, t)
-	}
-	if info.Parameter || place == Keep || (place == Auto && t.StorageBytes() < o.cfg.MinBytes) || t.StorageBytes() == 0 {
+	if info.Parameter || t.StorageBytes() == 0 {
 		o.stats.Kept++
 		return &packed{keep: t}
 	}
 	p := &packed{o: o, shape: t.Shape(), stride: t.Strides()}
 	_, p.offset = t.Block()
+	// A storage saved before is placed where its first save put it,
+	// whatever the policy says of this save: views of one storage travel
+	// (or stay) together.
 	if r := o.records[t.Storage()]; r != nil && !r.dropped {
 		o.stats.Deduplicated++
 		r.refs++
 		p.rec = r
 		t.Release()
-		o.moveDeferred()
 		return p
+	}
+	place := Auto
+	if o.cfg.Policy != nil {
+		place = o.cfg.Policy(info, t)
+	}
+	if place == Auto && t.StorageBytes() < o.cfg.MinBytes {
+		place = Keep
 	}
 	if o.live == 0 {
 		o.order = o.order[:0]
 	}
-	r := &record{key: t.Storage(), index: len(o.order), bytes: t.StorageBytes(), dtype: t.DType(), refs: 1, dev: t, tier: place}
+	r := &record{key: t.Storage(), index: len(o.order), bytes: t.StorageBytes(), dtype: t.DType(), refs: 1, dev: t, weak: t.Weak(), tier: place}
 	o.records[r.key] = r
 	o.order = append(o.order, r)
 	o.live++
 	p.rec = r
+	if place == Keep {
+		o.stats.Kept++
+		return p
+	}
+	if place != Auto { // a policy's explicit choice: move at once
+		o.moveOut(r)
+		return p
+	}
 	o.queue = append(o.queue, r)
 	for len(o.queue) > o.cfg.KeepLast {
 		due := o.queue[0]
 		o.queue = o.queue[1:]
 		if !due.dropped {
-			o.deferred = append(o.deferred, due)
+			o.moveOut(due)
 		}
 	}
-	o.moveDeferred()
 	return p
-}
-
-// moveDeferred starts moving every deferred record that only the offloader
-// still holds (moving one that someone else holds would free nothing), then
-// reaps what has finished.
-func (o *Offloader) moveDeferred() {
-	defer o.reap()
-	kept := o.deferred[:0]
-	for _, r := range o.deferred {
-		switch {
-		case r.dropped || r.needed:
-		case r.dev.StorageHandles() > 1:
-			kept = append(kept, r)
-		default:
-			o.moveOut(r)
-		}
-	}
-	clear(o.deferred[len(kept):])
-	o.deferred = kept
 }
 
 // tierFor chooses where r goes.
@@ -485,6 +479,8 @@ func (o *Offloader) finishOut(r *record) {
 	}
 	r.state = offDevice
 	if !r.needed && r.dev != nil {
+		// The device memory is freed now, or when the last other holder
+		// lets go: exactly when it would be without offloading.
 		r.dev.Release()
 		r.dev = nil
 	}
@@ -504,24 +500,20 @@ func (o *Offloader) unpack(v any) (*ferry.Tensor, error) {
 	if r.err != nil {
 		return nil, o.describe(r, r.err)
 	}
-	if !r.needed {
-		r.needed = true
-		switch r.state {
-		case offDevice, copyingIn:
-			if r.state == copyingIn && o.inReady(r) {
-				o.stats.Ready++
-			} else {
-				o.stats.Waited++
-			}
-		case copyingOut:
-			o.stats.Ready++ // the copy never had to come back
-		}
-	}
-	if err := o.bringBack(r); err != nil {
+	first := !r.needed
+	r.needed = true
+	waited, err := o.bringBack(r)
+	if err != nil {
 		return nil, o.describe(r, err)
 	}
+	if first && (r.tier == Host || r.tier == Disk) {
+		if waited {
+			o.stats.Waited++
+		} else {
+			o.stats.Ready++ // prefetched in time, or never had to leave
+		}
+	}
 	o.prefetchBefore(r)
-	var err error
 	if e := ferry.Catch(func() error { p.view = r.dev.AsStrided(p.shape, p.stride, p.offset); return nil }); e != nil {
 		err = e
 	}
@@ -536,20 +528,24 @@ func (o *Offloader) describe(r *record, err error) error {
 	return fmt.Errorf("offload: a %s tensor moved to %s could not be brought back: %w", device.FormatBytes(r.bytes), where, err)
 }
 
-// bringBack makes r's data available on the device, waiting if it must.
-func (o *Offloader) bringBack(r *record) error {
-	if r.state == offDevice {
+// bringBack makes r's data available on the device, waiting if it must,
+// and reports whether it had to: the data was not back (or on its way back)
+// in time.
+func (o *Offloader) bringBack(r *record) (waited bool, err error) {
+	if r.state == offDevice && !o.resident(r) {
 		if err := o.startIn(r); err != nil {
-			return err
+			return true, err
 		}
+		waited = true
 	}
 	if r.state != copyingIn {
 		if r.dev == nil { // earlyFree in tests: the data is gone
-			return errors.New("device copy released early")
+			return waited, errors.New("device copy released early")
 		}
-		return nil
+		return waited, nil
 	}
 	if !o.inReady(r) {
+		waited = true
 		start := time.Now()
 		if r.inIO != nil {
 			r.inIO.wait()
@@ -558,7 +554,7 @@ func (o *Offloader) bringBack(r *record) error {
 	}
 	if r.inIO != nil {
 		if r.inIO.err != nil {
-			return r.inIO.err
+			return true, r.inIO.err
 		}
 		if ev, ok := r.inIO.result.(device.Event); ok {
 			r.in = ev
@@ -579,7 +575,7 @@ func (o *Offloader) bringBack(r *record) error {
 		r.host = nil
 	}
 	r.state = onDevice
-	return nil
+	return waited, nil
 }
 
 func (o *Offloader) inReady(r *record) bool {
@@ -592,6 +588,23 @@ func (o *Offloader) inReady(r *record) bool {
 		}
 	}
 	return r.in == nil || r.in.Done()
+}
+
+// resident takes the original device data back when someone else kept it
+// alive all along, so nothing needs copying.
+func (o *Offloader) resident(r *record) bool {
+	t := r.weak.Get()
+	if t == nil {
+		return false
+	}
+	r.dev = t
+	r.state = onDevice
+	if r.tier == Host && r.host != nil {
+		o.host.Allocator().Free(r.host)
+		r.host = nil
+		o.hostBytes -= r.bytes
+	}
+	return true
 }
 
 // startIn starts bringing r back to the device.
@@ -654,7 +667,7 @@ func (o *Offloader) prefetchBefore(r *record) {
 		}
 		count++
 		bytes += q.bytes
-		if q.state == offDevice && q.err == nil {
+		if q.state == offDevice && q.err == nil && !o.resident(q) {
 			if err := o.startIn(q); err != nil {
 				q.err = err
 			}
@@ -717,9 +730,8 @@ func (o *Offloader) drop(r *record) error {
 	}
 	o.live--
 	if o.live == 0 {
+		clear(o.queue)
 		o.queue = o.queue[:0]
-		clear(o.deferred)
-		o.deferred = o.deferred[:0]
 	}
 	return err
 }

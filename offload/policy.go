@@ -18,6 +18,10 @@ type Policy struct {
 	Default Placement            `json:"default"`
 	Layers  map[string]Placement `json:"layers,omitempty"` // module path → placement
 	Rules   []Rule               `json:"rules,omitempty"`
+	// OptimizerInBackward records that the plan assumed parameters are
+	// updated inside backward (optim.InBackward), which the training loop
+	// must then do for the predicted peak to hold.
+	OptimizerInBackward bool `json:"optimizer_in_backward,omitempty"`
 	// Comment says where the policy came from (ferry plan writes the
 	// budget and predicted figures here).
 	Comment string `json:"comment,omitempty"`

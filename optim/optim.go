@@ -30,6 +30,14 @@ func zeroGrad(params []*ferry.Tensor) {
 	}
 }
 
+func indexOf(ps []*ferry.Tensor) map[*ferry.Tensor]bool {
+	m := make(map[*ferry.Tensor]bool, len(ps))
+	for _, p := range ps {
+		m[p] = true
+	}
+	return m
+}
+
 // stateLike allocates a zeroed tensor shaped like p, as optimizer state.
 func stateLike(p *ferry.Tensor) *ferry.Tensor {
 	return ferry.Zeros(p.Device(), p.Shape()...).SetCategory(device.OptimizerState)
@@ -52,6 +60,7 @@ type SGD struct {
 	LR, Momentum, Dampening, WeightDecay float32
 	Nesterov                             bool
 	buf                                  map[*ferry.Tensor]*ferry.Tensor
+	index                                map[*ferry.Tensor]bool // built on first StepParam
 }
 
 // NewSGD returns plain SGD with learning rate lr; set the other fields for
@@ -62,34 +71,52 @@ func NewSGD(params []*ferry.Tensor, lr float32) *SGD {
 
 // Step applies one update.
 func (o *SGD) Step() error {
+	for _, p := range o.Params {
+		if err := o.step(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StepParam updates one parameter (see Stepper).
+func (o *SGD) StepParam(p *ferry.Tensor) error {
+	if o.index == nil {
+		o.index = indexOf(o.Params)
+	}
+	if !o.index[p] {
+		return nil
+	}
+	return o.step(p)
+}
+
+func (o *SGD) step(p *ferry.Tensor) error {
 	if o.Nesterov && (o.Momentum <= 0 || o.Dampening != 0) {
 		return fmt.Errorf("optim.SGD: Nesterov momentum needs Momentum > 0 and Dampening 0")
 	}
+	g := p.Grad()
+	if g == nil {
+		return nil
+	}
+	if err := checkParam(p); err != nil {
+		return err
+	}
 	return ferry.Catch(func() error {
-		for _, p := range o.Params {
-			g := p.Grad()
-			if g == nil {
-				continue
+		hp := device.SGDParams{LR: o.LR, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
+		var mv device.View
+		if o.Momentum != 0 {
+			b, ok := o.buf[p]
+			if !ok {
+				b = stateLike(p)
+				o.buf[p] = b
+				hp.First = true
 			}
-			if err := checkParam(p); err != nil {
-				return err
-			}
-			hp := device.SGDParams{LR: o.LR, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
-			var mv device.View
-			if o.Momentum != 0 {
-				b, ok := o.buf[p]
-				if !ok {
-					b = stateLike(p)
-					o.buf[p] = b
-					hp.First = true
-				}
-				mv = b.View()
-			}
-			if err := p.Device().Kernels().SGDStep(p.View(), g.View(), mv, hp); err != nil {
-				return err
-			}
-			ferry.BumpVersion(p, "sgd_step")
+			mv = b.View()
 		}
+		if err := p.Device().Kernels().SGDStep(p.View(), g.View(), mv, hp); err != nil {
+			return err
+		}
+		ferry.BumpVersion(p, "sgd_step")
 		return nil
 	})
 }
@@ -112,6 +139,7 @@ type AdamW struct {
 	Params                             []*ferry.Tensor
 	LR, Beta1, Beta2, Eps, WeightDecay float32
 	state                              map[*ferry.Tensor]*adamState
+	index                              map[*ferry.Tensor]bool
 }
 
 type adamState struct {
@@ -127,27 +155,45 @@ func NewAdamW(params []*ferry.Tensor, lr float32) *AdamW {
 
 // Step applies one update.
 func (o *AdamW) Step() error {
-	return ferry.Catch(func() error {
-		for _, p := range o.Params {
-			g := p.Grad()
-			if g == nil {
-				continue
-			}
-			if err := checkParam(p); err != nil {
-				return err
-			}
-			s, ok := o.state[p]
-			if !ok {
-				s = &adamState{expAvg: stateLike(p), expSq: stateLike(p)}
-				o.state[p] = s
-			}
-			s.step++
-			hp := device.AdamWParams{LR: o.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
-			if err := p.Device().Kernels().AdamWStep(p.View(), g.View(), s.expAvg.View(), s.expSq.View(), hp); err != nil {
-				return err
-			}
-			ferry.BumpVersion(p, "adamw_step")
+	for _, p := range o.Params {
+		if err := o.step(p); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// StepParam updates one parameter (see Stepper).
+func (o *AdamW) StepParam(p *ferry.Tensor) error {
+	if o.index == nil {
+		o.index = indexOf(o.Params)
+	}
+	if !o.index[p] {
+		return nil
+	}
+	return o.step(p)
+}
+
+func (o *AdamW) step(p *ferry.Tensor) error {
+	g := p.Grad()
+	if g == nil {
+		return nil
+	}
+	if err := checkParam(p); err != nil {
+		return err
+	}
+	return ferry.Catch(func() error {
+		s, ok := o.state[p]
+		if !ok {
+			s = &adamState{expAvg: stateLike(p), expSq: stateLike(p)}
+			o.state[p] = s
+		}
+		s.step++
+		hp := device.AdamWParams{LR: o.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
+		if err := p.Device().Kernels().AdamWStep(p.View(), g.View(), s.expAvg.View(), s.expSq.View(), hp); err != nil {
+			return err
+		}
+		ferry.BumpVersion(p, "adamw_step")
 		return nil
 	})
 }
@@ -163,3 +209,34 @@ func (o *AdamW) Release() {
 		delete(o.state, p)
 	}
 }
+
+// Stepper is an optimizer that can update one parameter at a time.
+type Stepper interface {
+	Optimizer
+	// StepParam updates p from its gradient, if p is one of the
+	// optimizer's parameters and has a gradient; otherwise it does nothing.
+	StepParam(p *ferry.Tensor) error
+}
+
+// InBackward returns options for Backward that update each parameter as
+// soon as its gradient is complete and then drop the gradient, so that
+// gradients never all exist at once (torchtune's optimizer_in_bwd). For
+// SGD and AdamW the result equals Backward followed by Step and ZeroGrad.
+// The first error stops further updates and is returned by Err.
+func InBackward(opt Stepper) (ferry.BackwardOptions, *InBackwardErr) {
+	e := &InBackwardErr{}
+	return ferry.BackwardOptions{GradReady: func(p *ferry.Tensor) {
+		if e.err != nil {
+			return
+		}
+		if e.err = opt.StepParam(p); e.err == nil {
+			p.SetGrad(nil)
+		}
+	}}, e
+}
+
+// InBackwardErr holds the first error an in-backward update met.
+type InBackwardErr struct{ err error }
+
+// Err returns the first error, or nil.
+func (e *InBackwardErr) Err() error { return e.err }

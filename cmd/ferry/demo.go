@@ -9,11 +9,12 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"ferry"
 	"ferry/device"
 	"ferry/device/cpu"
+	"ferry/device/meta"
 	"ferry/internal/demo"
 	"ferry/offload"
+	"ferry/plan"
 )
 
 func init() {
@@ -39,6 +40,8 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	fs.Var(&minBytes, "min-bytes", "offloader: tensors smaller than this stay on the device (default 1KiB)")
 	params := fs.String("device-param", "", "driver parameters, key=value[,key=value] (cpu: copy_delay=1ms)")
 	policy := fs.String("policy", "", "offload policy file written by `ferry plan` (used by offload and offload-disk)")
+	inBackward := fs.Bool("optimizer-in-backward", false, "update each parameter inside backward and free its gradient at once")
+	profile := fs.String("profile", "", "meta device only: hardware profile for predicted times ("+strings.Join(plan.Profiles(), ", ")+" or a JSON file)")
 	return func(out io.Writer, asJSON bool) error {
 		cfg := demo.DefaultConfig(*dev)
 		cfg.Layers, cfg.Steps, cfg.Seed, cfg.DiskDir = *layers, *steps, *seed, *diskDir
@@ -71,12 +74,24 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if minBytes >= 0 {
 			cfg.Offload.MinBytes = int64(minBytes)
 		}
+		cfg.OptimizerInBackward = *inBackward
 		if *policy != "" {
-			p, err := loadPolicy(*policy)
+			p, err := offload.LoadPolicy(*policy)
 			if err != nil {
 				return err
 			}
-			cfg.Policy = p
+			cfg.Policy = p.Place
+			cfg.OptimizerInBackward = cfg.OptimizerInBackward || p.OptimizerInBackward
+		}
+		if *profile != "" {
+			if kind, _, _ := device.ParseName(*dev); kind != "meta" {
+				return fmt.Errorf("--profile predicts times on the meta device; use --device meta")
+			}
+			prof, err := plan.LoadProfile(*profile)
+			if err != nil {
+				return err
+			}
+			cfg.Open = func(string, device.Options) (device.Device, error) { return meta.New(cfg.DeviceOptions, prof), nil }
 		}
 		// Ctrl-C: let the deferred cleanup run (the offloader's files are
 		// unlinked already; this ends the process without a stack trace).
@@ -159,12 +174,4 @@ func printDemo(w io.Writer, r *demo.Result) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(act = one activation; kept by forward = after − before; forward peak = peak − before)")
-}
-
-func loadPolicy(path string) (func(ferry.SaveInfo, *ferry.Tensor) offload.Placement, error) {
-	p, err := offload.LoadPolicy(path)
-	if err != nil {
-		return nil, err
-	}
-	return p.Place, nil
 }

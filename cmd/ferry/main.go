@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	_ "ferry/device/cpu"
+	_ "ferry/device/cuda"
 	_ "ferry/device/meta"
 )
 

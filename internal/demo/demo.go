@@ -6,6 +6,7 @@
 package demo
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -54,6 +55,7 @@ type Config struct {
 	Batch         int
 	Modes         []string
 	Steps         int    // timed steps after one warm-up
+	SkipWarmup    bool   // no warm-up step (the meta device needs none)
 	Seed          uint64 // parameters, input and target
 	LR            float32
 	DiskDir       string         // for offload-disk ("" = the system's temporary directory)
@@ -61,6 +63,10 @@ type Config struct {
 	// Policy, if set, replaces the offloader's default choices (ferry plan
 	// writes one).
 	Policy func(ferry.SaveInfo, *ferry.Tensor) offload.Placement
+	// OptimizerInBackward updates each parameter as soon as its gradient
+	// is complete and frees the gradient (optim.InBackward), so gradients
+	// never all exist at once.
+	OptimizerInBackward bool
 	// Open opens the device; nil uses device.Open.
 	Open func(name string, opts device.Options) (device.Device, error)
 }
@@ -96,10 +102,12 @@ type Run struct {
 	StallSeconds       float64   `json:"stall_seconds"` // per step
 	OverlapRatio       float64   `json:"overlap_ratio"`
 	PeakRSSBytes       int64     `json:"peak_rss_bytes,omitempty"`
-	HostPeakBytes      int64     `json:"host_peak_bytes"` // the host allocator's peak (pinned pool on a GPU)
-	ReservedPeakBytes  int64     `json:"reserved_peak_bytes"`
-	gradHash           uint64
-	hasData            bool
+	// Simulated is true when times are the meta device\'s predictions.
+	Simulated         bool  `json:"simulated,omitempty"`
+	HostPeakBytes     int64 `json:"host_peak_bytes"` // the host allocator's peak (pinned pool on a GPU)
+	ReservedPeakBytes int64 `json:"reserved_peak_bytes"`
+	gradHash          uint64
+	hasData           bool
 }
 
 // Result is a whole demo.
@@ -212,7 +220,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	opts := cfg.DeviceOptions
 	dev, err := cfg.Open(cfg.Device, opts)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w\n(`ferry doctor` reports which devices ferry found; --device cpu and --device meta run anywhere)", err)
 	}
 	defer dev.Close()
 	m, err := newModel(dev, cfg)
@@ -247,6 +255,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	case Offload, OffloadDisk:
 		oc := cfg.Offload
 		oc.Policy = cfg.Policy
+		oc.DiskDir = cfg.DiskDir // a policy may send some tensors to disk
 		if mode == OffloadDisk {
 			oc.DiskDir = cfg.DiskDir
 			if oc.DiskDir == "" {
@@ -268,7 +277,19 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	runtime.GC()
 	debug.FreeOSMemory()
 	rssOK := rss.ResetPeak() == nil
-	for step := 0; step <= cfg.Steps; step++ {
+	sim, simulated := dev.(interface {
+		Now() float64
+		StallSeconds() float64
+	})
+	first := 0
+	if cfg.SkipWarmup {
+		first = 1
+	}
+	for step := first; step <= cfg.Steps; step++ {
+		var simStart, simStall float64
+		if simulated {
+			simStart, simStall = sim.Now(), sim.StallSeconds()
+		}
 		var statsBefore offload.Stats
 		if stats != nil {
 			statsBefore = stats()
@@ -289,26 +310,61 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			r.AfterForwardBytes = alloc.Allocated()
 			r.PeakForwardBytes = alloc.Stats().AllocatedBytes.Peak
 			l := ferry.MSELoss(y, tape.Adopt(target.To(dev)))
-			if err := l.Backward(); err != nil {
-				return err
+			hashing := step == first && r.hasData
+			hashes := map[*ferry.Tensor]uint64{}
+			if cfg.OptimizerInBackward {
+				opts, upd := optim.InBackward(opt)
+				update := opts.GradReady
+				opts.GradReady = func(p *ferry.Tensor) {
+					if hashing {
+						hashes[p] = hashGrad(p)
+					}
+					update(p)
+				}
+				if err := l.BackwardWith(opts); err != nil {
+					return err
+				}
+				if err := upd.Err(); err != nil {
+					return err
+				}
+			} else {
+				if err := l.Backward(); err != nil {
+					return err
+				}
+				if hashing {
+					for _, p := range m.params() {
+						hashes[p] = hashGrad(p)
+					}
+				}
+				if err := opt.Step(); err != nil {
+					return err
+				}
+				opt.ZeroGrad()
 			}
-			if step == 0 && r.hasData {
+			if hashing {
 				loss = l.Item()
-				r.gradHash = hashGrads(m.params())
+				h := fnv.New64a()
+				for _, p := range m.params() {
+					binary.Write(h, binary.LittleEndian, hashes[p])
+				}
+				r.gradHash = h.Sum64()
 			}
-			if err := opt.Step(); err != nil {
-				return err
-			}
-			opt.ZeroGrad()
 			return dev.Compute().Synchronize()
 		})
 		elapsed := time.Since(start).Seconds()
 		if err != nil {
 			return nil, err
 		}
-		if step == 0 {
+		if step == first {
 			r.Loss = loss
+		}
+		if step == 0 {
 			continue // warm-up
+		}
+		if simulated && sim.Now() > 0 {
+			// A device with a cost model: report its prediction.
+			elapsed = sim.Now() - simStart
+			r.Simulated = true
 		}
 		r.StepSecondsAll = append(r.StepSecondsAll, elapsed)
 		st := alloc.Stats()
@@ -322,6 +378,9 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			r.StallSeconds = s.StallSeconds
 			r.OverlapRatio = s.OverlapRatio()
 		}
+		if r.Simulated {
+			r.StallSeconds = sim.StallSeconds() - simStall
+		}
 	}
 	r.StepSeconds = median(r.StepSecondsAll)
 	if rssOK {
@@ -330,16 +389,11 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	return r, nil
 }
 
-// hashGrads hashes the bits of every gradient: equal hashes mean bitwise
+// hashGrad hashes the bits of p's gradient: equal hashes mean bitwise
 // equal gradients (to a 64-bit hash's certainty).
-func hashGrads(ps []*ferry.Tensor) uint64 {
+func hashGrad(p *ferry.Tensor) uint64 {
 	h := fnv.New64a()
-	for _, p := range ps {
-		g := p.Grad()
-		if g == nil {
-			h.Write([]byte{0})
-			continue
-		}
+	if g := p.Grad(); g != nil {
 		v := g.Float32s()
 		h.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*4))
 	}

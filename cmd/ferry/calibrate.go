@@ -1,0 +1,57 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"ferry/device"
+	"ferry/plan"
+)
+
+func init() {
+	register(command{name: "calibrate", summary: "measure this machine for the planner's cost model", setup: setupCalibrate})
+}
+
+func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
+	dev := fs.String("device", "cpu", "device to measure")
+	width := fs.Int("width", 1024, "Linear layer width whose matrix products are timed")
+	batch := fs.Int("batch", 256, "batch size for those products")
+	diskDir := fs.String("disk-dir", "", "directory for the disk test (default: the system's temporary directory)")
+	seconds := fs.Float64("seconds", 0.5, "time spent on each figure")
+	save := fs.String("save", "", "also write the profile as JSON to this file (for ferry plan --profile)")
+	return func(out io.Writer, asJSON bool) error {
+		d, err := device.Open(*dev, device.Options{})
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		p, err := plan.Calibrate(d, plan.CalibrateOptions{Width: *width, Batch: *batch, DiskDir: *diskDir, Seconds: *seconds})
+		if err != nil {
+			return err
+		}
+		if *save != "" {
+			b, _ := json.MarshalIndent(p, "", "  ")
+			if err := os.WriteFile(*save, append(b, '\n'), 0o644); err != nil {
+				return err
+			}
+		}
+		if asJSON {
+			return writeJSON(out, p)
+		}
+		fmt.Fprintf(out, "%s\n", p.Name)
+		fmt.Fprintf(out, "  matrix products   %8.1f GFLOP/s\n", p.MatmulFLOPS/1e9)
+		fmt.Fprintf(out, "  elementwise       %8.1f GB/s\n", p.MemoryBytesPerSec/1e9)
+		fmt.Fprintf(out, "  per kernel        %8.2f µs\n", p.KernelSeconds*1e6)
+		fmt.Fprintf(out, "  to host           %8.1f GB/s\n", p.D2HBytesPerSec/1e9)
+		fmt.Fprintf(out, "  from host         %8.1f GB/s\n", p.H2DBytesPerSec/1e9)
+		fmt.Fprintf(out, "  disk write / read %8.1f / %.1f GB/s\n", p.DiskWriteBytesPerSec/1e9, p.DiskReadBytesPerSec/1e9)
+		fmt.Fprintf(out, "(%s)\n", p.Source)
+		if *save != "" {
+			fmt.Fprintf(out, "written to %s\n", *save)
+		}
+		return nil
+	}
+}

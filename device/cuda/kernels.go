@@ -1,0 +1,344 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"ferry/device"
+	"ferry/device/cuda/cu"
+)
+
+// kernels implements device.Kernels by launching the embedded kernels (and
+// cuBLAS) on the compute stream. Methods return launch errors; errors of
+// the work itself surface at the next synchronisation.
+type kernels struct{ d *Device }
+
+// threads is the block size of every one-dimensional launch; the
+// reductions in kernels/reduce.cu assume it (BLOCK).
+const threads = 256
+
+var argsPool = sync.Pool{New: func() any { return new(cu.Args) }}
+
+// launch runs kernel name on the compute stream with args, which it
+// returns to the pool.
+func (k *kernels) launch(name string, grid, block cu.Dim3, args *cu.Args) error {
+	defer argsPool.Put(args)
+	d := k.d
+	f, ok := d.funcs[name]
+	if !ok {
+		return fmt.Errorf("%s: kernel %s is not loaded", d.name, name)
+	}
+	if err := d.ctx.LaunchKernel(f, grid, block, 0, d.compute.h, args); err != nil {
+		return fmt.Errorf("%s: %s: %w", d.name, name, err)
+	}
+	return nil
+}
+
+func newArgs() *cu.Args { return argsPool.Get().(*cu.Args).Reset() }
+
+// grid1 is the grid for a grid-stride loop over n elements: enough blocks
+// to cover them, at most 32 per multiprocessor.
+func (k *kernels) grid1(n int64) cu.Dim3 {
+	blocks := (n + threads - 1) / threads
+	limit := int64(max(k.d.props.SMs, 1)) * 32
+	return cu.Dim3{X: uint32(max(1, min(blocks, limit))), Y: 1, Z: 1}
+}
+
+var block1 = cu.Dim3{X: threads, Y: 1, Z: 1}
+
+// ptrs resolves the views' device addresses.
+func (k *kernels) ptrs(vs ...device.View) ([]cu.DevicePtr, error) {
+	out := make([]cu.DevicePtr, len(vs))
+	for i, v := range vs {
+		p, err := k.d.ptr(v)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+func (k *kernels) Copy(dst, src device.View) error {
+	n := int64(dst.Numel())
+	if n == 0 {
+		return nil
+	}
+	p, err := k.ptrs(dst, src)
+	if err != nil {
+		return err
+	}
+	l, err := collapse(dst.Shape, dst.Strides, src.Strides)
+	if err != nil {
+		return fmt.Errorf("%s: copy: %w", k.d.name, err)
+	}
+	if l.contiguous(2) {
+		if err := k.d.ctx.MemcpyDtoDAsync(p[0], p[1], n*4, k.d.compute.h); err != nil {
+			return fmt.Errorf("%s: copy: %w", k.d.name, err)
+		}
+		return nil
+	}
+	name := "ferry_copy_strided64"
+	if l.fits32(n, 2) {
+		name = "ferry_copy_strided32"
+	}
+	return k.launch(name, k.grid1(n), block1, newArgs().Ptr(p[0]).Ptr(p[1]).I64(n).Int64s(l.encode()...))
+}
+
+// Fill writes v's bits into every 32-bit word of dst (cuMemsetD32Async).
+func (k *kernels) Fill(dst device.View, v float32) error {
+	n := int64(dst.Numel())
+	if n == 0 {
+		return nil
+	}
+	p, err := k.d.ptr(dst)
+	if err != nil {
+		return err
+	}
+	if err := k.d.ctx.MemsetD32Async(p, math.Float32bits(v), n, k.d.compute.h); err != nil {
+		return fmt.Errorf("%s: fill: %w", k.d.name, err)
+	}
+	return nil
+}
+
+func (k *kernels) Unary(op device.UnaryOp, dst, src device.View, alpha float32) error {
+	if op > device.PowScalar {
+		return fmt.Errorf("%s: unknown unary op %d", k.d.name, op)
+	}
+	n := int64(dst.Numel())
+	if n == 0 {
+		return nil
+	}
+	p, err := k.ptrs(dst, src)
+	if err != nil {
+		return err
+	}
+	l, err := collapse(dst.Shape, dst.Strides, src.Strides)
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", k.d.name, op, err)
+	}
+	a := newArgs().I32(int32(op)).F32(alpha).Ptr(p[0]).Ptr(p[1]).I64(n)
+	if l.contiguous(2) {
+		return k.launch("ferry_unary_contig", k.grid1(n), block1, a)
+	}
+	name := "ferry_unary_strided64"
+	if l.fits32(n, 2) {
+		name = "ferry_unary_strided32"
+	}
+	return k.launch(name, k.grid1(n), block1, a.Int64s(l.encode()...))
+}
+
+func (k *kernels) Binary(op device.BinaryOp, dst, a, b device.View) error {
+	if op > device.Maximum {
+		return fmt.Errorf("%s: unknown binary op %d", k.d.name, op)
+	}
+	n := int64(dst.Numel())
+	if n == 0 {
+		return nil
+	}
+	p, err := k.ptrs(dst, a, b)
+	if err != nil {
+		return err
+	}
+	l, err := collapse(dst.Shape, dst.Strides, a.Strides, b.Strides)
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", k.d.name, op, err)
+	}
+	args := newArgs().I32(int32(op)).Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I64(n)
+	if l.contiguous(3) {
+		return k.launch("ferry_binary_contig", k.grid1(n), block1, args)
+	}
+	name := "ferry_binary_strided64"
+	if l.fits32(n, 3) {
+		name = "ferry_binary_strided32"
+	}
+	return k.launch(name, k.grid1(n), block1, args.Int64s(l.encode()...))
+}
+
+func (k *kernels) Softmax(dst, src device.View, log bool) error {
+	return k.rows("ferry_softmax", src.Shape, log, dst, src)
+}
+
+func (k *kernels) SoftmaxBackward(dst, grad, out device.View, log bool) error {
+	return k.rows("ferry_softmax_backward", out.Shape, log, dst, grad, out)
+}
+
+// rows launches a row kernel (one block per row, grid-stride over rows)
+// over the last axis of shape.
+func (k *kernels) rows(name string, shape []int, log bool, vs ...device.View) error {
+	cols := int64(1)
+	if len(shape) > 0 {
+		cols = int64(shape[len(shape)-1])
+	}
+	total := int64(device.Numel(shape))
+	if total == 0 {
+		return nil
+	}
+	rows := total / cols
+	p, err := k.ptrs(vs...)
+	if err != nil {
+		return err
+	}
+	a := newArgs()
+	for _, x := range p {
+		a.Ptr(x)
+	}
+	a.I64(rows).I64(cols).I32(b2i(log))
+	grid := cu.Dim3{X: uint32(min(rows, int64(max(k.d.props.SMs, 1))*32)), Y: 1, Z: 1}
+	return k.launch(name, grid, block1, a)
+}
+
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (k *kernels) NLL(dst, logp, target device.View) error {
+	cols := int64(1)
+	if len(logp.Shape) > 0 {
+		cols = int64(logp.Shape[len(logp.Shape)-1])
+	}
+	rows := int64(0)
+	if cols > 0 {
+		rows = int64(logp.Numel()) / cols
+	}
+	p, err := k.ptrs(dst, logp, target)
+	if err != nil {
+		return err
+	}
+	return k.launch("ferry_nll", cu.Dim3{X: 1, Y: 1, Z: 1}, block1,
+		newArgs().Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I64(rows).I64(cols))
+}
+
+func (k *kernels) NLLBackward(dst, grad, target device.View) error {
+	n := int64(dst.Numel())
+	if n == 0 {
+		return nil
+	}
+	cols := int64(1)
+	if len(dst.Shape) > 0 {
+		cols = int64(dst.Shape[len(dst.Shape)-1])
+	}
+	rows := n / cols
+	p, err := k.ptrs(dst, grad, target)
+	if err != nil {
+		return err
+	}
+	// The scale -grad/count, computed on the GPU into scratch that is
+	// freed at once: later users of the block come after on this stream.
+	scratch, err := k.d.alloc.Alloc(4, device.Temporary)
+	if err != nil {
+		return err
+	}
+	defer k.d.alloc.Free(scratch)
+	sp, err := k.d.ptr(device.View{Block: scratch})
+	if err != nil {
+		return err
+	}
+	if err := k.launch("ferry_nll_grad_scale", cu.Dim3{X: 1, Y: 1, Z: 1}, block1,
+		newArgs().Ptr(sp).Ptr(p[1]).Ptr(p[2]).I64(rows)); err != nil {
+		return err
+	}
+	return k.launch("ferry_nll_backward", k.grid1(n), block1,
+		newArgs().Ptr(p[0]).Ptr(sp).Ptr(p[2]).I64(rows).I64(cols))
+}
+
+func (k *kernels) SGDStep(param, grad, momentum device.View, p device.SGDParams) error {
+	n := int64(param.Numel())
+	if n == 0 {
+		return nil
+	}
+	ptr, err := k.ptrs(param, grad)
+	if err != nil {
+		return err
+	}
+	var buf cu.DevicePtr
+	if p.Momentum != 0 {
+		if buf, err = k.d.ptr(momentum); err != nil {
+			return err
+		}
+	}
+	return k.launch("ferry_sgd_step", k.grid1(n), block1, newArgs().Ptr(ptr[0]).Ptr(ptr[1]).Ptr(buf).I64(n).
+		F32(p.LR).F32(p.Momentum).F32(p.Dampening).F32(p.WeightDecay).I32(b2i(p.Nesterov)).I32(b2i(p.First)))
+}
+
+func (k *kernels) AdamWStep(param, grad, expAvg, expAvgSq device.View, p device.AdamWParams) error {
+	n := int64(param.Numel())
+	if n == 0 {
+		return nil
+	}
+	ptr, err := k.ptrs(param, grad, expAvg, expAvgSq)
+	if err != nil {
+		return err
+	}
+	// The step's scalars, computed as device/cpu computes them.
+	bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
+	bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
+	stepSize := float32(float64(p.LR) / bc1)
+	bc2Sqrt := float32(math.Sqrt(bc2))
+	decay := 1 - p.LR*p.WeightDecay
+	return k.launch("ferry_adamw_step", k.grid1(n), block1, newArgs().Ptr(ptr[0]).Ptr(ptr[1]).Ptr(ptr[2]).Ptr(ptr[3]).I64(n).
+		F32(decay).F32(p.Beta1).F32(p.Beta2).F32(p.Eps).F32(stepSize).F32(bc2Sqrt))
+}
+
+// Upload copies host bytes into dst on the compute stream (after the work
+// already queued there, which may still use dst's block) and waits.
+func (k *kernels) Upload(dst device.View, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	p, err := k.transfer(dst, len(src), "upload")
+	if err != nil {
+		return err
+	}
+	err = k.d.ctx.MemcpyHtoDAsync(p, unsafe.Pointer(&src[0]), int64(len(src)), k.d.compute.h)
+	if err == nil {
+		err = k.d.compute.Synchronize()
+	}
+	runtime.KeepAlive(src)
+	if err != nil {
+		return fmt.Errorf("%s: upload: %w", k.d.name, err)
+	}
+	return nil
+}
+
+// Download copies src into host bytes once the work queued on the compute
+// stream has finished.
+func (k *kernels) Download(dst []byte, src device.View) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	p, err := k.transfer(src, len(dst), "download")
+	if err != nil {
+		return err
+	}
+	err = k.d.ctx.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), p, int64(len(dst)), k.d.compute.h)
+	if err == nil {
+		err = k.d.compute.Synchronize()
+	}
+	runtime.KeepAlive(dst)
+	if err != nil {
+		return fmt.Errorf("%s: download: %w", k.d.name, err)
+	}
+	return nil
+}
+
+// transfer checks that n bytes fit in v's block from v's offset on.
+func (k *kernels) transfer(v device.View, n int, what string) (cu.DevicePtr, error) {
+	p, err := k.d.ptr(v)
+	if err != nil {
+		return 0, err
+	}
+	if v.Block == nil {
+		return 0, fmt.Errorf("%s: %s of %d bytes into no memory", k.d.name, what, n)
+	}
+	if room := v.Block.Size() - int64(v.Off)*4; int64(n) > room {
+		return 0, fmt.Errorf("%s: %s of %d bytes into %d", k.d.name, what, n, room)
+	}
+	return p, nil
+}

@@ -1,0 +1,89 @@
+// Shared definitions of ferry's CUDA kernels.
+//
+// Kernel parameters that describe a layout are structs of 64-bit integers
+// only, so that their C layout is the plain sequence of fields, which the Go
+// side packs (device/cuda/layout.go) and the fake driver reads
+// (device/cuda/fake/kernels.go) at the same offsets. Change all three
+// together.
+//
+// Arithmetic follows the CPU device (device/cpu) operation by operation:
+// float32 where it computes in float32, double where it goes through
+// float64 (transcendental functions, sums). The PTX is compiled with
+// --fmad=false so that a*b+c is not fused, as Go does not fuse on amd64.
+#pragma once
+
+typedef long long i64;
+
+#define FERRY_MAX_RANK 8
+
+// Strided is the iteration space of an elementwise kernel: the (collapsed)
+// output shape, and each operand's strides in elements. Operand 0 is the
+// output; then the inputs.
+struct Strided {
+  i64 rank;
+  i64 shape[FERRY_MAX_RANK];
+  i64 stride[3][FERRY_MAX_RANK];
+};
+
+// Reduce is the iteration space of a sum: the kept axes (in the order the
+// contiguous output lays them out) and the reduced axes, each with its
+// shape and the input's strides.
+struct Reduce {
+  i64 out_rank;
+  i64 out_shape[FERRY_MAX_RANK];
+  i64 out_stride[FERRY_MAX_RANK];
+  i64 red_rank;
+  i64 red_shape[FERRY_MAX_RANK];
+  i64 red_stride[FERRY_MAX_RANK];
+};
+
+// The element offset of flat index i in a row-major walk of shape, with the
+// given strides. Loops are unrolled so that struct fields are read at fixed
+// offsets from parameter space (no local-memory copy).
+template <typename I>
+__device__ __forceinline__ I strided_offset(i64 rank, const i64* shape, const i64* stride, I i) {
+  I off = 0;
+#pragma unroll
+  for (int d = FERRY_MAX_RANK - 1; d > 0; d--) {
+    if (d < rank) {
+      I n = (I)shape[d];
+      I q = i % n;
+      i /= n;
+      off += q * (I)stride[d];
+    }
+  }
+  return off + i * (I)stride[0];
+}
+
+// The offsets of flat index i for NOPS operands at once (one division per
+// axis for all of them); L.stride[k] are operand k's strides.
+template <typename I, int NOPS>
+__device__ __forceinline__ void strided_offsets(const Strided& L, I i, I* off) {
+#pragma unroll
+  for (int k = 0; k < NOPS; k++) off[k] = 0;
+#pragma unroll
+  for (int d = FERRY_MAX_RANK - 1; d > 0; d--) {
+    if (d < L.rank) {
+      I n = (I)L.shape[d];
+      I q = i % n;
+      i /= n;
+#pragma unroll
+      for (int k = 0; k < NOPS; k++) off[k] += q * (I)L.stride[k][d];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < NOPS; k++) off[k] += i * (I)L.stride[k][0];
+}
+
+#define GRID_STRIDE_LOOP(I, i, n)                                    \
+  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)(n); \
+       i += (I)gridDim.x * blockDim.x)
+
+// Constants as device/cpu spells them (Go rounds each decimal once).
+#define SQRT2 1.4142135623730951
+#define SQRT2_OVER_PI 0.7978845608028654
+#define INV_SQRT_2PI 0.3989422804014327
+#define GELU_COEF 0.044715
+#define GELU_COEF3 0.134145 /* 3*GELU_COEF, folded exactly as Go folds constants */
+
+__device__ __forceinline__ float nan32() { return __int_as_float(0x7fc00000); }

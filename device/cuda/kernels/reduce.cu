@@ -1,0 +1,173 @@
+// Reductions: sums over axis sets, softmax and log-softmax with their
+// backward, and the negative log-likelihood loss. Sums accumulate in double,
+// as the CPU device does, and never with atomics: a result does not depend
+// on scheduling.
+#include "common.cuh"
+
+#define BLOCK 256  // every kernel here is launched with 256 threads
+
+__device__ __forceinline__ i64 out_offset(const Reduce& R, i64 o) {
+  return strided_offset<i64>(R.out_rank, R.out_shape, R.out_stride, o);
+}
+__device__ __forceinline__ i64 red_offset(const Reduce& R, i64 r) {
+  return strided_offset<i64>(R.red_rank, R.red_shape, R.red_stride, r);
+}
+
+// Tree sum of one double per thread; the result is in s[0].
+__device__ __forceinline__ void block_sum(double* s) {
+  __syncthreads();
+  for (int h = BLOCK / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) s[threadIdx.x] += s[threadIdx.x + h];
+    __syncthreads();
+  }
+}
+
+// Writes a finished sum: alpha*sum to dst[o] when the reduction is not
+// split (gridDim.y == 1), else the split's partial sum.
+__device__ __forceinline__ void put_sum(float* dst, double* partial, float alpha, i64 n_out, i64 o, double sum) {
+  if (gridDim.y == 1) {
+    dst[o] = (float)((double)alpha * sum);
+  } else {
+    partial[(i64)blockIdx.y * n_out + o] = sum;
+  }
+}
+
+// One block per output element o = blockIdx.x and split blockIdx.y; the
+// block's threads stride over the split's chunk of the reduced index.
+// Suits reductions over the innermost axis and whole-tensor sums.
+extern "C" __global__ void ferry_sum_blocks(float* dst, double* partial, const float* src, float alpha,
+                                            i64 n_out, i64 n_red, i64 chunk, Reduce R) {
+  __shared__ double s[BLOCK];
+  i64 o = blockIdx.x;
+  i64 lo = (i64)blockIdx.y * chunk;
+  i64 hi = min(lo + chunk, n_red);
+  const float* base = src + out_offset(R, o);
+  double acc = 0;
+  for (i64 r = lo + threadIdx.x; r < hi; r += BLOCK) acc += (double)base[red_offset(R, r)];
+  s[threadIdx.x] = acc;
+  block_sum(s);
+  if (threadIdx.x == 0) put_sum(dst, partial, alpha, n_out, o, s[0]);
+}
+
+// One thread per output element (consecutive threads, consecutive outputs)
+// and split blockIdx.y; each thread walks its chunk of the reduced index.
+// Suits reductions over outer axes (a bias gradient), where neighbouring
+// threads read neighbouring addresses.
+extern "C" __global__ void ferry_sum_threads(float* dst, double* partial, const float* src, float alpha,
+                                             i64 n_out, i64 n_red, i64 chunk, Reduce R) {
+  i64 o = (i64)blockIdx.x * BLOCK + threadIdx.x;
+  if (o >= n_out) return;
+  i64 lo = (i64)blockIdx.y * chunk;
+  i64 hi = min(lo + chunk, n_red);
+  const float* base = src + out_offset(R, o);
+  double acc = 0;
+  for (i64 r = lo; r < hi; r++) acc += (double)base[red_offset(R, r)];
+  put_sum(dst, partial, alpha, n_out, o, acc);
+}
+
+// Adds the splits' partial sums of each output, in split order.
+extern "C" __global__ void ferry_sum_finish(float* dst, const double* partial, float alpha, i64 n_out, i64 splits) {
+  GRID_STRIDE_LOOP(i64, o, n_out) {
+    double t = 0;
+    for (i64 s = 0; s < splits; s++) t += partial[s * n_out + o];
+    dst[o] = (float)((double)alpha * t);
+  }
+}
+
+// Softmax (or log-softmax) over rows of cols elements: one block per row.
+extern "C" __global__ void ferry_softmax(float* dst, const float* src, i64 rows, i64 cols, int log_) {
+  __shared__ float smax[BLOCK];
+  __shared__ double ssum[BLOCK];
+  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* x = src + row * cols;
+    float* y = dst + row * cols;
+    float m = -INFINITY;
+    for (i64 j = threadIdx.x; j < cols; j += BLOCK) {
+      float v = x[j];
+      if (v > m) m = v;
+    }
+    smax[threadIdx.x] = m;
+    __syncthreads();
+    for (int h = BLOCK / 2; h > 0; h >>= 1) {
+      if (threadIdx.x < h && smax[threadIdx.x + h] > smax[threadIdx.x]) smax[threadIdx.x] = smax[threadIdx.x + h];
+      __syncthreads();
+    }
+    m = smax[0];
+    double sum = 0;
+    for (i64 j = threadIdx.x; j < cols; j += BLOCK) sum += exp((double)(x[j] - m));
+    ssum[threadIdx.x] = sum;
+    block_sum(ssum);
+    sum = ssum[0];
+    if (log_) {
+      float ls = (float)log(sum);
+      for (i64 j = threadIdx.x; j < cols; j += BLOCK) y[j] = x[j] - m - ls;
+    } else {
+      double inv = 1.0 / sum;
+      for (i64 j = threadIdx.x; j < cols; j += BLOCK) y[j] = (float)(exp((double)(x[j] - m)) * inv);
+    }
+    __syncthreads();  // smax and ssum are reused by the next row
+  }
+}
+
+// Gradient of softmax (or log-softmax) given the output's gradient g and
+// the output y: g - exp(y)*sum(g) for log-softmax, y*(g - sum(g*y)) else.
+extern "C" __global__ void ferry_softmax_backward(float* dst, const float* grad, const float* out, i64 rows, i64 cols,
+                                                  int log_) {
+  __shared__ double s[BLOCK];
+  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* g = grad + row * cols;
+    const float* y = out + row * cols;
+    float* d = dst + row * cols;
+    double dot = 0;
+    for (i64 j = threadIdx.x; j < cols; j += BLOCK) dot += log_ ? (double)g[j] : (double)g[j] * (double)y[j];
+    s[threadIdx.x] = dot;
+    block_sum(s);
+    dot = s[0];
+    if (log_) {
+      for (i64 j = threadIdx.x; j < cols; j += BLOCK) d[j] = g[j] - (float)(exp((double)y[j]) * dot);
+    } else {
+      for (i64 j = threadIdx.x; j < cols; j += BLOCK) d[j] = y[j] * (g[j] - (float)dot);
+    }
+    __syncthreads();
+  }
+}
+
+// Mean over rows of -logp[r, target[r]], skipping negative targets; one
+// block. NaN when no row counts (0/0).
+extern "C" __global__ void ferry_nll(float* dst, const float* logp, const int* target, i64 rows, i64 cols) {
+  __shared__ double ssum[BLOCK];
+  __shared__ double scount[BLOCK];
+  double sum = 0, count = 0;
+  for (i64 r = threadIdx.x; r < rows; r += BLOCK) {
+    int t = target[r];
+    if (t >= 0) {
+      sum -= (double)logp[r * cols + t];
+      count += 1;
+    }
+  }
+  ssum[threadIdx.x] = sum;
+  scount[threadIdx.x] = count;
+  block_sum(ssum);
+  block_sum(scount);
+  if (threadIdx.x == 0) dst[0] = (float)(ssum[0] / scount[0]);
+}
+
+// scale[0] = -grad[0] / (number of rows with a non-negative target); one
+// block. The first half of NLLBackward.
+extern "C" __global__ void ferry_nll_grad_scale(float* scale, const float* grad, const int* target, i64 rows) {
+  __shared__ double scount[BLOCK];
+  double count = 0;
+  for (i64 r = threadIdx.x; r < rows; r += BLOCK) count += target[r] >= 0 ? 1 : 0;
+  scount[threadIdx.x] = count;
+  block_sum(scount);
+  if (threadIdx.x == 0) scale[0] = -grad[0] / (float)(long long)scount[0];
+}
+
+// dst[r, c] = scale[0] where c == target[r], 0 elsewhere.
+extern "C" __global__ void ferry_nll_backward(float* dst, const float* scale, const int* target, i64 rows, i64 cols) {
+  GRID_STRIDE_LOOP(i64, i, rows * cols) {
+    i64 r = i / cols, c = i % cols;
+    int t = target[r];
+    dst[i] = (t >= 0 && c == t) ? scale[0] : 0.0f;
+  }
+}

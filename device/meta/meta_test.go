@@ -1,0 +1,70 @@
+package meta_test
+
+import (
+	"testing"
+
+	"ferry/device"
+	"ferry/device/devicetest"
+	"ferry/device/meta"
+)
+
+// The meta device runs the whole conformance suite: every kernel and copy
+// allocates and frees as on a real device; values are not checked.
+func TestConformance(t *testing.T) {
+	devicetest.Run(t, func(t *testing.T, opts device.Options) device.Device {
+		return meta.New(opts, nil)
+	}, devicetest.Caps{HasData: false})
+}
+
+func TestSimulatedTime(t *testing.T) {
+	p := &meta.Profile{Name: "test", MatmulFLOPS: 1e12, MemoryBytesPerSec: 1e11, H2DBytesPerSec: 1e10,
+		D2HBytesPerSec: 1e10, DiskWriteBytesPerSec: 1e9, DiskReadBytesPerSec: 2e9}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := meta.New(device.Options{}, p)
+	defer d.Close()
+	b, _ := d.Allocator().Alloc(1<<20, device.Activation)
+	// A 1024³ product: 2.1 GFLOP at 1 TFLOP/s, plus 12 MiB at 100 GB/s.
+	err := d.Kernels().Gemm(device.GemmParams{M: 1024, N: 1024, K: 1024, Batch: 1, A: b, B: b, C: b, LDA: 1024, LDB: 1024, LDC: 1024, Alpha: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 2*1024*1024*1024/1e12 + 12*1024*1024/1e11
+	if got := d.Now(); abs(got-want) > 1e-12 {
+		t.Fatalf("after gemm: %v s, want %v", got, want)
+	}
+	// A 10 MB copy to the host on a side stream runs beside compute; compute
+	// waiting for it stalls by what is left.
+	hb, _ := d.Host().Allocator().Alloc(10e6, device.Activation)
+	db, _ := d.Allocator().Alloc(10e6, device.Activation)
+	s, _ := d.NewStream("d2h")
+	if err := d.Copy(s, device.Whole(hb), device.Whole(db)); err != nil {
+		t.Fatal(err)
+	}
+	e := s.Record()
+	if e.Done() {
+		t.Fatal("a 1 ms copy is done at once")
+	}
+	start := d.Now()
+	d.Compute().Wait(e)
+	if got := d.Now() - start; abs(got-1e-3) > 1e-12 || abs(d.StallSeconds()-1e-3) > 1e-12 {
+		t.Fatalf("compute waited %v s (stall %v), want 1 ms", got, d.StallSeconds())
+	}
+	if !e.Done() {
+		t.Fatal("event not done after compute waited for it")
+	}
+	// Disk: 1 GB/s write after the copy.
+	w := d.SimulateDisk(1e9, true, e)
+	d.Compute().Wait(w)
+	if got := d.Now() - start; abs(got-1.001) > 1e-9 {
+		t.Fatalf("after a 1 GB write: %v s", got)
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

@@ -1,0 +1,218 @@
+package plan
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"ferry/device"
+	"ferry/device/meta"
+)
+
+// CalibrateOptions say what Calibrate measures.
+type CalibrateOptions struct {
+	Width, Batch int     // the Linear layer whose products are timed
+	DiskDir      string  // where the disk test writes ("" = the system's temporary directory)
+	Seconds      float64 // time to spend on each figure (default 0.5)
+}
+
+// Calibrate measures dev and returns a profile for the meta device's cost
+// model: the matrix-product rate at a Linear(Width) layer's three shapes
+// at batch Batch, the rate elementwise kernels move bytes at, the fixed cost
+// of a kernel, copies to and from the host on a side stream, and disk
+// writes and reads as the offloader's disk tier makes them (through the
+// page cache, without fsync). Each figure is the median of repeated runs,
+// solved for the cost model's terms so that the model reproduces the
+// timings it was measured from.
+func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
+	if o.Width <= 0 || o.Batch <= 0 {
+		return nil, fmt.Errorf("calibrate: width and batch must be positive")
+	}
+	if o.Seconds <= 0 {
+		o.Seconds = 0.5
+	}
+	p := &meta.Profile{Name: "calibrated " + dev.Name()}
+	k := dev.Kernels()
+	alloc := func(n int64, d device.Device) (*device.Block, error) { return d.Allocator().Alloc(n, device.Temporary) }
+	sync := func() error { return dev.Compute().Synchronize() }
+
+	// Kernel overhead: a one-element fill.
+	one, err := alloc(4, dev)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Allocator().Free(one)
+	oneView := device.View{Block: one, Shape: []int{1}, Strides: []int{1}}
+	kern, err := repeat(o.Seconds/4, func() error { return k.Fill(oneView, 0) }, sync, 100)
+	if err != nil {
+		return nil, err
+	}
+	p.KernelSeconds = kern
+
+	// Elementwise: c = a + b over 4 Mi elements (48 MiB moved).
+	const n = 4 << 20
+	var bufs [3]*device.Block
+	for i := range bufs {
+		if bufs[i], err = alloc(4*n, dev); err != nil {
+			return nil, err
+		}
+		defer dev.Allocator().Free(bufs[i])
+	}
+	view := func(b *device.Block) device.View {
+		return device.View{Block: b, Shape: []int{n}, Strides: []int{1}}
+	}
+	for _, b := range bufs {
+		if err := k.Fill(view(b), 1); err != nil {
+			return nil, err
+		}
+	}
+	add, err := repeat(o.Seconds, func() error { return k.Binary(device.Add, view(bufs[2]), view(bufs[0]), view(bufs[1])) }, sync, 1)
+	if err != nil {
+		return nil, err
+	}
+	p.MemoryBytesPerSec = 12 * n / max(add-kern, 1e-9)
+
+	// Matrix products: a Linear layer's forward and both backward products.
+	w, b := o.Width, o.Batch
+	var x, wt, y *device.Block
+	for _, m := range []struct {
+		dst **device.Block
+		n   int
+	}{{&x, b * w}, {&wt, w * w}, {&y, b * w}} {
+		if *m.dst, err = alloc(int64(4*m.n), dev); err != nil {
+			return nil, err
+		}
+		defer dev.Allocator().Free(*m.dst)
+		if err := k.Fill(device.View{Block: *m.dst, Shape: []int{m.n}, Strides: []int{1}}, 0.01); err != nil {
+			return nil, err
+		}
+	}
+	gw, err := alloc(int64(4*w*w), dev)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Allocator().Free(gw)
+	shapes := []device.GemmParams{
+		{M: b, N: w, K: w, TransB: true, A: x, B: wt, C: y, LDA: w, LDB: w, LDC: w}, // y = x·Wᵀ
+		{M: b, N: w, K: w, A: y, B: wt, C: x, LDA: w, LDB: w, LDC: w},               // dx = g·W
+		{M: w, N: w, K: b, TransA: true, A: y, B: x, C: gw, LDA: w, LDB: w, LDC: w}, // dW = gᵀ·x
+	}
+	gemm, err := repeat(o.Seconds, func() error {
+		for _, s := range shapes {
+			s.Alpha, s.Batch = 1, 1
+			if err := k.Gemm(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, sync, 1)
+	if err != nil {
+		return nil, err
+	}
+	flops := 3 * 2 * float64(b) * float64(w) * float64(w)
+	bytes := 3 * 4 * float64(b*w+w*w+b*w)
+	p.MatmulFLOPS = flops / max(gemm-3*kern-bytes/p.MemoryBytesPerSec, 1e-9)
+
+	// Host link: 64 MiB each way on a side stream.
+	const linkBytes = 64 << 20
+	db, err := alloc(linkBytes, dev)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Allocator().Free(db)
+	hb, err := alloc(linkBytes, dev.Host())
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Host().Allocator().Free(hb)
+	s, err := dev.NewStream("calibrate")
+	if err != nil {
+		return nil, err
+	}
+	for _, dir := range []struct {
+		rate     *float64
+		dst, src *device.Block
+	}{{&p.D2HBytesPerSec, hb, db}, {&p.H2DBytesPerSec, db, hb}} {
+		t, err := repeat(o.Seconds, func() error { return dev.Copy(s, device.Whole(dir.dst), device.Whole(dir.src)) }, s.Synchronize, 1)
+		if err != nil {
+			return nil, err
+		}
+		*dir.rate = linkBytes / t
+	}
+
+	// Disk: a 256 MiB file written and read back in 16 MiB pieces.
+	if p.DiskWriteBytesPerSec, p.DiskReadBytesPerSec, err = diskRates(o.DiskDir, 256<<20); err != nil {
+		return nil, err
+	}
+	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, 4 Mi-element adds, 64 MiB host copies, a 256 MiB file",
+		dev.Name(), w, b)
+	return p, p.Validate()
+}
+
+// repeat times batch calls of f (then done) until budget seconds have
+// passed, at least five times, and returns the median time of one call.
+func repeat(budget float64, f func() error, done func() error, batch int) (float64, error) {
+	if err := f(); err != nil { // warm up
+		return 0, err
+	}
+	if err := done(); err != nil {
+		return 0, err
+	}
+	var times []float64
+	start := time.Now()
+	for len(times) < 5 || time.Since(start).Seconds() < budget {
+		t0 := time.Now()
+		for i := 0; i < batch; i++ {
+			if err := f(); err != nil {
+				return 0, err
+			}
+		}
+		if err := done(); err != nil {
+			return 0, err
+		}
+		times = append(times, time.Since(t0).Seconds()/float64(batch))
+		if len(times) > 10000 {
+			break
+		}
+	}
+	slices.Sort(times)
+	return times[len(times)/2], nil
+}
+
+func diskRates(dir string, size int) (write, read float64, err error) {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	f, err := os.CreateTemp(dir, "ferry-calibrate-*")
+	if err != nil {
+		return 0, 0, fmt.Errorf("calibrate: disk test in %s: %w", dir, err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	const piece = 16 << 20
+	buf := make([]byte, piece)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	var wt, rt []float64
+	for rep := 0; rep < 3; rep++ {
+		t0 := time.Now()
+		for off := 0; off < size; off += piece {
+			if _, err := f.WriteAt(buf, int64(off)); err != nil {
+				return 0, 0, fmt.Errorf("calibrate: writing %s: %w", f.Name(), err)
+			}
+		}
+		wt = append(wt, time.Since(t0).Seconds())
+		t0 = time.Now()
+		for off := 0; off < size; off += piece {
+			if _, err := f.ReadAt(buf, int64(off)); err != nil {
+				return 0, 0, fmt.Errorf("calibrate: reading %s: %w", f.Name(), err)
+			}
+		}
+		rt = append(rt, time.Since(t0).Seconds())
+	}
+	slices.Sort(wt)
+	slices.Sort(rt)
+	return float64(size) / wt[1], float64(size) / rt[1], nil
+}

@@ -1,0 +1,80 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"ferry/device/meta"
+)
+
+// Built-in hardware profiles. The GPU figures are datasheet peaks scaled by
+// the share of peak that well-tuned code reaches in practice; each says
+// which. They are predictions' inputs, not measurements: `ferry calibrate`
+// measures the machine it runs on, and a measured profile (JSON) always
+// beats these.
+var builtin = map[string]meta.Profile{
+	"h200-pcie5": {
+		Name: "h200-pcie5",
+		Source: "NVIDIA H200 datasheet: FP32 67 TFLOP/s, HBM3e 4.8 TB/s, 141 GB; PCIe Gen5 x16 64 GB/s per direction. " +
+			"Assumed reached: 75% of FP32 peak for large SGEMM, 80% of memory bandwidth, 80% of the link (51 GB/s pinned), " +
+			"a PCIe Gen4 NVMe drive at 5 GB/s write and 7 GB/s read, 5 µs per kernel. Not measured here.",
+		MatmulFLOPS: 0.75 * 67e12, MemoryBytesPerSec: 0.8 * 4.8e12, KernelSeconds: 5e-6,
+		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
+		DiskWriteBytesPerSec: 5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 141e9,
+	},
+	"h100-pcie5": {
+		Name: "h100-pcie5",
+		Source: "NVIDIA H100 PCIe datasheet: FP32 51 TFLOP/s, HBM2e 2.0 TB/s, 80 GB; PCIe Gen5 x16 64 GB/s per direction. " +
+			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link, NVMe 5/7 GB/s, 5 µs per kernel. Not measured here.",
+		MatmulFLOPS: 0.75 * 51e12, MemoryBytesPerSec: 0.8 * 2.0e12, KernelSeconds: 5e-6,
+		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
+		DiskWriteBytesPerSec: 5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
+	},
+	"a100-pcie4": {
+		Name: "a100-pcie4",
+		Source: "NVIDIA A100 80GB PCIe datasheet: FP32 19.5 TFLOP/s, HBM2e 1.935 TB/s; PCIe Gen4 x16 32 GB/s per direction. " +
+			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link (25.6 GB/s), NVMe 5/7 GB/s, 5 µs per kernel. Not measured here.",
+		MatmulFLOPS: 0.75 * 19.5e12, MemoryBytesPerSec: 0.8 * 1.935e12, KernelSeconds: 5e-6,
+		H2DBytesPerSec: 0.8 * 32e9, D2HBytesPerSec: 0.8 * 32e9,
+		DiskWriteBytesPerSec: 5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
+	},
+	// Measured on the 2-core development machine (AMD EPYC, Zen 5) with
+	// `ferry calibrate --json` on 2026-12-02 (OpenBLAS 0.3.21, Debian
+	// bookworm); see docs/plan.md. Host link = memcpy between the CPU
+	// device and its host; disk = page-cache writes and reads, as the
+	// offloader does them.
+	"cpu": cpuProfile,
+}
+
+// Profiles lists the built-in profiles' names.
+func Profiles() []string {
+	var names []string
+	for n := range builtin {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LoadProfile returns a built-in profile by name, or reads one from a JSON
+// file (as `ferry calibrate --json` writes).
+func LoadProfile(nameOrPath string) (*meta.Profile, error) {
+	if p, ok := builtin[nameOrPath]; ok {
+		return &p, nil
+	}
+	b, err := os.ReadFile(nameOrPath)
+	if err != nil {
+		return nil, fmt.Errorf("profile %q is neither built in (%s) nor a readable file: %v", nameOrPath, strings.Join(Profiles(), ", "), err)
+	}
+	var p meta.Profile
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("profile %s: %w", nameOrPath, err)
+	}
+	if p.Name == "" {
+		p.Name = nameOrPath
+	}
+	return &p, p.Validate()
+}
