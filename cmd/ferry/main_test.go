@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+func TestDemoPrintsTheOriginLines(t *testing.T) {
+	out, errOut, code := runCLI(t, "demo", "--device", "meta", "--steps", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"Testing with none:",
+		"Memory allocated before forward pass: 2576.62 MB",
+		"Memory allocated after forward pass: 3216.62 MB",
+		"Max memory allocated during forward pass: 3232.62 MB",
+		"Testing with naive:", `Why "naive" saves nothing`,
+		"Testing with save-on-host:", "Testing with offload:", "Testing with offload-disk:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDemoJSON(t *testing.T) {
+	out, errOut, code := runCLI(t, "demo", "--device", "cpu", "--layers", "3", "--width", "64", "--batch", "16", "--steps", "1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var res struct {
+		Device string `json:"device"`
+		Layers int    `json:"layers"`
+		Runs   []map[string]any
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if res.Device != "cpu" || res.Layers != 3 || len(res.Runs) != 5 {
+		t.Fatalf("%+v", res)
+	}
+	for _, r := range res.Runs {
+		for _, k := range []string{"mode", "before_forward_bytes", "after_forward_bytes", "peak_forward_bytes", "peak_step_bytes",
+			"step_seconds", "loss", "grads_equal_none", "offloaded_bytes", "stall_seconds"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("run %v lacks %q", r["mode"], k)
+			}
+		}
+		if r["grads_equal_none"] != true {
+			t.Errorf("%v: gradients differ from none's", r["mode"])
+		}
+	}
+}
+
+func TestPlanWritesAReplayablePolicy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plan.json")
+	out, errOut, code := runCLI(t, "plan", "--layers", "8", "--width", "512", "--batch", "256", "--budget", "16MiB", "--out", path, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var p struct {
+		Fits      bool `json:"fits"`
+		Predicted struct {
+			PeakBytes int64 `json:"peak_bytes"`
+		} `json:"predicted"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Fits || p.Predicted.PeakBytes > 16<<20 {
+		t.Fatalf("%s", out)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runCLI(t, "demo", "--device", "meta", "--profile", "h200-pcie5", "--layers", "8", "--width", "512", "--batch", "256",
+		"--modes", "offload", "--steps", "1", "--policy", path, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var d struct {
+		Runs []struct {
+			PeakStepBytes int64 `json:"peak_step_bytes"`
+		}
+	}
+	json.Unmarshal([]byte(out), &d)
+	if len(d.Runs) != 1 || d.Runs[0].PeakStepBytes != p.Predicted.PeakBytes {
+		t.Fatalf("replayed %+v, predicted %d", d, p.Predicted.PeakBytes)
+	}
+	// Too small: says so, writes nothing, still exits 0 with an answer.
+	out, _, code = runCLI(t, "plan", "--layers", "8", "--width", "512", "--batch", "256", "--budget", "4MiB", "--out", "")
+	if code != 0 || !strings.Contains(out, "Nothing fits") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
+
+func TestErrorsAreClear(t *testing.T) {
+	_, errOut, code := runCLI(t, "demo", "--device", "tpu")
+	if code == 0 || !strings.Contains(errOut, "no driver for \"tpu\"") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+	_, errOut, code = runCLI(t, "demo", "--modes", "fast")
+	if code == 0 || !strings.Contains(errOut, "unknown mode") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+	out, _, code := runCLI(t, "demo", "--device", "meta", "--capacity", "1GiB", "--json", "--steps", "1")
+	if code == 0 || !strings.Contains(out, "out of memory") {
+		t.Errorf("exit %d: %s", code, out)
+	}
+	_, errOut, code = runCLI(t, "nonsense")
+	if code != 2 || !strings.Contains(errOut, "unknown command") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	out, _, code := runCLI(t, "doctor", "--json")
+	if code != 0 {
+		t.Fatal(code)
+	}
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r["cuda"]; !ok {
+		t.Fatalf("%s", out)
+	}
+}
