@@ -258,3 +258,17 @@ func BenchmarkSgemmCallOverhead(b *testing.B) {
 		run(b)
 	})
 }
+
+func TestSgemmDegenerate(t *testing.T) { bothPaths(t, testSgemmDegenerate) }
+
+func testSgemmDegenerate(t *testing.T) {
+	// k == 0: C = beta*C.
+	c := []float32{1, 2, 3, 4, 5, 6}
+	SgemmSlices(false, false, 2, 3, 0, 1, nil, 1, nil, 3, 2, c, 3)
+	if want := []float32{2, 4, 6, 8, 10, 12}; !slices.Equal(c, want) {
+		t.Fatalf("k=0: c = %v, want %v", c, want)
+	}
+	// m == 0 and n == 0 are no-ops.
+	SgemmSlices(false, false, 0, 3, 2, 1, nil, 2, make([]float32, 6), 3, 0, nil, 3)
+	SgemmSlices(false, false, 2, 0, 2, 1, make([]float32, 4), 2, nil, 1, 0, nil, 1)
+}

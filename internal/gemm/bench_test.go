@@ -47,7 +47,7 @@ func benchKernel(b *testing.B, kern *kernelInfo, s benchShape, nw int) {
 // BenchmarkSgemm runs the benchmark shapes with each supported kernel
 // (avx512, avx2, generic) using SetWorkers goroutines.
 func BenchmarkSgemm(b *testing.B) {
-	nw := int(workers.Load())
+	nw := numWorkers()
 	for _, name := range Kernels() {
 		f := families[name]
 		for _, s := range benchShapes {
@@ -61,7 +61,7 @@ func BenchmarkSgemm(b *testing.B) {
 
 // BenchmarkSgemmSmall compares one worker with all workers on small cubes.
 func BenchmarkSgemmSmall(b *testing.B) {
-	nw := int(workers.Load())
+	nw := numWorkers()
 	for _, sz := range []int{32, 64, 128, 192} {
 		s := benchShape{fmt.Sprint(sz), sz, sz, sz, false, false}
 		for _, w := range []int{1, nw} {

@@ -82,11 +82,10 @@ func (f *family) pick(m, n int) *kernelInfo {
 var (
 	active   *family
 	families = map[string]*family{}
-	workers  atomic.Int32
+	workers  atomic.Int32 // 0: follow runtime.GOMAXPROCS
 )
 
 func init() {
-	workers.Store(int32(runtime.GOMAXPROCS(0)))
 	registerGeneric()
 	registerArch() // adds the kernels this CPU supports
 	active = families[Kernels()[0]]
@@ -129,14 +128,23 @@ func Kernels() []string {
 	return r
 }
 
-// SetWorkers sets how many goroutines Sgemm may use (default
-// runtime.GOMAXPROCS(0) at start-up) and returns the previous value. n < 1
-// is treated as 1.
+// SetWorkers sets how many goroutines Sgemm may use and returns the
+// previous value. The default, restored by n < 1, is runtime.GOMAXPROCS(0)
+// read at each call.
 func SetWorkers(n int) int {
-	if n < 1 {
-		n = 1
+	prev := int(workers.Swap(int32(min(max(n, 0), 1<<16))))
+	if prev == 0 {
+		prev = runtime.GOMAXPROCS(0)
 	}
-	return int(workers.Swap(int32(n)))
+	return prev
+}
+
+// numWorkers returns the current worker limit.
+func numWorkers() int {
+	if n := int(workers.Load()); n > 0 {
+		return n
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 // Sgemm computes C = alpha*op(A)*op(B) + beta*C on row-major matrices, with
@@ -149,7 +157,7 @@ func SetWorkers(n int) int {
 // a dimension is negative, a leading dimension too small or a slice too
 // short. It is safe for concurrent use.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	sgemm(active.pick(m, n), int(workers.Load()), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	sgemm(active.pick(m, n), numWorkers(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // checkArgs validates dimensions and slice lengths.

@@ -361,13 +361,20 @@ func TestConcurrentCalls(t *testing.T) {
 }
 
 func TestSetWorkers(t *testing.T) {
+	def := runtime.GOMAXPROCS(0)
 	old := SetWorkers(3)
 	defer SetWorkers(old)
+	if numWorkers() != 3 {
+		t.Fatalf("numWorkers() = %d after SetWorkers(3)", numWorkers())
+	}
 	if got := SetWorkers(0); got != 3 {
 		t.Fatalf("SetWorkers returned %d, want 3", got)
 	}
-	if got := SetWorkers(old); got != 1 {
-		t.Fatalf("SetWorkers(0) stored %d, want 1", got)
+	if got := numWorkers(); got != def {
+		t.Fatalf("after SetWorkers(0): numWorkers() = %d, want GOMAXPROCS %d", got, def)
+	}
+	if got := SetWorkers(1); got != def {
+		t.Fatalf("SetWorkers returned %d, want the default %d", got, def)
 	}
 }
 
@@ -385,7 +392,7 @@ func TestAllocs(t *testing.T) {
 		})
 		// Parallel calls allocate the shared problem descriptor.
 		limit := 0.0
-		if float64(sz*sz*sz) >= parallelThreshold && workers.Load() > 1 {
+		if float64(sz*sz*sz) >= parallelThreshold && numWorkers() > 1 {
 			limit = 1
 		}
 		t.Logf("%d^3: %.1f allocations per call", sz, allocs)
