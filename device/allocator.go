@@ -230,9 +230,9 @@ func (a *Allocator) grow(size int64) (*Block, error) {
 		raw, err = a.mem.Reserve(segSize)
 	}
 	if !fits() || err != nil {
-		if a.releaseFreeSegments() > 0 {
-			a.stats.CacheFlushes++
-		}
+		// PyTorch counts every such retry (num_alloc_retries), freed or not.
+		a.releaseFreeSegments()
+		a.stats.CacheFlushes++
 		if !fits() {
 			return nil, nil
 		}
@@ -475,6 +475,8 @@ func (a *Allocator) Close() error {
 	for seg := range a.segments {
 		errs = append(errs, a.mem.Release(seg.raw))
 		delete(a.segments, seg)
+		a.stats.ReservedBytes.sub(seg.size)
+		a.stats.Segments.sub(1)
 	}
 	a.small, a.large = freeList{}, freeList{}
 	return errors.Join(errs...)

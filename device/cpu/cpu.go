@@ -105,8 +105,12 @@ func (d *Device) Host() device.Device {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.host == nil {
+		// After Close the new host is closed too: it must not outlive the device.
 		h, _ := newDevice(d.name+" host", device.Options{PoisonFreed: d.poison}, true)
 		d.host = h
+		if d.closed {
+			h.Close()
+		}
 	}
 	return d.host
 }
@@ -135,11 +139,10 @@ func (d *Device) Copy(s device.Stream, dst, src device.Span) error {
 		copy(db, sb)
 		return nil
 	case *workerStream:
-		st.enqueue(func() error {
+		return st.enqueue(func() error {
 			copy(db, sb)
 			return nil
 		}, true)
-		return nil
 	default:
 		return fmt.Errorf("%s: Copy on a stream of another device (%T)", d.name, s)
 	}

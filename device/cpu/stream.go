@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -51,19 +53,23 @@ func newWorkerStream(name string, delay time.Duration) *workerStream {
 
 func (s *workerStream) Name() string { return s.name }
 
-func (s *workerStream) enqueue(run func() error, isCopy bool) {
-	s.push(task{run: run, isCopy: isCopy})
+func (s *workerStream) enqueue(run func() error, isCopy bool) error {
+	return s.push(task{run: run, isCopy: isCopy})
 }
 
-func (s *workerStream) push(t task) {
+// errClosed is returned for work enqueued after the device was closed.
+var errClosed = errors.New("cpu: the device was closed")
+
+func (s *workerStream) push(t task) error {
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
-		panic("cpu: work enqueued on the stream " + s.name + " of a closed device")
+		return fmt.Errorf("stream %s: %w", s.name, errClosed)
 	}
 	s.queue = append(s.queue, t)
 	s.mu.Unlock()
 	s.cond.Signal()
+	return nil
 }
 
 func (s *workerStream) loop() {
@@ -108,7 +114,9 @@ func (s *workerStream) loop() {
 
 func (s *workerStream) Record() device.Event {
 	e := &event{ch: make(chan struct{})}
-	s.push(task{event: e})
+	if err := s.push(task{event: e}); err != nil {
+		e.complete(err) // nothing will run after it: it has passed, with the reason
+	}
 	return e
 }
 
@@ -116,7 +124,7 @@ func (s *workerStream) Wait(e device.Event) {
 	if e.Done() {
 		return
 	}
-	s.enqueue(func() error { _ = e.Synchronize(); return nil }, false)
+	_ = s.enqueue(func() error { _ = e.Synchronize(); return nil }, false) // after Close nothing runs to order
 }
 
 func (s *workerStream) Synchronize() error { return s.Record().Synchronize() }

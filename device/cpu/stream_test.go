@@ -30,13 +30,13 @@ func TestWorkerStreamStickyError(t *testing.T) {
 	}
 }
 
-func TestWorkerStreamClosedPanics(t *testing.T) {
+func TestWorkerStreamClosedErrs(t *testing.T) {
 	s := newWorkerStream("test", 0)
 	s.stop()
-	defer func() {
-		if recover() == nil {
-			t.Errorf("work enqueued on a stopped stream did not panic")
-		}
-	}()
-	s.enqueue(func() error { return nil }, false)
+	if err := s.enqueue(func() error { return nil }, false); !errors.Is(err, errClosed) {
+		t.Errorf("work enqueued on a stopped stream: %v, want errClosed", err)
+	}
+	if err := s.Record().Synchronize(); !errors.Is(err, errClosed) {
+		t.Errorf("event recorded on a stopped stream: %v, want errClosed", err)
+	}
 }

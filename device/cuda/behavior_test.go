@@ -166,8 +166,10 @@ func TestOutOfMemory(t *testing.T) {
 		t.Fatalf("after a free: %v", err)
 	}
 	a.Free(b)
-	if got := a.Stats().CacheFlushes; got != 1 {
-		t.Errorf("cache flushes %d, want 1", got)
+	// Two retries after flushing: the failed 40 MiB and this 50 MiB (PyTorch
+	// counts every such retry in num_alloc_retries).
+	if got := a.Stats().CacheFlushes; got != 2 {
+		t.Errorf("cache flushes %d, want 2", got)
 	}
 	// An injected failure is retried after flushing the cache.
 	a.EmptyCache()
