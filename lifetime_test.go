@@ -94,3 +94,67 @@ func allocatedBytes(m nn.Module) int64 {
 	}
 	return n
 }
+
+// Decision 3's test: after every training step, allocated bytes are exactly
+// parameters + gradients + optimizer state, and every step peaks at the
+// same bytes.
+func TestStepsReturnToSteadyState(t *testing.T) {
+	const L, W, B = 4, 96, 24
+	for _, name := range []string{"sgd-momentum", "adamw"} {
+		t.Run(name, func(t *testing.T) {
+			dev := newCPU(t, device.Options{PoisonFreed: true})
+			model := originModel(t, dev, L, W, 3)
+			var opt optim.Optimizer
+			states := 1 // tensors of optimizer state per parameter
+			if name == "adamw" {
+				opt, states = optim.NewAdamW(model.Parameters(), 1e-3), 2
+			} else {
+				s := optim.NewSGD(model.Parameters(), 1e-2)
+				s.Momentum = 0.9
+				opt = s
+			}
+			defer opt.Release()
+			params := allocatedBytes(model)
+			x := ferry.Randn(dev, rand.New(rand.NewPCG(1, 1)), B, W)
+			y := ferry.Randn(dev, rand.New(rand.NewPCG(2, 2)), B, W)
+			defer x.Release()
+			defer y.Release()
+			data := device.RoundSize(int64(B*W*4)) * 2
+			alloc := dev.Allocator()
+			var peaks []int64
+			for step := 0; step < 4; step++ {
+				alloc.ResetPeak()
+				err := ferry.Step(func(tape *ferry.Tape) error {
+					loss := ferry.MSELoss(model.Forward(tape.Input(x)), tape.Input(y))
+					if err := loss.Backward(); err != nil {
+						return err
+					}
+					return opt.Step()
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				st := alloc.Stats()
+				want := params*int64(2+states) + data // parameters, gradients, state, and the data we hold
+				if st.AllocatedBytes.Current != want {
+					t.Errorf("step %d: %d bytes allocated, want %d", step, st.AllocatedBytes.Current, want)
+				}
+				if got := st.ByCategory[device.OptimizerState].Current; got != params*int64(states) {
+					t.Errorf("step %d: optimizer state %d bytes, want %d", step, got, params*int64(states))
+				}
+				if got := st.ByCategory[device.Gradient].Current; got != params {
+					t.Errorf("step %d: gradients %d bytes, want %d", step, got, params)
+				}
+				peaks = append(peaks, st.AllocatedBytes.Peak)
+				opt.ZeroGrad()
+			}
+			// The first step allocates the optimizer state; from the second
+			// on, every step is the same.
+			for i := 2; i < len(peaks); i++ {
+				if peaks[i] != peaks[1] {
+					t.Errorf("peaks differ between steps: %v", peaks)
+				}
+			}
+		})
+	}
+}
