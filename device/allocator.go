@@ -141,10 +141,14 @@ type Allocator struct {
 
 // AllocEvent describes one change, for a memory timeline.
 type AllocEvent struct {
-	Alloc     bool // false: a free (the block is no longer allocated)
+	Alloc     bool // false: a free (the block is no longer allocated), or a retag
 	Bytes     int64
 	Category  Category
 	Allocated int64 // allocated bytes after the change
+	// Retag is set when an allocated block's bytes moved from category From
+	// to Category (SetCategory); nothing was allocated or freed.
+	Retag bool
+	From  Category
 }
 
 // NewAllocator makes an allocator over mem.
@@ -296,6 +300,9 @@ func (a *Allocator) SetCategory(b *Block, cat Category) {
 	}
 	a.stats.ByCategory[b.category].sub(b.size)
 	a.stats.ByCategory[cat].add(b.size)
+	if a.observer != nil {
+		a.observer(AllocEvent{Retag: true, From: b.category, Bytes: b.size, Category: cat, Allocated: a.stats.AllocatedBytes.Current})
+	}
 	b.category = cat
 }
 

@@ -40,6 +40,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	fs.Var(&minBytes, "min-bytes", "offloader: tensors smaller than this stay on the device (default 1KiB)")
 	params := fs.String("device-param", "", "driver parameters, key=value[,key=value] (cpu: copy_delay=1ms)")
 	policy := fs.String("policy", "", "offload policy file written by `ferry plan` (used by offload and offload-disk)")
+	traceDir := fs.String("trace", "", "write each mode's last step as a Chrome trace and an SVG memory chart into this directory")
 	inBackward := fs.Bool("optimizer-in-backward", false, "update each parameter inside backward and free its gradient at once")
 	profile := fs.String("profile", "", "meta device only: hardware profile for predicted times ("+strings.Join(plan.Profiles(), ", ")+" or a JSON file)")
 	return func(out io.Writer, asJSON bool) error {
@@ -75,6 +76,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			cfg.Offload.MinBytes = int64(minBytes)
 		}
 		cfg.OptimizerInBackward = *inBackward
+		cfg.TraceDir = *traceDir
 		if *policy != "" {
 			p, err := offload.LoadPolicy(*policy)
 			if err != nil {

@@ -81,22 +81,9 @@ type Device struct {
 
 // sim is the simulated time shared by a device and its host.
 type sim struct {
-	mu      sync.Mutex
 	profile *Profile
 	disk    float64 // the disk's clock
 	stall   float64 // total time compute waited for events
-	events  []TimelineEvent
-	record  bool
-}
-
-// TimelineEvent is one allocation or free, at a simulated time.
-type TimelineEvent struct {
-	Seconds   float64         `json:"t"`
-	Alloc     bool            `json:"alloc"`
-	Bytes     int64           `json:"bytes"`
-	Category  device.Category `json:"-"`
-	Cat       string          `json:"category"`
-	Allocated int64           `json:"allocated"`
 }
 
 // New opens a meta device; profile nil means every cost is zero.
@@ -114,13 +101,6 @@ func newDevice(name string, opts device.Options, s *sim) *Device {
 	d.alloc = device.NewAllocator(&memory{host: name != "meta"}, device.AllocatorConfig{Name: name, Capacity: opts.Capacity})
 	d.comp = &stream{name: "compute", dev: d, compute: true}
 	d.kern = kernels{d: d}
-	d.alloc.Observe(func(e device.AllocEvent) {
-		if !s.record {
-			return
-		}
-		s.events = append(s.events, TimelineEvent{Seconds: d.comp.clock, Alloc: e.Alloc, Bytes: e.Bytes,
-			Category: e.Category, Cat: e.Category.String(), Allocated: e.Allocated})
-	})
 	return d
 }
 
@@ -141,18 +121,6 @@ func (d *Device) Now() float64 { return d.comp.clock }
 
 // StallSeconds is the simulated time compute has waited for other streams.
 func (d *Device) StallSeconds() float64 { return d.sim.stall }
-
-// RecordTimeline turns recording of allocations and frees on or off (and
-// clears what was recorded when turned on).
-func (d *Device) RecordTimeline(on bool) {
-	d.sim.record = on
-	if on {
-		d.sim.events = nil
-	}
-}
-
-// Timeline returns the recorded allocations and frees of this device.
-func (d *Device) Timeline() []TimelineEvent { return d.sim.events }
 
 func (d *Device) NewStream(name string) (device.Stream, error) {
 	d.mu.Lock()

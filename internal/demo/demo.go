@@ -12,6 +12,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"ferry/nn"
 	"ferry/offload"
 	"ferry/optim"
+	"ferry/trace"
 )
 
 // Modes, in the order the demo runs them.
@@ -67,6 +69,10 @@ type Config struct {
 	// is complete and frees the gradient (optim.InBackward), so gradients
 	// never all exist at once.
 	OptimizerInBackward bool
+	// TraceDir, if set, receives for each mode a Chrome trace
+	// (<mode>.trace.json) and a chart (<mode>.memory.svg) of the last
+	// step's memory by category and its phases.
+	TraceDir string
 	// Open opens the device; nil uses device.Open.
 	Open func(name string, opts device.Options) (device.Device, error)
 }
@@ -295,6 +301,18 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			statsBefore = stats()
 		}
 		hostAlloc.ResetPeak()
+		var rec *trace.Recorder
+		if cfg.TraceDir != "" && step == cfg.Steps {
+			rec = newRecorder(dev, simulated)
+			stop := rec.Allocator(dev.Name(), alloc)
+			defer stop()
+		}
+		phase := func(name string) func() {
+			if rec == nil {
+				return func() {}
+			}
+			return rec.Begin("step", name)
+		}
 		start := time.Now()
 		var loss float32
 		err := ferry.Step(func(tape *ferry.Tape) error {
@@ -302,11 +320,14 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			r.BeforeForwardBytes = alloc.Allocated()
 			alloc.ResetPeak()
 			var y *ferry.Tensor
+			endForward := phase("forward")
 			if hooks != nil {
 				tape.WithHooks(hooks, func() { y = m.forward(tape, x, false) })
 			} else {
 				y = m.forward(tape, x, mode == Naive)
 			}
+			endForward()
+			defer phase("backward + optimizer")()
 			r.AfterForwardBytes = alloc.Allocated()
 			r.PeakForwardBytes = alloc.Stats().AllocatedBytes.Peak
 			l := ferry.MSELoss(y, tape.Adopt(target.To(dev)))
@@ -357,6 +378,11 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		}
 		if step == first {
 			r.Loss = loss
+		}
+		if rec != nil {
+			if err := writeTrace(cfg.TraceDir, mode, dev.Name(), rec); err != nil {
+				return nil, err
+			}
 		}
 		if step == 0 {
 			continue // warm-up
@@ -410,4 +436,40 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func newRecorder(dev device.Device, simulated bool) *trace.Recorder {
+	if sim, ok := dev.(interface{ Now() float64 }); ok {
+		if simulated && sim.Now() > 0 {
+			return trace.New(sim.Now) // predicted time
+		}
+		return trace.NewCounting() // time does not move: order events
+	}
+	return trace.New(nil)
+}
+
+func writeTrace(dir, mode, allocator string, rec *trace.Recorder) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, mode+".trace.json"))
+	if err != nil {
+		return err
+	}
+	if err := rec.WriteChrome(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	g, err := os.Create(filepath.Join(dir, mode+".memory.svg"))
+	if err != nil {
+		return err
+	}
+	if err := rec.WriteSVG(g, allocator, "ferry demo, mode "+mode+": memory allocated on "+allocator+" during one step, by category"); err != nil {
+		g.Close()
+		return err
+	}
+	return g.Close()
 }
