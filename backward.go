@@ -55,18 +55,23 @@ func (t *Tensor) BackwardWith(opts BackwardOptions) error {
 
 func (tp *Tape) runBackward(root *Tensor, opts BackwardOptions) (err error) {
 	tp.usable("backward")
-	// Mark the ops the root depends on.
+	// Mark the ops the root depends on. A node's seq is its place on the
+	// tape, so a slice marks them; and an op's inputs were recorded before
+	// it, so one walk backwards from the root marks every dependency.
+	marked := make([]bool, len(tp.nodes))
+	marked[root.node.seq] = true
 	var want []*node
-	marked := map[*node]bool{root.node: true}
-	stack := []*node{root.node}
-	for len(stack) > 0 {
-		n := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		want = append(want, n)
+	for i := root.node.seq; i >= 0; i-- {
+		n := tp.nodes[i]
+		if !marked[i] {
+			continue
+		}
+		if opts.GradReady != nil {
+			want = append(want, n)
+		}
 		for _, e := range n.inputs {
-			if e.node != nil && !marked[e.node] {
-				marked[e.node] = true
-				stack = append(stack, e.node)
+			if e.node != nil {
+				marked[e.node.seq] = true
 			}
 		}
 	}
@@ -100,13 +105,14 @@ func (tp *Tape) runBackward(root *Tensor, opts BackwardOptions) (err error) {
 	}
 	seed.SetCategory(device.Gradient)
 	accumulate(&root.node.grad, seed)
+	b := &backward{tape: tp}
 	for i := len(tp.nodes) - 1; i >= 0; i-- {
 		n := tp.nodes[i]
-		if !marked[n] {
+		if !marked[i] {
 			continue
 		}
 		if n.grad != nil {
-			b := &backward{tape: tp, n: n}
+			b.n = n
 			n.backward(b)
 			n.grad.Release()
 			n.grad = nil

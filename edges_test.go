@@ -54,10 +54,12 @@ func bcastAt(data []float32, shape, idx []int) float32 {
 	return data[off]
 }
 
-// The CPU kernels split tensors larger than a grain (32768 elements)
-// across goroutines, starting chunks in the middle of rows. These checks run
-// ops on tensors big enough to be split, with an odd GOMAXPROCS so chunk
-// borders fall mid-row, against plain Go loops over the same float32 values.
+// The CPU kernels split tensors larger than a grain (32768 elements) into
+// chunks, starting chunks in the middle of rows (and run the chunks across
+// goroutines when there are many; device/cpu's TestKernelsConcurrent runs
+// small ones so too). These checks run ops on tensors big enough to be
+// split, with an odd GOMAXPROCS so chunk borders fall mid-row, against
+// plain Go loops over the same float32 values.
 func TestLargeKernelsSplitAcrossGoroutines(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(7))
 	dev := newCPU(t, device.Options{PoisonFreed: true})

@@ -20,6 +20,13 @@ func binary(op string, kop device.BinaryOp, a, b *Tensor) (*Tensor, *Tape) {
 	tp := tapeOf(op, a, b)
 	dev := sameDevice(op, a, b)
 	floats32(op, a, b)
+	if sameShape(a.shape, b.shape) { // no broadcast: the operands' own views
+		out := newOutput(tp, dev, a.shape)
+		if out.st.block != nil {
+			check(op, dev.Kernels().Binary(kop, out.view(), a.view(), b.view()))
+		}
+		return out, tp
+	}
 	shape := broadcastShapes(op, a.shape, b.shape)
 	out := newOutput(tp, dev, shape)
 	if out.st.block != nil {

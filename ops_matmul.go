@@ -120,8 +120,12 @@ func matmulInto(op string, out, a, b *Tensor, beta float32) {
 // transposed (columns ld apart). asMatrix guarantees one fits.
 func matrixLayout(t *Tensor) (trans bool, ld int) {
 	r := t.Rank()
-	rows, cols := t.shape[r-2], t.shape[r-1]
-	s0, s1 := t.strides[r-2], t.strides[r-1]
+	return layoutOf(t.shape[r-2], t.shape[r-1], t.strides[r-2], t.strides[r-1])
+}
+
+// layoutOf is matrixLayout for rows × cols elements with strides s0, s1;
+// ld 0 means neither layout fits.
+func layoutOf(rows, cols, s0, s1 int) (trans bool, ld int) {
 	switch {
 	case (s1 == 1 || cols == 1) && (rows == 1 || s0 >= max(cols, 1)):
 		return false, max(s0, cols, 1)
@@ -184,59 +188,234 @@ func uniformStride(s, batch []int) (int, bool) {
 // into the output first and the product added to it, as addmm does, so no
 // temporary is made. It saves x and weight for backward.
 func Linear(x, weight, bias *Tensor) *Tensor {
-	tp := tapeOf("linear", x, weight, bias)
-	dev := sameDevice("linear", x, weight, bias)
-	floats32("linear", x, weight, bias)
-	if weight.Rank() != 2 || x.Rank() < 1 || x.shape[x.Rank()-1] != weight.shape[1] {
-		panicf("linear", "input %v does not fit weight %v (want [..., %d])", x.shape, weight.shape, weight.shape[min(1, weight.Rank()-1)])
-	}
-	in, outF := weight.shape[1], weight.shape[0]
-	if bias != nil && (bias.Rank() != 1 || bias.shape[0] != outF) {
-		panicf("linear", "bias %v does not fit weight %v (want [%d])", bias.shape, weight.shape, outF)
-	}
-	outShape := append(cloneShape(x.shape[:x.Rank()-1]), outF)
-	rows := x.Numel() / max(in, 1)
-	out := newOutput(tp, dev, outShape)
-	if out.st.block != nil {
-		x2 := x.flatView(rows, in)
-		o2 := out.flatView(rows, outF)
-		w := weight.handle(nil) // wᵀ as an unrecorded view
-		w.shape = []int{in, outF}
-		w.strides = []int{weight.strides[1], weight.strides[0]}
-		beta := float32(0)
-		if bias != nil {
-			check("linear", dev.Kernels().Copy(o2.view(), bias.broadcastView(o2.shape)))
-			beta = 1
+	tp, dev, rows, in, outF := linearArgs("linear", x, weight, bias)
+	out := newOutput(tp, dev, append(cloneShape(x.shape[:x.Rank()-1]), outF))
+	linearForward(dev, out, x, weight, bias, rows, in, outF, true)
+	record(tp, "linear", out, []*Tensor{x, weight, bias}, []*Tensor{x, weight}, linearBackward(dev, rows, in, outF, nil))
+	return out
+}
+
+// LinearReLU returns ReLU(Linear(x, weight, bias)) with the bias added and
+// the ReLU applied in one pass over the matrix product. It allocates,
+// frees and saves exactly what Linear followed by ReLU does (the
+// pre-activation is a transient, freed before it returns; x and weight
+// are saved by a "linear" op, the output by a "relu" op, both recorded as
+// the two functions record them), so memory, saved-tensor hooks and
+// gradients see no difference. In backward, the ReLU's gradient mask and
+// the bias gradient (a sum over rows) take one pass too.
+func LinearReLU(x, weight, bias *Tensor) *Tensor { return linearReLU(x, weight, bias, "") }
+
+// LinearReLUAs is LinearReLU for a container that runs the Linear and the
+// ReLU as two of its layers: the relu op is recorded in module scope
+// reluModule, a sibling of the current innermost scope (nn.Sequential runs
+// a Linear at index 3 in scope "3" and the ReLU after it in "4").
+func LinearReLUAs(x, weight, bias *Tensor, reluModule string) *Tensor {
+	return linearReLU(x, weight, bias, reluModule)
+}
+
+func linearReLU(x, weight, bias *Tensor, reluModule string) *Tensor {
+	tp, dev, rows, in, outF := linearArgs("linear", x, weight, bias)
+	shape := append(cloneShape(x.shape[:x.Rank()-1]), outF)
+	z := newOutput(tp, dev, shape) // the pre-activation, without the bias yet
+	linearForward(dev, z, x, weight, bias, rows, in, outF, false)
+	// Backward of the pair: the relu op computes the bias gradient with
+	// its mask when it can and leaves it here for the linear op.
+	var db *Tensor
+	wantDb := bias != nil && bias.requiresGrad
+	record(tp, "linear", z, []*Tensor{x, weight, bias}, []*Tensor{x, weight}, linearBackward(dev, rows, in, outF, &db))
+	y := newOutput(tp, dev, shape)
+	if y.st.block != nil {
+		k := dev.Kernels()
+		zv, yv := matView(z, rows, outF), matView(y, rows, outF)
+		fk, fused := k.(device.FusedKernels)
+		switch {
+		case bias == nil:
+			check("relu", k.Unary(device.ReLU, yv, zv, 0))
+		case fused && bias.IsContiguous():
+			check("relu", fk.BiasReLU(yv, zv, bias.view()))
+		default:
+			check("linear", k.Binary(device.Add, zv, zv, bias.broadcastView(zv.Shape)))
+			check("relu", k.Unary(device.ReLU, yv, zv, 0))
 		}
-		matmulInto("linear", o2, x2, w, beta)
-		w.Release()
-		x2.Release()
-		o2.Release()
 	}
-	record(tp, "linear", out, []*Tensor{x, weight, bias}, []*Tensor{x, weight}, func(bk *backward) {
+	if tp != nil && tp.recording() && reluModule != "" {
+		// A sibling scope: the innermost one's parent, joined as
+		// PushModule joins.
+		n := len(tp.modules)
+		scope := reluModule
+		if n > 1 && tp.modules[n-2] != "" {
+			scope = tp.modules[n-2] + "." + reluModule
+		}
+		tp.modules = append(tp.modules, scope)
+		defer func() { tp.modules = tp.modules[:n] }()
+	}
+	record(tp, "relu", y, []*Tensor{z}, []*Tensor{y}, func(bk *backward) {
+		g, out := bk.Grad(), bk.Saved(0)
+		fk, fused := dev.Kernels().(device.FusedKernels)
+		if !fused || !g.IsContiguous() || !out.IsContiguous() {
+			bk.Accumulate(0, binaryNoBroadcast("relu_backward", device.ReLUGrad, g, out))
+			return
+		}
+		dz := newOutput(bk.tape, dev, g.shape)
+		var sum device.View
+		if wantDb && bk.Needs(0) {
+			db = newOutput(bk.tape, dev, []int{outF})
+			sum = db.view()
+		}
+		if dz.st.block != nil || sum.Block != nil {
+			gv, ov, dv := matView(g, rows, outF), matView(out, rows, outF), matView(dz, rows, outF)
+			check("relu_backward", fk.ReLUBackwardSum(dv, sum, gv, ov))
+		}
+		bk.Accumulate(0, dz)
+	})
+	z.Release()
+	return y
+}
+
+// linearArgs checks Linear's operands and returns the tape, the device and
+// the product's sizes: x read as rows × in, weight out × in.
+func linearArgs(op string, x, weight, bias *Tensor) (tp *Tape, dev device.Device, rows, in, outF int) {
+	tp = tapeOf(op, x, weight, bias)
+	dev = sameDevice(op, x, weight, bias)
+	floats32(op, x, weight, bias)
+	if weight.Rank() != 2 || x.Rank() < 1 || x.shape[x.Rank()-1] != weight.shape[1] {
+		panicf(op, "input %v does not fit weight %v (want [..., %d])", x.shape, weight.shape, weight.shape[min(1, weight.Rank()-1)])
+	}
+	in, outF = weight.shape[1], weight.shape[0]
+	if bias != nil && (bias.Rank() != 1 || bias.shape[0] != outF) {
+		panicf(op, "bias %v does not fit weight %v (want [%d])", bias.shape, weight.shape, outF)
+	}
+	return tp, dev, device.Numel(x.shape[:x.Rank()-1]), in, outF
+}
+
+// linearForward writes x·weightᵀ into out (contiguous, rows × outF), plus
+// the bias when withBias.
+func linearForward(dev device.Device, out, x, weight, bias *Tensor, rows, in, outF int, withBias bool) {
+	if out.st.block == nil {
+		return
+	}
+	xm, releaseX := flatMatrix(x, rows, in)
+	defer releaseX()
+	w, releaseW := flatMatrix(weight, outF, in)
+	defer releaseW()
+	o := matrix{block: out.st.block, off: out.offset, rows: rows, cols: outF, rs: outF, cs: 1}
+	beta := float32(0)
+	if withBias && bias != nil {
+		ov := matView(out, rows, outF)
+		check("linear", dev.Kernels().Copy(ov, bias.broadcastView(ov.Shape)))
+		beta = 1
+	}
+	gemm("linear", dev, o, xm, w.t(), beta)
+}
+
+// linearBackward is the backward of Linear (and of the linear op of
+// LinearReLU, whose relu op may leave the bias gradient in *db).
+func linearBackward(dev device.Device, rows, in, outF int, db **Tensor) func(*backward) {
+	return func(bk *backward) {
 		g := bk.Grad()
-		g2 := g.flatView(rows, outF)
-		defer g2.Release()
+		gm, releaseG := flatMatrix(g, rows, outF)
+		defer releaseG()
 		if bk.Needs(0) { // dx = g·W
-			dx := newOutput(bk.tape, dev, []int{rows, in})
-			matmulInto("linear_backward", dx, g2, bk.Saved(1), 0)
-			dx.shape, dx.strides = cloneShape(bk.Saved(0).shape), device.Contiguous(bk.Saved(0).shape)
+			dx := newOutput(bk.tape, dev, bk.Saved(0).shape)
+			if dx.st.block != nil {
+				wm, releaseW := flatMatrix(bk.Saved(1), outF, in)
+				d := matrix{block: dx.st.block, off: dx.offset, rows: rows, cols: in, rs: in, cs: 1}
+				gemm("linear_backward", dev, d, gm, wm, 0)
+				releaseW()
+			}
 			bk.Accumulate(0, dx)
 		}
 		if bk.Needs(1) { // dW = gᵀ·x
-			x2 := bk.Saved(0).flatView(rows, in)
-			gt := g2.T()
+			xm, releaseX := flatMatrix(bk.Saved(0), rows, in)
 			dw := newOutput(bk.tape, dev, []int{outF, in})
-			matmulInto("linear_backward", dw, gt, x2, 0)
-			gt.Release()
-			x2.Release()
+			if dw.st.block != nil {
+				d := matrix{block: dw.st.block, off: dw.offset, rows: outF, cols: in, rs: in, cs: 1}
+				gemm("linear_backward", dev, d, gm.t(), xm, 0)
+			}
+			releaseX()
 			bk.Accumulate(1, dw)
 		}
 		if bk.Needs(2) { // db = Σ_rows g
-			bk.Accumulate(2, sumTo(g2, []int{outF}))
+			if db != nil && *db != nil {
+				bk.Accumulate(2, *db)
+				*db = nil
+				return
+			}
+			bk.Accumulate(2, sumTo(g, []int{outF}))
 		}
-	})
-	return out
+	}
+}
+
+// matView is the view of contiguous t as a rows × cols matrix.
+func matView(t *Tensor, rows, cols int) device.View {
+	v := t.view()
+	if len(v.Shape) != 2 {
+		v.Shape, v.Strides = []int{rows, cols}, []int{cols, 1}
+	}
+	return v
+}
+
+// matrix is a GEMM operand without a tensor handle: rows × cols elements
+// of a block from element off, rows rs and columns cs elements apart.
+type matrix struct {
+	block      *device.Block
+	off        int
+	rows, cols int
+	rs, cs     int
+}
+
+// t is the transpose, a view.
+func (m matrix) t() matrix {
+	return matrix{block: m.block, off: m.off, rows: m.cols, cols: m.rows, rs: m.cs, cs: m.rs}
+}
+
+// flatMatrix reads t as a rows × cols matrix (its last axis the columns):
+// t's own layout when it is a matrix or contiguous, else a contiguous copy,
+// which the returned function releases.
+func flatMatrix(t *Tensor, rows, cols int) (matrix, func()) {
+	m := matrix{block: t.st.block, off: t.offset, rows: rows, cols: cols, rs: cols, cs: 1}
+	switch {
+	case t.Rank() == 2:
+		m.rs, m.cs = t.strides[0], t.strides[1]
+	case t.IsContiguous():
+	default:
+		c := t.contiguousCopy(nil)
+		m.block, m.off = c.st.block, c.offset
+		return m, c.Release
+	}
+	if _, ld := layoutOf(m.rows, m.cols, m.rs, m.cs); ld == 0 {
+		c := t.contiguousCopy(nil)
+		m.block, m.off, m.rs, m.cs = c.st.block, c.offset, cols, 1
+		return m, c.Release
+	}
+	return m, func() {}
+}
+
+// gemm computes c = a·b + beta·c for 2-D operands, c contiguous.
+func gemm(op string, dev device.Device, c, a, b matrix, beta float32) {
+	if c.rows == 0 || c.cols == 0 {
+		return
+	}
+	if a.cols == 0 { // an empty sum: C = beta·C
+		v := device.View{Block: c.block, Off: c.off, Shape: []int{c.rows, c.cols}, Strides: []int{c.cols, 1}}
+		if beta == 0 {
+			check(op, dev.Kernels().Fill(v, 0))
+		} else if beta != 1 {
+			check(op, dev.Kernels().Unary(device.Scale, v, v, beta))
+		}
+		return
+	}
+	p := device.GemmParams{
+		M: c.rows, N: c.cols, K: a.cols, Alpha: 1, Beta: beta,
+		A: a.block, B: b.block, C: c.block, OffA: a.off, OffB: b.off, OffC: c.off,
+		LDC: c.cols, Batch: 1,
+	}
+	p.TransA, p.LDA = layoutOf(a.rows, a.cols, a.rs, a.cs)
+	p.TransB, p.LDB = layoutOf(b.rows, b.cols, b.rs, b.cs)
+	if p.LDA == 0 || p.LDB == 0 {
+		panicf(op, "operand layout is not a matrix (internal error)")
+	}
+	check(op, dev.Kernels().Gemm(p))
 }
 
 // flatView returns an unrecorded handle of t as a rows×cols matrix: a view

@@ -225,6 +225,11 @@ type node struct {
 	grad     *Tensor // gradient of the output, accumulated during backward
 	outShape []int
 	ran      bool // backward ran and freed its saved tensors
+
+	// Room for the inputs and saved tensors of most ops, so that recording
+	// one is one allocation.
+	inputsBuf [3]edge
+	savedBuf  [3]savedTensor
 }
 
 // edge says where the gradient of one input goes.
@@ -250,22 +255,34 @@ type savedTensor struct {
 // input requires grad. save lists the tensors backward needs; bw computes
 // input gradients. It must be called after out's data is computed.
 func (tp *Tape) record(op string, out *Tensor, inputs []*Tensor, save []*Tensor, bw func(*backward)) {
-	n := &node{op: op, seq: len(tp.nodes), backward: bw, outShape: out.shape}
 	needs := false
-	n.inputs = make([]edge, len(inputs))
+	for _, in := range inputs {
+		if in != nil && in.requiresGrad {
+			needs = true
+			break
+		}
+	}
+	if !needs {
+		return
+	}
+	n := &node{op: op, seq: len(tp.nodes), backward: bw, outShape: out.shape}
+	if len(inputs) <= len(n.inputsBuf) {
+		n.inputs = n.inputsBuf[:len(inputs)]
+	} else {
+		n.inputs = make([]edge, len(inputs))
+	}
+	if len(save) <= len(n.savedBuf) {
+		n.saved = n.savedBuf[:0]
+	}
 	for i, in := range inputs {
 		if in == nil || !in.requiresGrad {
 			continue
 		}
-		needs = true
 		if in.node != nil {
 			n.inputs[i].node = in.node
 		} else {
 			n.inputs[i].leaf = in
 		}
-	}
-	if !needs {
-		return
 	}
 	tp.nodes = append(tp.nodes, n)
 	for i, s := range save {

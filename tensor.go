@@ -80,21 +80,46 @@ func (s *storage) bumpVersion(op string) {
 // panics with an *Error (wrapping *device.OutOfMemoryError) when the
 // device is full.
 func allocate(dev device.Device, dtype device.DType, cat device.Category, shape []int) *Tensor {
-	shape = cloneShape(shape)
 	for _, d := range shape {
 		if d < 0 {
-			panicf("allocate", "negative dimension in shape %v", shape)
+			panicf("allocate", "negative dimension in shape %v", cloneShape(shape))
 		}
 	}
-	st := &storage{dev: dev, refs: 1}
-	if n := device.Numel(shape); n > 0 {
+	// One Go allocation holds the handle, the storage and, for up to
+	// inlineRank dimensions, the shape and strides.
+	a := &allocation{st: storage{dev: dev, refs: 1}}
+	t := &a.t
+	t.dtype, t.st = dtype, &a.st
+	if len(shape) <= inlineRank {
+		t.shape = append(a.dims[:0:len(shape)], shape...)
+		t.strides = a.dims[inlineRank : inlineRank+len(shape) : inlineRank+len(shape)]
+	} else {
+		t.shape = cloneShape(shape)
+		t.strides = make([]int, len(shape))
+	}
+	n := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		t.strides[i] = n
+		n *= shape[i]
+	}
+	if n > 0 {
 		b, err := dev.Allocator().Alloc(int64(n*dtype.Size()), cat)
 		if err != nil {
-			panic(&Error{Op: "allocate", Msg: fmt.Sprintf("%v %s tensor on %s", shape, dtype, dev.Name()), Err: err})
+			panic(&Error{Op: "allocate", Msg: fmt.Sprintf("%v %s tensor on %s", t.shape, dtype, dev.Name()), Err: err})
 		}
-		st.block = b
+		a.st.block = b
 	}
-	return &Tensor{shape: shape, strides: device.Contiguous(shape), dtype: dtype, st: st}
+	return t
+}
+
+// inlineRank is the most dimensions allocate keeps inside its allocation.
+const inlineRank = 4
+
+// allocation is what allocate makes in one piece.
+type allocation struct {
+	t    Tensor
+	st   storage
+	dims [2 * inlineRank]int
 }
 
 func cloneShape(s []int) []int { return append([]int(nil), s...) }

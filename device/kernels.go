@@ -203,6 +203,22 @@ type Kernels interface {
 	Download(dst []byte, src View) error
 }
 
+// FusedKernels is implemented by the Kernels of devices that fuse a Linear
+// layer's bias and a following ReLU into one pass over the product (the
+// CPU device). The tensor layer uses them when present and otherwise runs
+// Binary and Unary, with the same allocations either way.
+type FusedKernels interface {
+	// BiasReLU writes max(src + bias, 0) into dst; src and dst are
+	// contiguous [rows, cols] (dst may be src), bias contiguous [cols].
+	// NaN propagates, as in Unary's ReLU.
+	BiasReLU(dst, src, bias View) error
+	// ReLUBackwardSum writes grad·[out > 0] into dst (Binary's ReLUGrad)
+	// and, unless sum.Block is nil, the sum of dst over its rows into sum,
+	// with the bits Sum would give: grad, out and dst are contiguous
+	// [rows, cols] (dst may be grad), sum contiguous [cols].
+	ReLUBackwardSum(dst, sum, grad, out View) error
+}
+
 // DataLess is implemented by devices whose memory holds no data (the meta
 // device): the tensor layer skips preparing host-side values for them.
 type DataLess interface{ DataLess() }

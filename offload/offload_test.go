@@ -260,3 +260,30 @@ func TestDiskFailureIsClearAndRecoverable(t *testing.T) {
 		t.Errorf("files left: %v", ents)
 	}
 }
+
+// With slow copies, many are still in flight when backward starts; every
+// step still starts from the same bytes and computes the same gradients.
+// (internal/demo's TestOffloadStepsStartEqual catches the interleaving where
+// a copy finishes between two uses of one tensor in backward.)
+func TestBackwardOvertakingCopiesLeaksNothing(t *testing.T) {
+	dev := openCPU(t, device.Options{Params: map[string]string{"copy_delay": "3ms"}})
+	m := model(t, dev)
+	cfg := offload.DefaultConfig()
+	cfg.KeepLast, cfg.MaxInFlight = 0, 8 // many copies in flight when forward ends
+	off, err := offload.New(dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	base, _ := step(t, dev, m, nil)
+	for i := 0; i < 4; i++ {
+		r, err := step(t, dev, m, off.Hooks())
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalBits(t, base, r)
+		if r.before != base.before {
+			t.Fatalf("step %d starts with %d bytes allocated, not %d: something leaked", i, r.before, base.before)
+		}
+	}
+}

@@ -477,8 +477,13 @@ func (o *Offloader) finishOut(r *record) {
 		r.state = onDevice
 		return
 	}
+	if r.needed && r.dev != nil {
+		// Backward took the data while it was still being copied: it stays.
+		r.state = onDevice
+		return
+	}
 	r.state = offDevice
-	if !r.needed && r.dev != nil {
+	if r.dev != nil {
 		// The device memory is freed now, or when the last other holder
 		// lets go: exactly when it would be without offloading.
 		r.dev.Release()
@@ -593,6 +598,9 @@ func (o *Offloader) inReady(r *record) bool {
 // resident takes the original device data back when someone else kept it
 // alive all along, so nothing needs copying.
 func (o *Offloader) resident(r *record) bool {
+	if r.dev != nil {
+		panic("offload: record off the device still holds a device tensor")
+	}
 	t := r.weak.Get()
 	if t == nil {
 		return false

@@ -30,6 +30,14 @@ func TestConformance(t *testing.T) {
 	devicetest.Run(t, open, caps)
 }
 
+// TestKernelsConcurrent runs the kernel tests again with every input big
+// enough to be split (devicetest's "large" cases) spread over helper
+// goroutines, as only much larger inputs are by default.
+func TestKernelsConcurrent(t *testing.T) {
+	defer cpu.SetParallelMin(1)()
+	devicetest.RunKernels(t, open, caps)
+}
+
 // TestKernelsPureGo runs the matrix-product tests again on the pure-Go
 // kernel when OpenBLAS served them above.
 func TestKernelsPureGo(t *testing.T) {

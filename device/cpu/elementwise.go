@@ -12,9 +12,26 @@ import (
 // through a scalar function.
 
 func (k *kernels) Copy(dst, src device.View) error {
+	n := dst.Numel()
+	if src.IsContiguous() {
+		d, s := floats(dst)[:n], floats(src)[:n]
+		parallelFor(n, elementGrain, func(lo, hi int) { copy(d[lo:hi], s[lo:hi]) })
+		return nil
+	}
 	d, s := floats(dst), floats(src)
 	l := collapse(dst.Shape, dst.Strides, src.Strides)
-	parallelFor(dst.Numel(), elementGrain, func(lo, hi int) {
+	if len(l.shape) == 2 && l.strides[1][0] == 0 && l.strides[1][1] == 1 {
+		// One row repeated (a bias broadcast over a batch).
+		rows, cols := l.shape[0], l.shape[1]
+		row := s[:cols]
+		parallelFor(rows, max(1, elementGrain/cols), func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				copy(d[r*cols:(r+1)*cols], row)
+			}
+		})
+		return nil
+	}
+	parallelFor(n, elementGrain, func(lo, hi int) {
 		l.rows(lo, hi, func(offs []int, n int) {
 			ss := l.strides[1][len(l.shape)-1]
 			dr, sr := d[offs[0]:offs[0]+n], s[offs[1]:]
@@ -34,6 +51,10 @@ func (k *kernels) Fill(dst device.View, v float32) error {
 	d := floats(dst)[:dst.Numel()]
 	parallelFor(len(d), elementGrain, func(lo, hi int) {
 		r := d[lo:hi]
+		if v == 0 && !math.Signbit(float64(v)) {
+			clear(r)
+			return
+		}
 		for i := range r {
 			r[i] = v
 		}
@@ -42,29 +63,30 @@ func (k *kernels) Fill(dst device.View, v float32) error {
 }
 
 func (k *kernels) Unary(op device.UnaryOp, dst, src device.View, alpha float32) error {
+	n := dst.Numel()
+	if src.IsContiguous() && (op == device.ReLU || op == device.Scale) {
+		d, s := floats(dst)[:n], floats(src)[:n]
+		if op == device.ReLU {
+			parallelFor(n, elementGrain, func(lo, hi int) { vecReLU(d[lo:hi], s[lo:hi]) })
+		} else {
+			parallelFor(n, elementGrain, func(lo, hi int) { vecScale(d[lo:hi], s[lo:hi], alpha) })
+		}
+		return nil
+	}
 	d, s := floats(dst), floats(src)
 	l := collapse(dst.Shape, dst.Strides, src.Strides)
 	f := unaryFunc(op, alpha)
-	parallelFor(dst.Numel(), elementGrain, func(lo, hi int) {
+	parallelFor(n, elementGrain, func(lo, hi int) {
 		l.rows(lo, hi, func(offs []int, n int) {
 			ss := l.strides[1][len(l.shape)-1]
 			dr, sr := d[offs[0]:offs[0]+n], s[offs[1]:]
 			if ss == 1 {
-				sr = sr[:n]
 				switch op {
 				case device.ReLU:
-					for i, x := range sr {
-						if !(x <= 0) { // NaN propagates, as PyTorch's relu
-							dr[i] = x
-						} else {
-							dr[i] = 0
-						}
-					}
+					vecReLU(dr, sr)
 					return
 				case device.Scale:
-					for i, x := range sr {
-						dr[i] = alpha * x
-					}
+					vecScale(dr, sr, alpha)
 					return
 				}
 			}
@@ -129,11 +151,21 @@ func unaryFunc(op device.UnaryOp, alpha float32) func(float32) float32 {
 }
 
 func (k *kernels) Binary(op device.BinaryOp, dst, a, b device.View) error {
+	n := dst.Numel()
+	if (op == device.Add || op == device.ReLUGrad) && a.IsContiguous() && b.IsContiguous() {
+		d, x, y := floats(dst)[:n], floats(a)[:n], floats(b)[:n]
+		if op == device.Add {
+			parallelFor(n, elementGrain, func(lo, hi int) { vecAdd(d[lo:hi], x[lo:hi], y[lo:hi]) })
+		} else {
+			parallelFor(n, elementGrain, func(lo, hi int) { vecReLUGrad(d[lo:hi], x[lo:hi], y[lo:hi]) })
+		}
+		return nil
+	}
 	d, x, y := floats(dst), floats(a), floats(b)
 	l := collapse(dst.Shape, dst.Strides, a.Strides, b.Strides)
 	f := binaryFunc(op)
 	last := len(l.shape) - 1
-	parallelFor(dst.Numel(), elementGrain, func(lo, hi int) {
+	parallelFor(n, elementGrain, func(lo, hi int) {
 		l.rows(lo, hi, func(offs []int, n int) {
 			sa, sb := l.strides[1][last], l.strides[2][last]
 			dr, ar, br := d[offs[0]:offs[0]+n], x[offs[1]:], y[offs[2]:]
@@ -141,9 +173,7 @@ func (k *kernels) Binary(op device.BinaryOp, dst, a, b device.View) error {
 				ar, br = ar[:n], br[:n]
 				switch op {
 				case device.Add:
-					for i := range dr {
-						dr[i] = ar[i] + br[i]
-					}
+					vecAdd(dr, ar, br)
 					return
 				case device.Sub:
 					for i := range dr {
@@ -156,13 +186,7 @@ func (k *kernels) Binary(op device.BinaryOp, dst, a, b device.View) error {
 					}
 					return
 				case device.ReLUGrad:
-					for i := range dr {
-						if !(br[i] <= 0) { // at a NaN output the gradient passes, as PyTorch's threshold_backward
-							dr[i] = ar[i]
-						} else {
-							dr[i] = 0
-						}
-					}
+					vecReLUGrad(dr, ar, br)
 					return
 				}
 			}

@@ -19,6 +19,7 @@ func (k *kernels) Gemm(p device.GemmParams) error {
 		if useBLAS() {
 			blas.Sgemm(p.TransA, p.TransB, p.M, p.N, p.K, p.Alpha,
 				unsafe.Pointer(&ai[0]), p.LDA, unsafe.Pointer(&bi[0]), p.LDB, p.Beta, unsafe.Pointer(&ci[0]), p.LDC)
+			blasCalled()
 		} else {
 			gemm.Sgemm(p.TransA, p.TransB, p.M, p.N, p.K, p.Alpha, ai, p.LDA, bi, p.LDB, p.Beta, ci, p.LDC)
 		}

@@ -17,6 +17,10 @@ func (k *kernels) SGDStep(param, grad, momentum device.View, p device.SGDParams)
 	if p.Momentum != 0 {
 		buf = floats(momentum)[:n]
 	}
+	if p.Momentum == 0 && p.WeightDecay == 0 { // plain SGD: w += -lr·g
+		parallelFor(n, elementGrain, func(lo, hi int) { vecAxpy(w[lo:hi], g[lo:hi], -p.LR) })
+		return nil
+	}
 	parallelFor(n, elementGrain, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			d := g[i]

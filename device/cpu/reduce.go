@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sync"
 
 	"ferry/device"
 )
@@ -54,6 +55,11 @@ func (k *kernels) Sum(dst, src device.View, alpha float32) error {
 	switch {
 	case inner == 1 && outer == 1:
 		d[0] = float32(a * sumBlocked(s))
+	case outer == 1: // column sums of a red × inner matrix (a bias gradient)
+		colSums(d[:inner], red, inner, a, func(r, c0 int, acc []float64) {
+			o := r*inner + c0
+			vecAcc64(acc, s[o:o+len(acc)])
+		})
 	case inner == 1:
 		parallelFor(outer, max(1, elementGrain/red), func(lo, hi int) {
 			for o := lo; o < hi; o++ {
@@ -73,10 +79,7 @@ func (k *kernels) Sum(dst, src device.View, alpha float32) error {
 				clear(acc)
 				base := o*red*inner + j0
 				for r := 0; r < red; r++ {
-					row := s[base+r*inner : base+r*inner+n]
-					for j, v := range row {
-						acc[j] += float64(v)
-					}
+					vecAcc64(acc, s[base+r*inner:base+r*inner+n])
 				}
 				out := d[o*inner+j0 : o*inner+j0+n]
 				for j := range out {
@@ -87,6 +90,65 @@ func (k *kernels) Sum(dst, src device.View, alpha float32) error {
 	}
 	return nil
 }
+
+// Note [column sums]. The sums over the rows of a rows × cols matrix (a
+// bias gradient) are computed in blocks of rows that depend only on the
+// matrix's shape: each block adds its rows, in order, into float64
+// partial sums, the blocks in parallel, and the partial sums are then
+// added in block order. Every pass over memory is then a pass along rows
+// (contiguous), which matters: walking bands of 256 columns down the rows,
+// each row a page apart, ran several times slower, and slower still on two
+// cores than on one. Very wide matrices go in bands of sumBand columns
+// (one after another), so that the partial sums stay small (at most
+// maxSumBlocks × sumBand float64). Sum and the fused ReLUBackwardSum share
+// this blocking, so they give the same bits.
+
+const (
+	sumBand      = 8192 // columns per pass
+	maxSumBlocks = 16   // blocks of rows per pass, at most
+)
+
+// colSums writes into sum (cols long) alpha times the column sums of a
+// rows × cols matrix; addRow(r, c0, acc) adds columns c0 to c0+len(acc)
+// of row r into acc, and may do more with them (write them, say). addRow
+// runs concurrently for rows of different blocks.
+func colSums(sum []float32, rows, cols int, alpha float64, addRow func(r, c0 int, acc []float64)) {
+	band := min(cols, sumBand)
+	per := max(1, (elementGrain+band-1)/band) // rows per block
+	if (rows+per-1)/per > maxSumBlocks {
+		per = (rows + maxSumBlocks - 1) / maxSumBlocks
+	}
+	blocks := (rows + per - 1) / per
+	bufp := partials.Get().(*[]float64)
+	if cap(*bufp) < blocks*band {
+		*bufp = make([]float64, blocks*band)
+	}
+	for c0 := 0; c0 < cols; c0 += band {
+		w := min(band, cols-c0)
+		part := (*bufp)[:blocks*w]
+		parallelFor(blocks, 1, func(lo, hi int) {
+			for b := lo; b < hi; b++ {
+				acc := part[b*w : (b+1)*w]
+				clear(acc)
+				for r := b * per; r < min((b+1)*per, rows); r++ {
+					addRow(r, c0, acc)
+				}
+			}
+		})
+		total := part[:w]
+		for b := 1; b < blocks; b++ {
+			vecAddF64(total, part[b*w:(b+1)*w])
+		}
+		for j, v := range total {
+			sum[c0+j] = float32(alpha * v)
+		}
+	}
+	partials.Put(bufp)
+}
+
+// partials recycles colSums' scratch, so that steady training makes no
+// garbage.
+var partials = sync.Pool{New: func() any { return new([]float64) }}
 
 // reducedBetween reports whether every axis strictly between i and j is
 // reduced or of size 1 (so i and j belong to one run).

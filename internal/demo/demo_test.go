@@ -78,3 +78,23 @@ func TestOriginFigures(t *testing.T) {
 		}
 	}
 }
+
+// Offloading leaks nothing from step to step, however copies and backward
+// interleave (run a few times: the interleaving varies).
+func TestOffloadStepsStartEqual(t *testing.T) {
+	for i := 0; i < 5; i++ {
+		cfg := demo.DefaultConfig("cpu")
+		cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps = 6, 64, 32, 3
+		cfg.Modes = []string{demo.None, demo.Offload, demo.OffloadDisk}
+		cfg.DiskDir = t.TempDir()
+		r, err := demo.Execute(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, run := range r.Runs {
+			if run.BeforeForwardBytes != r.Runs[0].BeforeForwardBytes {
+				t.Fatalf("%s: the last step starts with %d bytes allocated, none's with %d", run.Mode, run.BeforeForwardBytes, r.Runs[0].BeforeForwardBytes)
+			}
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package cpu
+
+import "ferry/device"
+
+// Fused kernels of a Linear layer followed by a ReLU (device.FusedKernels):
+// the bias add and the ReLU in one pass over the product, and, in
+// backward, the ReLU's gradient mask and the bias gradient (a column sum)
+// in one pass over the output's gradient.
+
+// BiasReLU writes max(src + bias, 0) into dst; src and dst are contiguous
+// [rows, cols] (dst may be src), bias a contiguous [cols].
+func (k *kernels) BiasReLU(dst, src, bias device.View) error {
+	rows, cols := matrixDims(dst)
+	if rows*cols == 0 {
+		return nil
+	}
+	d, s, b := floats(dst)[:rows*cols], floats(src)[:rows*cols], floats(bias)[:cols]
+	parallelFor(rows, max(1, elementGrain/cols), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			vecAddReLU(d[r*cols:(r+1)*cols], s[r*cols:(r+1)*cols], b)
+		}
+	})
+	return nil
+}
+
+// ReLUBackwardSum writes grad·[out > 0] into dst and, unless sum.Block is
+// nil, the sum of dst over its rows into sum, blocked and rounded exactly
+// as Sum does it (Note [column sums]): grad, out and dst are contiguous
+// [rows, cols] (dst may be grad), sum a contiguous [cols].
+func (k *kernels) ReLUBackwardSum(dst, sum, grad, out device.View) error {
+	rows, cols := matrixDims(dst)
+	if rows*cols == 0 {
+		if sum.Block != nil && cols > 0 {
+			clear(floats(sum)[:cols])
+		}
+		return nil
+	}
+	d, g, y := floats(dst)[:rows*cols], floats(grad)[:rows*cols], floats(out)[:rows*cols]
+	if sum.Block == nil {
+		n := rows * cols
+		parallelFor(n, elementGrain, func(lo, hi int) { vecReLUGrad(d[lo:hi], g[lo:hi], y[lo:hi]) })
+		return nil
+	}
+	sm := floats(sum)[:cols]
+	if rows == 1 { // Sum over one row is a copy (-0 stays -0)
+		vecReLUGrad(d, g, y)
+		copy(sm, d)
+		return nil
+	}
+	// Note [column sums].
+	colSums(sm, rows, cols, 1, func(r, c0 int, acc []float64) {
+		o, n := r*cols+c0, len(acc)
+		vecReLUGradAcc64(d[o:o+n], g[o:o+n], y[o:o+n], acc)
+	})
+	return nil
+}
+
+// matrixDims reads a view as rows × its last axis.
+func matrixDims(v device.View) (rows, cols int) {
+	if len(v.Shape) == 0 {
+		return 1, 1
+	}
+	cols = v.Shape[len(v.Shape)-1]
+	if cols == 0 {
+		return 0, 0
+	}
+	return v.Numel() / cols, cols
+}
+
+var _ device.FusedKernels = (*kernels)(nil)
