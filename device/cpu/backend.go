@@ -2,21 +2,37 @@ package cpu
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
 
 	"ferry/internal/blas"
+	"ferry/internal/gemm"
 )
 
 // matmulMode chooses the matrix-product library for every CPU device of the
-// process: 0 auto (OpenBLAS when loaded), 1 pure Go, 2 OpenBLAS.
+// process: 0 auto, 1 pure Go, 2 OpenBLAS.
+//
+// Auto picks by a fixed rule, never by timing, so a machine always gets the
+// same library (and the same bits): the pure-Go kernel where the CPU has
+// AVX-512, where its 6×64 micro-kernel beats OpenBLAS (about 300 against
+// 180 GFLOP/s at 1024³ on the 2-core Zen 5 this was written on; see
+// docs/perf.md); OpenBLAS elsewhere when it loads; pure Go otherwise.
 var matmulMode atomic.Int32
+
+func init() {
+	if v := os.Getenv("FERRY_MATMUL"); v != "" {
+		if err := SetMatmulBackend(v); err != nil {
+			fmt.Fprintf(os.Stderr, "ferry: FERRY_MATMUL=%s ignored: %v\n", v, err)
+		}
+	}
+}
 
 // SetMatmulBackend chooses which library runs matrix products, for every CPU
 // device of the process: "go" forces the pure-Go kernel, "blas" requires
 // OpenBLAS (an error when it cannot be loaded), "auto" (the default) uses
-// OpenBLAS when it is loaded. Tests use it to run both paths in one process;
-// FERRY_BLAS=off, read once per process, still forbids OpenBLAS. It is safe
-// to call at any time; a batched product running meanwhile may use both.
+// the rule above. The environment variable FERRY_MATMUL sets it at start;
+// FERRY_BLAS=off still forbids OpenBLAS. It is safe to call at any time; a
+// batched product running meanwhile may use both.
 func SetMatmulBackend(name string) error {
 	switch name {
 	case "auto", "":
@@ -34,4 +50,32 @@ func SetMatmulBackend(name string) error {
 	return nil
 }
 
-func useBLAS() bool { return matmulMode.Load() != 1 && blas.Available() }
+func useBLAS() bool {
+	switch matmulMode.Load() {
+	case 1:
+		return false
+	case 2:
+		return blas.Available()
+	}
+	return gemm.Kernel() != "avx512" && blas.Available()
+}
+
+// MatmulBackend says which library runs matrix products, and why: "openblas
+// (path)" or "pure Go (kernel), because …".
+func MatmulBackend() string {
+	if useBLAS() {
+		return "openblas (" + blas.Library() + ")"
+	}
+	var why string
+	switch {
+	case matmulMode.Load() == 1:
+		why = "it was chosen (SetMatmulBackend or FERRY_MATMUL=go)"
+	case os.Getenv("FERRY_BLAS") != "" && !blas.Available():
+		why = "FERRY_BLAS=" + os.Getenv("FERRY_BLAS")
+	case !blas.Available():
+		why = blas.Reason()
+	default:
+		why = "this CPU has AVX-512, where it is faster than OpenBLAS (FERRY_MATMUL=blas uses OpenBLAS, loaded from " + blas.Library() + ")"
+	}
+	return "pure Go (" + gemm.Kernel() + " kernel), because " + why
+}

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"os"
 	"unsafe"
 
 	"ferry/device"
@@ -25,19 +24,4 @@ func (k *kernels) Gemm(p device.GemmParams) error {
 		}
 	}
 	return nil
-}
-
-// MatmulBackend says which library runs matrix products: "openblas (path)"
-// or "pure Go (kernel), because …".
-func MatmulBackend() string {
-	if useBLAS() {
-		return "openblas (" + blas.Library() + ")"
-	}
-	why := blas.Reason()
-	if matmulMode.Load() == 1 {
-		why = `SetMatmulBackend("go")`
-	} else if os.Getenv("FERRY_BLAS") != "" {
-		why = "FERRY_BLAS=" + os.Getenv("FERRY_BLAS")
-	}
-	return "pure Go (" + gemm.Kernel() + " kernel), because " + why
 }
