@@ -338,6 +338,9 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 	cfg.Policy = policy.Place
 	cfg.OptimizerInBackward = policy.OptimizerInBackward
 	cfg.Modes = []string{demo.None}
+	if policy.Default != offload.Keep || len(policy.Rules) > 0 {
+		cfg.Modes = []string{demo.Offload}
+	}
 	for _, w := range policy.Layers {
 		if w != offload.Keep {
 			cfg.Modes = []string{demo.Offload}

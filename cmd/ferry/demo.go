@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 
@@ -40,6 +41,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	fs.Var(&minBytes, "min-bytes", "offloader: tensors smaller than this stay on the device (default 1KiB)")
 	params := fs.String("device-param", "", "driver parameters, key=value[,key=value] (cpu: copy_delay=1ms)")
 	policy := fs.String("policy", "", "offload policy file written by `ferry plan` (used by offload and offload-disk)")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	traceDir := fs.String("trace", "", "write each mode's last step as a Chrome trace and an SVG memory chart into this directory")
 	inBackward := fs.Bool("optimizer-in-backward", false, "update each parameter inside backward and free its gradient at once")
 	profile := fs.String("profile", "", "meta device only: hardware profile for predicted times ("+strings.Join(plan.Profiles(), ", ")+" or a JSON file)")
@@ -106,6 +108,17 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}()
 		defer signal.Stop(sig)
 
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
+		}
 		res, err := demo.Execute(cfg)
 		if res != nil && strings.HasPrefix(*dev, "cpu") {
 			res.MatmulBackend = cpu.MatmulBackend()

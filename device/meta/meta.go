@@ -49,6 +49,12 @@ type Profile struct {
 	DiskReadBytesPerSec  float64 `json:"disk_read_bytes_per_sec"`
 	// MemoryBytes is the device's memory, for planning (0: unknown).
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// CopyComputeShare is how many seconds compute loses per second of a
+	// side-stream copy or disk transfer: 0 on a GPU, whose copy engines are
+	// its own; more on a CPU, where copies run on the cores, caches and
+	// memory bus compute uses (it can exceed 1: a copy also evicts what the
+	// matrix kernels had in cache).
+	CopyComputeShare float64 `json:"copy_compute_share,omitempty"`
 }
 
 // Validate checks that every rate is positive.
@@ -62,6 +68,9 @@ func (p *Profile) Validate() error {
 	}
 	if p.KernelSeconds < 0 {
 		return fmt.Errorf("profile %q: kernel_seconds must not be negative", p.Name)
+	}
+	if p.CopyComputeShare < 0 || p.CopyComputeShare > 10 {
+		return fmt.Errorf("profile %q: copy_compute_share must be between 0 and 10", p.Name)
 	}
 	return nil
 }
@@ -167,11 +176,12 @@ func (d *Device) SimulateDisk(n int64, write bool, after device.Event) device.Ev
 		start = max(start, e.t)
 	}
 	if p := s.profile; p != nil {
+		cost := float64(n) / p.DiskReadBytesPerSec
 		if write {
-			start += float64(n) / p.DiskWriteBytesPerSec
-		} else {
-			start += float64(n) / p.DiskReadBytesPerSec
+			cost = float64(n) / p.DiskWriteBytesPerSec
 		}
+		start += cost
+		d.comp.clock += p.CopyComputeShare * cost
 	}
 	s.disk = start
 	return &event{t: start, dev: d}
@@ -196,8 +206,11 @@ func (s *stream) run(cost float64) {
 		return
 	}
 	// Side work starts when issued (the compute clock) or when the stream
-	// is free, whichever is later.
+	// is free, whichever is later; on a CPU it also takes compute's time.
 	s.clock = max(s.clock, s.dev.comp.clock) + cost
+	if p := s.dev.sim.profile; p != nil {
+		s.dev.comp.clock += p.CopyComputeShare * cost
+	}
 }
 
 func (s *stream) Record() device.Event { return &event{t: s.clock, dev: s.dev} }
