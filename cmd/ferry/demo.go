@@ -28,7 +28,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	width := fs.Int("width", 0, "layer width (default 1024 on cpu, 4096 elsewhere)")
 	batch := fs.Int("batch", 0, "batch size (default 256 on cpu, 1024 elsewhere)")
 	modes := fs.String("modes", strings.Join(demo.AllModes, ","), "comma-separated modes: "+strings.Join(demo.AllModes, ", "))
-	steps := fs.Int("steps", 3, "timed steps per mode, after one warm-up step; the median is reported")
+	steps := fs.Int("steps", 5, "timed steps per mode, after one warm-up step; the median is reported")
 	seed := fs.Uint64("seed", 1, "seed for parameters and data")
 	diskDir := fs.String("disk-dir", "", "directory for offload-disk's files (default: the system's temporary directory)")
 	var capacity byteSize

@@ -81,7 +81,7 @@ type Config struct {
 // well under a minute: 40 layers of 4096 at batch 1024 on a GPU or the meta
 // device, of 1024 at batch 256 on the CPU.
 func DefaultConfig(dev string) Config {
-	c := Config{Device: dev, Layers: 40, Width: 4096, Batch: 1024, Modes: AllModes, Steps: 3, Seed: 1, LR: 1e-3,
+	c := Config{Device: dev, Layers: 40, Width: 4096, Batch: 1024, Modes: AllModes, Steps: 5, Seed: 1, LR: 1e-3,
 		Offload: offload.DefaultConfig()}
 	if kind, _, _ := device.ParseName(dev); kind == "cpu" {
 		c.Width, c.Batch = 1024, 256
