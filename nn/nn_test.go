@@ -1,0 +1,93 @@
+package nn_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"ferry"
+	"ferry/device"
+	"ferry/device/cpu"
+	"ferry/nn"
+)
+
+func TestLinearInitAndNames(t *testing.T) {
+	dev, err := cpu.New(device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	rng := rand.New(rand.NewPCG(1, 1))
+	l1, _ := nn.NewLinear(dev, 100, 50, true, rng)
+	l2, _ := nn.NewLinear(dev, 50, 10, false, rng)
+	m := nn.NewSequential(l1, nn.ReLU{}, l2, nn.GELU{Tanh: true})
+	var names []string
+	for _, p := range m.Parameters() {
+		names = append(names, p.Name())
+		if !p.RequiresGrad() || p.Category() != device.Parameter {
+			t.Errorf("%s: requires grad %v, category %v", p.Name(), p.RequiresGrad(), p.Category())
+		}
+	}
+	if want := []string{"0.weight", "0.bias", "2.weight"}; len(names) != 3 || names[0] != want[0] || names[1] != want[1] || names[2] != want[2] {
+		t.Errorf("names %v, want %v", names, want)
+	}
+	// PyTorch's default: uniform in ±1/√in, for weight and bias.
+	bound := 1 / math.Sqrt(100)
+	for _, p := range l1.Parameters() {
+		v := p.Float32s()
+		var maxAbs float64
+		for _, x := range v {
+			maxAbs = math.Max(maxAbs, math.Abs(float64(x)))
+		}
+		if maxAbs > bound || maxAbs < 0.8*bound {
+			t.Errorf("%s: largest |value| %v, want close to and at most %v", p.Name(), maxAbs, bound)
+		}
+	}
+	if got := nn.ParameterBytes(m); got != 4*(100*50+50+50*10) {
+		t.Errorf("ParameterBytes %d", got)
+	}
+	if _, err := nn.NewLinear(dev, 0, 3, true, rng); err == nil {
+		t.Error("a Linear with no inputs was made")
+	}
+	nn.Release(m)
+	if got := dev.Allocator().Allocated(); got != 0 {
+		t.Errorf("%d bytes left after Release", got)
+	}
+}
+
+// Same seed, same layer; and on the meta device nothing is drawn.
+func TestSeeding(t *testing.T) {
+	dev, _ := cpu.New(device.Options{})
+	defer dev.Close()
+	a, _ := nn.NewLinear(dev, 8, 8, true, rand.New(rand.NewPCG(7, 0)))
+	b, _ := nn.NewLinear(dev, 8, 8, true, rand.New(rand.NewPCG(7, 0)))
+	if !ferry.AllClose(a.Weight, b.Weight, 0, 0) || !ferry.AllClose(a.Bias, b.Bias, 0, 0) {
+		t.Error("one seed gave two layers")
+	}
+}
+
+// Sequential frees each intermediate once the next module has used it:
+// after forward, one activation per Linear+ReLU pair is held.
+func TestSequentialReleasesIntermediates(t *testing.T) {
+	dev, _ := cpu.New(device.Options{})
+	defer dev.Close()
+	rng := rand.New(rand.NewPCG(2, 2))
+	var ms []nn.Module
+	for i := 0; i < 5; i++ {
+		l, _ := nn.NewLinear(dev, 64, 64, true, rng)
+		ms = append(ms, l, nn.ReLU{})
+	}
+	m := nn.NewSequential(ms...)
+	x := ferry.Ones(dev, 16, 64)
+	err := ferry.Step(func(tape *ferry.Tape) error {
+		before := dev.Allocator().Allocated()
+		y := m.Forward(tape.Input(x))
+		if got, want := dev.Allocator().Allocated()-before, int64(5*16*64*4); got != want {
+			t.Errorf("forward holds %d bytes, want %d", got, want)
+		}
+		return ferry.Sum(y).Backward()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
