@@ -185,8 +185,9 @@ type SaveInfo struct {
 	Node   int    // the op's position on the tape, from 0
 	Slot   int    // which of the op's saved tensors
 	Module string // module path when saved ("layers.3"), or ""
-	// Parameter is true for a leaf that requires grad (a weight): kept on
-	// device by offloaders, which only move activations.
+	// Parameter is true for a leaf that requires grad or memory counted as
+	// parameters (a weight, also through tape.Input): kept on the device by
+	// offloaders, which only move activations.
 	Parameter bool
 }
 
@@ -307,7 +308,7 @@ func (tp *Tape) pack(n *node, slot int, t *Tensor) savedTensor {
 	h := tp.hooks[len(tp.hooks)-1]
 	s.hooks = h
 	info := SaveInfo{Op: n.op, Node: n.seq, Slot: slot, Module: tp.Module(),
-		Parameter: t.node == nil && t.requiresGrad}
+		Parameter: t.node == nil && t.requiresGrad || t.Category() == device.Parameter}
 	s.packed = h.Pack(t.handle(nil), info)
 	return s
 }
