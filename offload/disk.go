@@ -3,67 +3,15 @@ package offload
 import (
 	"fmt"
 	"os"
-	"sync"
 
 	"ferry/device"
 )
 
-// The disk tier. Files are written and read on one goroutine (ioQueue), in
+// The disk tier. Files are written and read on one goroutine (a workq.Queue), in
 // the order the work was queued; the training goroutine learns that an
 // operation finished through its ioOp. Each file is unlinked as soon as it
 // is created, so it disappears when closed or when the process ends, even
 // if it is killed: a failed or interrupted step leaves nothing behind.
-
-// ioQueue runs functions one at a time on its own goroutine.
-type ioQueue struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	tasks  []func()
-	closed bool
-	done   chan struct{}
-}
-
-func newIOQueue() *ioQueue {
-	q := &ioQueue{done: make(chan struct{})}
-	q.cond = sync.NewCond(&q.mu)
-	go q.loop()
-	return q
-}
-
-func (q *ioQueue) push(f func()) {
-	q.mu.Lock()
-	q.tasks = append(q.tasks, f)
-	q.mu.Unlock()
-	q.cond.Signal()
-}
-
-func (q *ioQueue) loop() {
-	defer close(q.done)
-	for {
-		q.mu.Lock()
-		for len(q.tasks) == 0 && !q.closed {
-			q.cond.Wait()
-		}
-		if len(q.tasks) == 0 {
-			q.mu.Unlock()
-			return
-		}
-		f := q.tasks[0]
-		q.tasks[0] = nil
-		q.tasks = q.tasks[1:]
-		q.mu.Unlock()
-		f()
-	}
-}
-
-// close finishes the queued work and stops the goroutine.
-func (q *ioQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.cond.Broadcast()
-	<-q.done
-}
 
 // ioOp is one disk operation's completion: err and result are written by
 // the I/O goroutine before ch is closed, and read only after.
@@ -134,7 +82,7 @@ func (o *Offloader) startDiskWrite(r *record, src device.Span, direct bool) {
 	r.outIO = op
 	after, dir, n := r.out, o.cfg.DiskDir, r.bytes
 	r.out = nil // the I/O goroutine waits for it
-	o.disk.push(func() {
+	o.push(op, func() {
 		if after != nil {
 			if err := after.Synchronize(); err != nil {
 				op.finish(nil, err)
@@ -172,7 +120,7 @@ func (o *Offloader) startDiskRead(r *record, dst device.Span) error {
 	if hostAddressable(dst.Block) {
 		data := blockBytes(dst.Block)
 		r.inIO = op
-		o.disk.push(func() {
+		o.push(op, func() {
 			op.finish(nil, readFull(f, data[:n]))
 		})
 		return nil
@@ -185,7 +133,7 @@ func (o *Offloader) startDiskRead(r *record, dst device.Span) error {
 	r.inIO = op
 	staging := blockBytes(hb)
 	dev, h2d := o.dev, o.h2d
-	o.disk.push(func() {
+	o.push(op, func() {
 		if err := readFull(f, staging[:n]); err != nil {
 			op.finish(nil, err)
 			return
@@ -205,4 +153,12 @@ func readFull(f *diskFile, b []byte) error {
 		return fmt.Errorf("disk tier: reading back %s: read %d bytes: %v", device.FormatBytes(int64(len(b))), m, err)
 	}
 	return nil
+}
+
+// push queues f on the disk goroutine; if the Offloader was closed, the
+// operation fails at once instead of never finishing.
+func (o *Offloader) push(op *ioOp, f func()) {
+	if err := o.disk.Push(f); err != nil {
+		op.finish(nil, fmt.Errorf("disk tier: %w (the Offloader was closed)", err))
+	}
 }

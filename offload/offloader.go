@@ -26,6 +26,7 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/internal/workq"
 )
 
 // Placement is where a saved tensor's data spends the time between forward
@@ -161,7 +162,7 @@ type Offloader struct {
 	host device.Device
 	d2h  device.Stream
 	h2d  device.Stream
-	disk *ioQueue
+	disk *workq.Queue
 
 	records   map[any]*record // by storage, for deduplication
 	order     []*record       // this step's records in the order they were saved
@@ -201,7 +202,7 @@ func New(dev device.Device, cfg Config) (*Offloader, error) {
 		return nil, fmt.Errorf("offload: %w", err)
 	}
 	if cfg.DiskDir != "" {
-		o.disk = newIOQueue()
+		o.disk = workq.New()
 	}
 	o.hooks = &ferry.SavedTensorHooks{Pack: o.pack, Unpack: o.unpack}
 	return o, nil
@@ -224,7 +225,7 @@ func (o *Offloader) Close() error {
 		}
 	}
 	if o.disk != nil {
-		o.disk.close()
+		o.disk.Close()
 	}
 	return errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"ferry/device"
+	"ferry/internal/workq"
 )
 
 // inlineStream is the compute stream: work runs on the caller's goroutine
@@ -24,98 +25,59 @@ func float32NaN() float32                  { return float32(math.NaN()) }
 
 type doneEvent struct{}
 
-// workerStream runs its work, in order, on a goroutine of its own. The
-// queue is unbounded: enqueueing never blocks the caller.
+// workerStream runs its work, in order, on a goroutine of its own (a
+// workq.Queue); enqueueing never blocks the caller. Like a CUDA stream, it
+// remembers the first error its work returned and skips everything after.
 type workerStream struct {
 	name  string
 	delay time.Duration // added to each copy (tests)
+	q     *workq.Queue
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	queue   []task
-	err     error // first error any task returned; sticky, like a CUDA stream's
-	stopped bool
-	done    chan struct{} // closed when the goroutine has exited
-}
-
-type task struct {
-	run    func() error
-	isCopy bool
-	event  *event // non-nil for a marker recorded by Record
+	mu  sync.Mutex
+	err error // first error any task returned; sticky
 }
 
 func newWorkerStream(name string, delay time.Duration) *workerStream {
-	s := &workerStream{name: name, delay: delay, done: make(chan struct{})}
-	s.cond = sync.NewCond(&s.mu)
-	go s.loop()
-	return s
+	return &workerStream{name: name, delay: delay, q: workq.New()}
 }
 
 func (s *workerStream) Name() string { return s.name }
 
-func (s *workerStream) enqueue(run func() error, isCopy bool) error {
-	return s.push(task{run: run, isCopy: isCopy})
-}
-
 // errClosed is returned for work enqueued after the device was closed.
 var errClosed = errors.New("cpu: the device was closed")
 
-func (s *workerStream) push(t task) error {
+func (s *workerStream) failed() error {
 	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		return fmt.Errorf("stream %s: %w", s.name, errClosed)
-	}
-	s.queue = append(s.queue, t)
-	s.mu.Unlock()
-	s.cond.Signal()
-	return nil
+	defer s.mu.Unlock()
+	return s.err
 }
 
-func (s *workerStream) loop() {
-	defer close(s.done)
-	for {
-		s.mu.Lock()
-		for len(s.queue) == 0 && !s.stopped {
-			s.cond.Wait()
-		}
-		if len(s.queue) == 0 {
-			s.mu.Unlock()
+func (s *workerStream) enqueue(run func() error, isCopy bool) error {
+	err := s.q.Push(func() {
+		if s.failed() != nil {
 			return
 		}
-		t := s.queue[0]
-		s.queue[0] = task{}
-		s.queue = s.queue[1:]
-		if len(s.queue) == 0 {
-			s.queue = s.queue[:0:0] // let the backing array go; it is reallocated small
+		if isCopy && s.delay > 0 {
+			time.Sleep(s.delay)
 		}
-		err := s.err
-		s.mu.Unlock()
-
-		switch {
-		case t.event != nil:
-			t.event.complete(err)
-		case err != nil:
-			// A failed stream skips later work, as a CUDA stream does.
-		default:
-			if t.isCopy && s.delay > 0 {
-				time.Sleep(s.delay)
+		if e := run(); e != nil {
+			s.mu.Lock()
+			if s.err == nil {
+				s.err = e
 			}
-			if e := t.run(); e != nil {
-				s.mu.Lock()
-				if s.err == nil {
-					s.err = e
-				}
-				s.mu.Unlock()
-			}
+			s.mu.Unlock()
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", s.name, errClosed)
 	}
+	return nil
 }
 
 func (s *workerStream) Record() device.Event {
 	e := &event{ch: make(chan struct{})}
-	if err := s.push(task{event: e}); err != nil {
-		e.complete(err) // nothing will run after it: it has passed, with the reason
+	if err := s.q.Push(func() { e.complete(s.failed()) }); err != nil {
+		e.complete(fmt.Errorf("stream %s: %w", s.name, errClosed)) // nothing will run after it: it has passed, with the reason
 	}
 	return e
 }
@@ -130,13 +92,7 @@ func (s *workerStream) Wait(e device.Event) {
 func (s *workerStream) Synchronize() error { return s.Record().Synchronize() }
 
 // stop drains the queue and ends the goroutine.
-func (s *workerStream) stop() {
-	s.mu.Lock()
-	s.stopped = true
-	s.mu.Unlock()
-	s.cond.Broadcast()
-	<-s.done
-}
+func (s *workerStream) stop() { s.q.Close() }
 
 // event completes when its stream's goroutine reaches it.
 type event struct {
