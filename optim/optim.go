@@ -30,12 +30,29 @@ func zeroGrad(params []*ferry.Tensor) {
 	}
 }
 
-func indexOf(ps []*ferry.Tensor) map[*ferry.Tensor]bool {
-	m := make(map[*ferry.Tensor]bool, len(ps))
-	for _, p := range ps {
-		m[p] = true
+// stepAll updates every parameter with step.
+func stepAll(params []*ferry.Tensor, step func(*ferry.Tensor) error) error {
+	for _, p := range params {
+		if err := step(p); err != nil {
+			return err
+		}
 	}
-	return m
+	return nil
+}
+
+// stepOne updates p with step if it is one of params; *index is the set of
+// params, built on first use.
+func stepOne(params []*ferry.Tensor, index *map[*ferry.Tensor]bool, p *ferry.Tensor, step func(*ferry.Tensor) error) error {
+	if *index == nil {
+		*index = make(map[*ferry.Tensor]bool, len(params))
+		for _, q := range params {
+			(*index)[q] = true
+		}
+	}
+	if !(*index)[p] {
+		return nil
+	}
+	return step(p)
 }
 
 // stateLike allocates a zeroed tensor shaped like p, as optimizer state.
@@ -70,25 +87,10 @@ func NewSGD(params []*ferry.Tensor, lr float32) *SGD {
 }
 
 // Step applies one update.
-func (o *SGD) Step() error {
-	for _, p := range o.Params {
-		if err := o.step(p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (o *SGD) Step() error { return stepAll(o.Params, o.step) }
 
 // StepParam updates one parameter (see Stepper).
-func (o *SGD) StepParam(p *ferry.Tensor) error {
-	if o.index == nil {
-		o.index = indexOf(o.Params)
-	}
-	if !o.index[p] {
-		return nil
-	}
-	return o.step(p)
-}
+func (o *SGD) StepParam(p *ferry.Tensor) error { return stepOne(o.Params, &o.index, p, o.step) }
 
 func (o *SGD) step(p *ferry.Tensor) error {
 	if o.Nesterov && (o.Momentum <= 0 || o.Dampening != 0) {
@@ -154,25 +156,10 @@ func NewAdamW(params []*ferry.Tensor, lr float32) *AdamW {
 }
 
 // Step applies one update.
-func (o *AdamW) Step() error {
-	for _, p := range o.Params {
-		if err := o.step(p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (o *AdamW) Step() error { return stepAll(o.Params, o.step) }
 
 // StepParam updates one parameter (see Stepper).
-func (o *AdamW) StepParam(p *ferry.Tensor) error {
-	if o.index == nil {
-		o.index = indexOf(o.Params)
-	}
-	if !o.index[p] {
-		return nil
-	}
-	return o.step(p)
-}
+func (o *AdamW) StepParam(p *ferry.Tensor) error { return stepOne(o.Params, &o.index, p, o.step) }
 
 func (o *AdamW) step(p *ferry.Tensor) error {
 	g := p.Grad()
