@@ -192,7 +192,7 @@ func fitMemoryRate(dev device.Device, p *meta.Profile, o CalibrateOptions) error
 	}
 	// Bisect on the logarithm of the rate: the prediction falls as it grows.
 	keep := &offload.Policy{Version: 1, Default: offload.Keep}
-	measured := median(times[demo.None])
+	measured := demo.Median(times[demo.None])
 	lo, hi := 1e6, 1e15
 	for i := 0; i < 60; i++ {
 		q := *p
@@ -212,7 +212,7 @@ func fitMemoryRate(dev device.Device, p *meta.Profile, o CalibrateOptions) error
 		return nil
 	}
 	// The share of copy time compute loses: the prediction rises with it.
-	measured = median(times[demo.Offload])
+	measured = demo.Median(times[demo.Offload])
 	moved := &offload.Policy{Version: 1, Default: offload.Auto}
 	lo, hi = 0, 10
 	for i := 0; i < 40; i++ {
@@ -230,12 +230,6 @@ func fitMemoryRate(dev device.Device, p *meta.Profile, o CalibrateOptions) error
 	}
 	p.CopyComputeShare = (lo + hi) / 2
 	return nil
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // unclosable lends a device to code that closes what it opens.

@@ -408,7 +408,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			r.StallSeconds = sim.StallSeconds() - simStall
 		}
 	}
-	r.StepSeconds = median(r.StepSecondsAll)
+	r.StepSeconds = Median(r.StepSecondsAll)
 	if rssOK {
 		_, r.PeakRSSBytes, _ = rss.Read()
 	}
@@ -426,7 +426,9 @@ func hashGrad(p *ferry.Tensor) uint64 {
 	return h.Sum64()
 }
 
-func median(xs []float64) float64 {
+// Median is the median of xs (the mean of the middle two for an even
+// count), NaN for none.
+func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return math.NaN()
 	}
