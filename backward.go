@@ -265,7 +265,10 @@ func accumulateLeaf(leaf *Tensor, g *Tensor) {
 		g.Release()
 		g = c
 	}
-	g.tape = nil // the leaf owns it now; Tape.Close skips it
+	if g.tape != nil {
+		g.st.tapeHandles--
+		g.tape = nil // the leaf owns it now; Tape.Close skips it
+	}
 	g.SetCategory(device.Gradient)
 	leaf.grad = g
 }

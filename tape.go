@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"ferry/device"
+	"ferry/internal/goid"
 )
 
 // Tape records the ops of one training step so that Backward can walk them
@@ -16,8 +17,14 @@ import (
 // itself there (when grad mode is on and an input requires grad) and puts
 // its output on that tape. Ops on tensors of no tape record nothing.
 //
-// A tape is used by one goroutine at a time.
+// A tape belongs to the goroutine that first uses it (Step's, for the tape
+// Step makes): an op, Backward, Release of one of its tensors or any other
+// use of it from another goroutine panics with an *Error instead of
+// corrupting the record of the step, and Close from another goroutine
+// returns one without closing. (The check compares an identity of the
+// goroutine, which costs about a nanosecond; see internal/goid.)
 type Tape struct {
+	owner   uintptr // goid.Current() of the goroutine that first used the tape; 0 until then
 	nodes   []*node
 	handles []*Tensor
 	hooks   []*SavedTensorHooks // innermost last
@@ -78,6 +85,7 @@ func (tp *Tape) Adopt(t *Tensor) *Tensor {
 // NoGrad runs f with recording off: ops on this tape's tensors inside f
 // record nothing and need no gradient (PyTorch: torch.no_grad()).
 func (tp *Tape) NoGrad(f func()) {
+	tp.checkOwner("no_grad")
 	tp.noGrad++
 	defer func() { tp.noGrad-- }()
 	f()
@@ -87,6 +95,7 @@ func (tp *Tape) NoGrad(f func()) {
 // recorded inside carry the joined path in SaveInfo.Module, so offload
 // policies can choose by layer. PopModule leaves it.
 func (tp *Tape) PushModule(name string) {
+	tp.checkOwner("push_module")
 	if n := len(tp.modules); n > 0 && tp.modules[n-1] != "" {
 		name = tp.modules[n-1] + "." + name
 	}
@@ -94,7 +103,10 @@ func (tp *Tape) PushModule(name string) {
 }
 
 // PopModule leaves the innermost module scope.
-func (tp *Tape) PopModule() { tp.modules = tp.modules[:len(tp.modules)-1] }
+func (tp *Tape) PopModule() {
+	tp.checkOwner("pop_module")
+	tp.modules = tp.modules[:len(tp.modules)-1]
+}
 
 // Module is the current module path, "" outside any.
 func (tp *Tape) Module() string {
@@ -110,14 +122,37 @@ func (tp *Tape) Len() int { return len(tp.nodes) }
 func (tp *Tape) recording() bool { return tp.noGrad == 0 && !tp.inBackward }
 
 func (tp *Tape) usable(op string) {
+	tp.checkOwner(op)
 	if tp.closed {
 		panicf(op, "the tape was closed (its step ended); keep tensors past a step with Detach")
 	}
 }
 
+// checkOwner panics with an *Error unless the calling goroutine owns the
+// tape; the first goroutine to use it becomes its owner.
+func (tp *Tape) checkOwner(op string) {
+	if g := goid.Current(); g != tp.owner {
+		if err := tp.claim(op, g); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// claim makes goroutine g the owner of a tape no goroutine has used yet,
+// or reports that another one did.
+func (tp *Tape) claim(op string, g uintptr) *Error {
+	if tp.owner == 0 {
+		tp.owner = g
+		return nil
+	}
+	return errorf(op, "the tape is used from a goroutine other than the one that first used it; "+
+		"a tape and its tensors belong to one goroutine: give each goroutine its own step (Step) and tape")
+}
+
 // own makes the tape responsible for releasing h.
 func (tp *Tape) own(h *Tensor) {
 	h.tape = tp
+	h.st.tapeHandles++
 	tp.handles = append(tp.handles, h)
 }
 
@@ -128,6 +163,11 @@ func (tp *Tape) own(h *Tensor) {
 func (tp *Tape) Close() error {
 	if tp.closed {
 		return nil
+	}
+	if g := goid.Current(); g != tp.owner {
+		if err := tp.claim("close", g); err != nil {
+			return err // closing would free what the owner may be using
+		}
 	}
 	err := tp.freeGraph()
 	for _, h := range tp.handles {
@@ -195,6 +235,7 @@ type SaveInfo struct {
 // removes them. Tensors saved after PushHooks (until PopHooks) go through h;
 // their unpacking does too, whenever backward runs.
 func (tp *Tape) PushHooks(h *SavedTensorHooks) {
+	tp.checkOwner("push_hooks")
 	if h == nil || h.Pack == nil || h.Unpack == nil {
 		panicf("push_hooks", "hooks need both Pack and Unpack")
 	}
@@ -203,6 +244,7 @@ func (tp *Tape) PushHooks(h *SavedTensorHooks) {
 
 // PopHooks removes the innermost hooks.
 func (tp *Tape) PopHooks() {
+	tp.checkOwner("pop_hooks")
 	if len(tp.hooks) == 0 {
 		panicf("pop_hooks", "no hooks pushed")
 	}
@@ -372,7 +414,12 @@ func sameDevice(op string, inputs ...*Tensor) device.Device {
 		if dev == nil {
 			dev = t.st.dev
 		} else if t.st.dev != dev {
-			panicf(op, "inputs on different devices (%s and %s); move one with To", dev.Name(), t.st.dev.Name())
+			why := ""
+			if dev.Name() == t.st.dev.Name() {
+				why = ": two devices of one name, opened separately"
+			}
+			panicf(op, "inputs on different devices (%s and %s%s); move one with To, or open the device once and share it",
+				device.Identify(dev), device.Identify(t.st.dev), why)
 		}
 	}
 	return dev

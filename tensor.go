@@ -30,6 +30,15 @@ import (
 // tensors made by the constructors below) live until released.
 //
 // A Tensor is not safe for concurrent use.
+//
+// # Misuse
+//
+// Using a tensor in a way that cannot work panics with an *Error, which
+// Step and Catch return as an error: a released handle, a tensor whose
+// device was closed (its memory went with the device), tensors of two
+// devices in one op, a tensor of a tape used from a goroutine other than
+// the tape's. Releasing a tensor of a closed device is allowed and does
+// nothing more.
 type Tensor struct {
 	shape        []int
 	strides      []int // in elements
@@ -50,12 +59,22 @@ type Tensor struct {
 // the block goes back to the allocator when it reaches zero. version
 // counts in-place changes, so that backward can tell a saved tensor was
 // modified.
+//
+// tapeHandles counts the live handles among refs that a tape owns (and so
+// releases at the latest when the step ends); the rest are held outside
+// any tape (see OutsideHandles).
 type storage struct {
 	dev         device.Device
-	block       *device.Block // nil for a tensor without elements
+	alloc       *device.Allocator // dev's, kept to check closing cheaply
+	block       *device.Block     // nil for a tensor without elements
 	refs        int32
+	tapeHandles int32
 	version     uint32
 	lastInPlace string // the in-place op that last bumped version
+}
+
+func newStorage(dev device.Device, block *device.Block) *storage {
+	return &storage{dev: dev, alloc: dev.Allocator(), block: block, refs: 1}
 }
 
 func (s *storage) retain() { s.refs++ }
@@ -63,10 +82,10 @@ func (s *storage) retain() { s.refs++ }
 func (s *storage) drop() {
 	s.refs--
 	if s.refs == 0 && s.block != nil {
-		s.dev.Allocator().Free(s.block)
+		s.alloc.Free(s.block) // after the device's Close, a no-op: the memory went with it
 		s.block = nil
 	} else if s.refs < 0 {
-		panic("ferry: storage released more times than retained")
+		panicf("release", "internal error: a storage was released more times than retained")
 	}
 }
 
@@ -77,17 +96,21 @@ func (s *storage) bumpVersion(op string) {
 }
 
 // allocate makes a contiguous tensor of shape on dev, uninitialised. It
-// panics with an *Error (wrapping *device.OutOfMemoryError) when the
-// device is full.
+// panics with an *Error when the shape's size overflows (wrapping
+// device.ErrTooLarge), when the device is full (wrapping
+// *device.OutOfMemoryError) or closed (wrapping device.ErrClosed).
 func allocate(dev device.Device, dtype device.DType, cat device.Category, shape []int) *Tensor {
-	for _, d := range shape {
-		if d < 0 {
-			panicf("allocate", "negative dimension in shape %v", cloneShape(shape))
-		}
+	if dev == nil {
+		panicf("allocate", "no device (nil)")
 	}
+	_, bytes, err := device.ShapeBytes(shape, dtype.Size())
+	if err != nil {
+		panic(&Error{Op: "allocate", Msg: fmt.Sprintf("%s tensor on %s", dtype, dev.Name()), Err: err})
+	}
+	alloc := dev.Allocator()
 	// One Go allocation holds the handle, the storage and, for up to
 	// inlineRank dimensions, the shape and strides.
-	a := &allocation{st: storage{dev: dev, refs: 1}}
+	a := &allocation{st: storage{dev: dev, alloc: alloc, refs: 1}}
 	t := &a.t
 	t.dtype, t.st = dtype, &a.st
 	if len(shape) <= inlineRank {
@@ -102,8 +125,8 @@ func allocate(dev device.Device, dtype device.DType, cat device.Category, shape 
 		t.strides[i] = n
 		n *= shape[i]
 	}
-	if n > 0 {
-		b, err := dev.Allocator().Alloc(int64(n*dtype.Size()), cat)
+	if bytes > 0 {
+		b, err := alloc.Alloc(bytes, cat)
 		if err != nil {
 			panic(&Error{Op: "allocate", Msg: fmt.Sprintf("%v %s tensor on %s", t.shape, dtype, dev.Name()), Err: err})
 		}
@@ -126,21 +149,45 @@ func cloneShape(s []int) []int { return append([]int(nil), s...) }
 
 // Empty returns an uninitialised float32 tensor (with PoisonFreed on, its
 // elements are NaN).
+//
+// The constructors count their memory as activations; their -As forms
+// (EmptyAs, ZerosAs, UniformAs, RandnAs) take the category, so that the
+// allocator's statistics, and an out-of-memory error's advice, say what the
+// memory is from the first byte: nn makes weights with
+// UniformAs(..., device.Parameter, ...).
 func Empty(dev device.Device, shape ...int) *Tensor {
 	return allocate(dev, device.Float32, device.Activation, shape)
 }
 
+// EmptyAs is Empty, counting the memory as cat.
+func EmptyAs(dev device.Device, cat device.Category, shape ...int) *Tensor {
+	return allocate(dev, device.Float32, cat, shape)
+}
+
 // Full returns a float32 tensor with every element v.
 func Full(dev device.Device, v float32, shape ...int) *Tensor {
-	t := Empty(dev, shape...)
+	return fullAs(dev, device.Activation, v, shape)
+}
+
+func fullAs(dev device.Device, cat device.Category, v float32, shape []int) *Tensor {
+	t := allocate(dev, device.Float32, cat, shape)
 	if t.st.block != nil {
-		check("full", dev.Kernels().Fill(t.view(), v))
+		if err := dev.Kernels().Fill(t.view(), v); err != nil {
+			t.Release()
+			check("full", err)
+		}
 	}
 	return t
 }
 
 // Zeros returns a float32 tensor of zeros.
 func Zeros(dev device.Device, shape ...int) *Tensor { return Full(dev, 0, shape...) }
+
+// ZerosAs is Zeros, counting the memory as cat (optimizers make their
+// state with device.OptimizerState).
+func ZerosAs(dev device.Device, cat device.Category, shape ...int) *Tensor {
+	return fullAs(dev, cat, 0, shape)
+}
 
 // Ones returns a float32 tensor of ones.
 func Ones(dev device.Device, shape ...int) *Tensor { return Full(dev, 1, shape...) }
@@ -151,10 +198,11 @@ func FromFloat32s(dev device.Device, data []float32, shape ...int) *Tensor {
 	if len(shape) == 0 {
 		shape = []int{len(data)}
 	}
-	if device.Numel(shape) != len(data) {
+	t := Empty(dev, shape...) // checks the shape's size before it is compared
+	if t.Numel() != len(data) {
+		t.Release()
 		panicf("from_float32s", "%d values for shape %v (%d elements)", len(data), shape, device.Numel(shape))
 	}
-	t := Empty(dev, shape...)
 	t.upload(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), len(data)*4))
 	return t
 }
@@ -164,10 +212,11 @@ func FromInt32s(dev device.Device, data []int32, shape ...int) *Tensor {
 	if len(shape) == 0 {
 		shape = []int{len(data)}
 	}
-	if device.Numel(shape) != len(data) {
+	t := allocate(dev, device.Int32, device.Activation, shape)
+	if t.Numel() != len(data) {
+		t.Release()
 		panicf("from_int32s", "%d values for shape %v (%d elements)", len(data), shape, device.Numel(shape))
 	}
-	t := allocate(dev, device.Int32, device.Activation, shape)
 	t.upload(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), len(data)*4))
 	return t
 }
@@ -181,37 +230,79 @@ func (t *Tensor) upload(b []byte) {
 // Uniform returns a tensor of values drawn uniformly from [lo, hi) with
 // rng. Values are drawn on the host, so a seed gives the same tensor on
 // every device; on a device that holds no data nothing is drawn.
+//
+// The device's memory is asked for first, so a size that cannot fit fails
+// with an *Error (wrapping device.ErrTooLarge or an out-of-memory error)
+// before anything is drawn; values then go up in pieces of at most
+// stagingElems, so host memory stays small whatever the tensor's size.
 func Uniform(dev device.Device, rng *rand.Rand, lo, hi float32, shape ...int) *Tensor {
-	if !device.HasData(dev) {
-		return Empty(dev, shape...)
-	}
-	data := make([]float32, device.Numel(shape))
-	for i := range data {
-		data[i] = lo + (hi-lo)*rng.Float32()
-	}
-	return FromFloat32s(dev, data, shape...)
+	return UniformAs(dev, device.Activation, rng, lo, hi, shape...)
+}
+
+// UniformAs is Uniform, counting the memory as cat.
+func UniformAs(dev device.Device, cat device.Category, rng *rand.Rand, lo, hi float32, shape ...int) *Tensor {
+	t := allocate(dev, device.Float32, cat, shape)
+	t.fillFromHost("uniform", func(v []float32) {
+		for i := range v {
+			v[i] = lo + (hi-lo)*rng.Float32()
+		}
+	})
+	return t
 }
 
 // Randn returns a tensor of standard normal values drawn with rng (on the
 // host, as Uniform).
 func Randn(dev device.Device, rng *rand.Rand, shape ...int) *Tensor {
-	if !device.HasData(dev) {
-		return Empty(dev, shape...)
-	}
-	data := make([]float32, device.Numel(shape))
-	for i := range data {
-		data[i] = float32(rng.NormFloat64())
-	}
-	return FromFloat32s(dev, data, shape...)
+	return RandnAs(dev, device.Activation, rng, shape...)
 }
 
-// live panics unless t can be used.
+// RandnAs is Randn, counting the memory as cat.
+func RandnAs(dev device.Device, cat device.Category, rng *rand.Rand, shape ...int) *Tensor {
+	t := allocate(dev, device.Float32, cat, shape)
+	t.fillFromHost("randn", func(v []float32) {
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+	})
+	return t
+}
+
+// stagingElems bounds the host buffer of fillFromHost: 4 MiB of float32.
+const stagingElems = 1 << 20
+
+// fillFromHost fills t (new, contiguous float32) in order, stagingElems at
+// a time: draw fills its slice with the next values, and each piece is
+// uploaded before the next is drawn. On a device without data it does
+// nothing. If an upload fails, t is released and the error panics.
+func (t *Tensor) fillFromHost(op string, draw func([]float32)) {
+	if t.st.block == nil || !device.HasData(t.st.dev) {
+		return
+	}
+	n := t.Numel()
+	buf := make([]float32, min(n, stagingElems))
+	for start := 0; start < n; start += len(buf) {
+		piece := buf[:min(len(buf), n-start)]
+		draw(piece)
+		v := device.View{Block: t.st.block, Off: t.offset + start, Shape: []int{len(piece)}, Strides: []int{1}}
+		if err := t.st.dev.Kernels().Upload(v, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(piece))), len(piece)*4)); err != nil {
+			t.Release()
+			check(op, err)
+		}
+	}
+}
+
+// live panics unless t can be used: not nil, not released, and its device
+// not closed.
 func (t *Tensor) live(op string) {
 	if t == nil {
 		panicf(op, "nil tensor")
 	}
 	if t.released {
 		panicf(op, "%s was released at %s and cannot be used", t.describe(), t.releasedAt)
+	}
+	if t.st.alloc.Closed() {
+		panic(&Error{Op: op, Msg: fmt.Sprintf("%s is on %s, and its memory went with the device; "+
+			"use a device's tensors only before closing it", t.describe(), device.Identify(t.st.dev)), Err: device.ErrClosed})
 	}
 }
 
@@ -224,10 +315,17 @@ func (t *Tensor) describe() string {
 
 // Release gives up this handle: its storage's memory is freed once no
 // other handle and no saved reference uses it. Releasing twice is allowed
-// and does nothing; using a released handle panics.
+// and does nothing, and so is releasing a tensor whose device was closed
+// (its memory went with the device); using a released handle panics.
+// Releasing a handle of a tape from a goroutine other than the tape's
+// panics with an *Error, as any use of the tape does.
 func (t *Tensor) Release() {
 	if t == nil || t.released {
 		return
+	}
+	if t.tape != nil {
+		t.tape.checkOwner("release")
+		t.st.tapeHandles--
 	}
 	t.released = true
 	t.releasedAt = captureStack(1)
@@ -266,7 +364,8 @@ func (t *Tensor) Dim(i int) int { return t.shape[t.axis("dim", i)] }
 // Rank is the number of dimensions.
 func (t *Tensor) Rank() int { return len(t.shape) }
 
-// Numel is the number of elements.
+// Numel is the number of elements. (A tensor's shape was checked for
+// overflow when it was made: see device.ShapeBytes.)
 func (t *Tensor) Numel() int { return device.Numel(t.shape) }
 
 // Bytes is the size of t's elements in bytes (not of its storage).
@@ -494,7 +593,7 @@ func BumpVersion(t *Tensor, op string) {
 // over: the block is freed when the last handle on it is released. For
 // device code and offloaders that allocate blocks themselves.
 func Wrap(dev device.Device, block *device.Block, dtype device.DType, shape, strides []int, offset int) *Tensor {
-	st := &storage{dev: dev, block: block, refs: 1}
+	st := newStorage(dev, block)
 	return &Tensor{shape: cloneShape(shape), strides: cloneShape(strides), offset: offset, dtype: dtype, st: st}
 }
 
@@ -523,11 +622,28 @@ func (t *Tensor) AsStrided(shape, strides []int, offset int) *Tensor {
 }
 
 // StorageHandles counts the handles and saved references that keep t's
-// storage alive. An offloader uses it to tell whether moving a tensor off
-// the device would free anything: not while someone else holds it.
+// storage alive, t included.
 func (t *Tensor) StorageHandles() int {
 	t.live("storage_handles")
 	return int(t.st.refs)
+}
+
+// OutsideHandles counts the references that keep t's storage alive other
+// than t itself and the handles tapes own: the caller's own handles (the
+// step's input batch, brought in with Tape.Input), detached handles,
+// references autograd saved without hooks. They hold the memory until
+// their owners let go, typically past the step's backward, whereas a
+// tape's handles are released when the code of the step is done with them
+// (nn.Sequential releases each layer's output once the next has used it).
+// An offloader skips a storage with outside handles: copying it off the
+// device would free nothing.
+func (t *Tensor) OutsideHandles() int {
+	t.live("outside_handles")
+	n := t.st.refs - t.st.tapeHandles
+	if t.tape == nil {
+		n-- // t itself
+	}
+	return int(n)
 }
 
 // WeakRef refers to a tensor's storage without keeping it alive: an

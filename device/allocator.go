@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // Memory is the raw memory a driver gives an Allocator: cuMemAlloc on a GPU,
@@ -126,8 +127,10 @@ type AllocatorConfig struct {
 //
 // All methods are safe for concurrent use.
 type Allocator struct {
-	cfg AllocatorConfig
-	mem Memory
+	cfg      AllocatorConfig
+	mem      Memory
+	instance int // see Identify
+	closed   atomic.Bool
 
 	mu       sync.Mutex
 	small    freeList
@@ -153,9 +156,52 @@ type AllocEvent struct {
 
 // NewAllocator makes an allocator over mem.
 func NewAllocator(mem Memory, cfg AllocatorConfig) *Allocator {
-	a := &Allocator{cfg: cfg, mem: mem, segments: map[*segment]struct{}{}}
+	a := &Allocator{cfg: cfg, mem: mem, segments: map[*segment]struct{}{}, instance: nextInstance(cfg.Name)}
 	a.stats.Capacity = cfg.Capacity
 	return a
+}
+
+// ErrClosed is wrapped by the errors of an allocator, and of a device,
+// used after Close.
+var ErrClosed = errors.New("the device was closed")
+
+// Closed reports whether Close was called. Memory of a closed allocator is
+// gone: the tensor layer checks this before every use of a tensor, so that
+// a tensor outliving its device fails with an error instead of reading
+// unmapped memory.
+func (a *Allocator) Closed() bool { return a.closed.Load() }
+
+var instances struct {
+	sync.Mutex
+	byName map[string]int
+}
+
+// nextInstance numbers the allocators of one name in the order they are
+// made, from 1.
+func nextInstance(name string) int {
+	instances.Lock()
+	defer instances.Unlock()
+	if instances.byName == nil {
+		instances.byName = map[string]int{}
+	}
+	instances.byName[name]++
+	return instances.byName[name]
+}
+
+// Identify names d for a message that must tell devices apart: "cpu #2"
+// is the second device named "cpu" this process opened. Two devices opened
+// separately have the same Name but never the same identity. It adds
+// "(closed)" for a device that was closed.
+func Identify(d Device) string {
+	if d == nil {
+		return "no device"
+	}
+	a := d.Allocator()
+	s := fmt.Sprintf("%s #%d", d.Name(), a.instance)
+	if a.Closed() {
+		s += " (closed)"
+	}
+	return s
 }
 
 // Name is the allocator's name, as errors print it.
@@ -177,8 +223,14 @@ func (a *Allocator) Alloc(n int64, cat Category) (*Block, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("%s: allocation of %d bytes: size must be positive", a.cfg.Name, n)
 	}
+	if n > MaxBytes {
+		return nil, fmt.Errorf("%s: allocation of %d bytes: %w (at most %s)", a.cfg.Name, n, ErrTooLarge, FormatBytes(MaxBytes))
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed.Load() {
+		return nil, fmt.Errorf("%s: allocation of %s: %w", a.cfg.Name, FormatBytes(n), ErrClosed)
+	}
 	a.processPending(false)
 	size := RoundSize(n)
 	pool := &a.large
@@ -292,6 +344,9 @@ func (a *Allocator) split(b *Block, size int64, pool *freeList) {
 func (a *Allocator) SetCategory(b *Block, cat Category) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed.Load() {
+		return // the block went with the allocator
+	}
 	if b.state != stateAllocated {
 		panic(fmt.Sprintf("%s: SetCategory on a block that is not allocated", a.cfg.Name))
 	}
@@ -312,6 +367,9 @@ func (a *Allocator) SetCategory(b *Block, cat Category) {
 func (a *Allocator) RecordStream(b *Block, s Stream) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed.Load() {
+		return
+	}
 	if b.state != stateAllocated {
 		panic(fmt.Sprintf("%s: RecordStream on a block that is not allocated", a.cfg.Name))
 	}
@@ -324,10 +382,15 @@ func (a *Allocator) RecordStream(b *Block, s Stream) {
 }
 
 // Free gives b back. If side streams used it, it becomes reusable only once
-// they have passed the events recorded now.
+// they have passed the events recorded now. After Close it does nothing:
+// Close released every block, so releasing a tensor that outlived its
+// device is harmless.
 func (a *Allocator) Free(b *Block) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed.Load() {
+		return
+	}
 	if b.state != stateAllocated {
 		panic(fmt.Sprintf("%s: Free of a block that is not allocated (double free)", a.cfg.Name))
 	}
@@ -473,10 +536,15 @@ func (a *Allocator) ResetPeak() {
 }
 
 // Close waits for pending frees and releases every segment, allocated
-// blocks included. The allocator must not be used afterwards.
+// blocks included. Afterwards Alloc fails with ErrClosed, and Free,
+// SetCategory and RecordStream do nothing; closing again does nothing.
 func (a *Allocator) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed.Load() {
+		return nil
+	}
+	a.closed.Store(true)
 	a.processPending(true)
 	var errs []error
 	for seg := range a.segments {

@@ -163,7 +163,30 @@ type OutOfMemoryError struct {
 }
 
 func (e *OutOfMemoryError) Error() string {
-	return fmt.Sprintf("%s out of memory: tried to allocate %s (%s); %s, %s free, %s cached but unusable. "+
-		"Lower the batch size, offload activations (see `ferry plan`), or open the device with a larger capacity",
-		e.Device, FormatBytes(e.Requested), e.Category, e.Stats, FormatBytes(e.Free), FormatBytes(e.FreeCached))
+	return fmt.Sprintf("%s out of memory: tried to allocate %s (%s); %s, %s free, %s cached but unusable. %s",
+		e.Device, FormatBytes(e.Requested), e.Category, e.Stats, FormatBytes(e.Free), FormatBytes(e.FreeCached), e.Advice())
+}
+
+// Advice says what would make an allocation of e's category fit. The batch
+// size is advice only for memory that grows with it: parameters and
+// optimizer state do not.
+func (e *OutOfMemoryError) Advice() string {
+	larger := "open the device with a larger capacity"
+	if e.Stats.Capacity == 0 {
+		larger = "use a device with more memory"
+	}
+	switch e.Category {
+	case Parameter:
+		return "The model's parameters do not fit: use a smaller model (fewer or narrower layers), or " + larger
+	case OptimizerState:
+		return "The optimizer's state does not fit beside the model: use an optimizer that keeps less " +
+			"(SGD without momentum keeps none; AdamW keeps two tensors per parameter), a smaller model, or " + larger
+	case Gradient:
+		return "Gradients do not fit: lower the batch size (gradients of activations grow with it), " +
+			"apply each parameter's update as its gradient is ready (optim.InBackward), or " + larger
+	case Workspace:
+		return "A library's scratch space does not fit: free memory first (lower the batch size, offload activations), or " + larger
+	default: // activations and the temporaries of ops grow with the batch
+		return "Lower the batch size, offload activations (see `ferry plan`), or " + larger
+	}
 }

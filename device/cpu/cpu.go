@@ -120,7 +120,7 @@ func (d *Device) NewStream(name string) (device.Stream, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, fmt.Errorf("%s: NewStream on a closed device", d.name)
+		return nil, fmt.Errorf("%s: NewStream: %w", d.name, device.ErrClosed)
 	}
 	s := newWorkerStream(name, d.copyDelay)
 	d.streams = append(d.streams, s)
@@ -130,6 +130,9 @@ func (d *Device) NewStream(name string) (device.Stream, error) {
 // Copy copies src to dst on s. Both spans must be CPU memory (this device's
 // or its host's).
 func (d *Device) Copy(s device.Stream, dst, src device.Span) error {
+	if d.alloc.Closed() {
+		return fmt.Errorf("%s: copy: %w", d.name, device.ErrClosed)
+	}
 	if dst.Len != src.Len {
 		return fmt.Errorf("%s: copy of %d bytes into a span of %d", d.name, src.Len, dst.Len)
 	}
@@ -148,7 +151,9 @@ func (d *Device) Copy(s device.Stream, dst, src device.Span) error {
 	}
 }
 
-// Close stops the side streams and releases all memory.
+// Close stops the side streams and releases all memory. Afterwards
+// allocations, copies and new streams fail with device.ErrClosed, and
+// frees do nothing; the tensor layer refuses to use tensors on it.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {

@@ -132,6 +132,9 @@ func (d *Device) Now() float64 { return d.comp.clock }
 func (d *Device) StallSeconds() float64 { return d.sim.stall }
 
 func (d *Device) NewStream(name string) (device.Stream, error) {
+	if d.alloc.Closed() {
+		return nil, fmt.Errorf("%s: NewStream: %w", d.name, device.ErrClosed)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s := &stream{name: name, dev: d}
@@ -141,6 +144,9 @@ func (d *Device) NewStream(name string) (device.Stream, error) {
 
 // Copy accounts a copy of len(src) bytes on s, at the link's rate.
 func (d *Device) Copy(s device.Stream, dst, src device.Span) error {
+	if d.alloc.Closed() {
+		return fmt.Errorf("%s: copy: %w", d.name, device.ErrClosed)
+	}
 	if dst.Len != src.Len {
 		return fmt.Errorf("meta: copy of %d bytes into a span of %d", src.Len, dst.Len)
 	}
@@ -187,7 +193,15 @@ func (d *Device) SimulateDisk(n int64, write bool, after device.Event) device.Ev
 	return &event{t: start, dev: d}
 }
 
-func (d *Device) Close() error { return d.alloc.Close() }
+// Close releases the device's memory and its host's; afterwards, as on
+// every device, allocations, copies and new streams fail with
+// device.ErrClosed.
+func (d *Device) Close() error {
+	if d.host != d {
+		_ = d.host.alloc.Close() // the host's memory is only numbers: closing it cannot fail
+	}
+	return d.alloc.Close()
+}
 
 // stream is a simulated stream: its clock is when its last work ends.
 type stream struct {
