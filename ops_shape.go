@@ -48,7 +48,7 @@ func inferShape(t *Tensor, shape []int) []int {
 		}
 		shape[infer] = n / known
 	}
-	if device.Numel(shape) != n {
+	if m, _, err := device.ShapeBytes(shape, 1); err != nil || m != n { // checked: a product may wrap around to n
 		panicf("reshape", "cannot reshape %s (%d elements) into %v", t.describe(), n, shape)
 	}
 	return shape

@@ -370,7 +370,11 @@ func (n *node) releaseSaved() error {
 			func() {
 				defer func() {
 					if p := recover(); p != nil {
-						err = fmt.Errorf("releasing a tensor saved by %s: %v", n.op, p)
+						if e, ok := p.(error); ok {
+							err = fmt.Errorf("releasing a tensor saved by %s: %w", n.op, e)
+						} else {
+							err = fmt.Errorf("releasing a tensor saved by %s: %v", n.op, p)
+						}
 					}
 				}()
 				r.Release()

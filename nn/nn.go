@@ -65,9 +65,9 @@ func NewLinear(dev device.Device, in, out int, bias bool, rng *rand.Rand) (l *Li
 	}
 	err = ferry.Catch(func() error {
 		bound := float32(1 / math.Sqrt(float64(in)))
-		l = &Linear{Weight: NewParameter(ferry.Uniform(dev, rng, -bound, bound, out, in), "weight")}
+		l = &Linear{Weight: NewParameter(ferry.UniformAs(dev, device.Parameter, rng, -bound, bound, out, in), "weight")}
 		if bias {
-			l.Bias = NewParameter(ferry.Uniform(dev, rng, -bound, bound, out), "bias")
+			l.Bias = NewParameter(ferry.UniformAs(dev, device.Parameter, rng, -bound, bound, out), "bias")
 		}
 		return nil
 	})

@@ -25,6 +25,7 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/internal/goid"
 	"ferry/internal/workq"
 )
 
@@ -103,6 +104,11 @@ type Stats struct {
 	Kept         int `json:"kept"`          // of those, left on the device by policy
 	Deduplicated int `json:"deduplicated"`  // of those, sharing storage with one already packed
 	Offloaded    int `json:"offloaded"`     // distinct storages moved off the device
+	// HeldOutside counts distinct storages left on the device because a
+	// handle outside the tape held them when they were due to move (the
+	// step's input batch, which the caller keeps): copying them would
+	// free nothing (see ferry.Tensor.OutsideHandles).
+	HeldOutside int `json:"held_outside"`
 
 	BytesToHost   int64 `json:"bytes_to_host"`
 	BytesToDisk   int64 `json:"bytes_to_disk"`
@@ -128,6 +134,7 @@ func (s Stats) Since(earlier Stats) Stats {
 	d.Kept -= earlier.Kept
 	d.Deduplicated -= earlier.Deduplicated
 	d.Offloaded -= earlier.Offloaded
+	d.HeldOutside -= earlier.HeldOutside
 	d.BytesToHost -= earlier.BytesToHost
 	d.BytesToDisk -= earlier.BytesToDisk
 	d.BytesFromHost -= earlier.BytesFromHost
@@ -155,13 +162,20 @@ func (s Stats) OverlapRatio() float64 {
 // copies run on the device's side streams and disk I/O on a goroutine of
 // the Offloader's. Device tensors are only ever released on the training
 // goroutine, when the copy that reads them is known to have finished.
+//
+// The training goroutine is the one that packs the first tensor while the
+// Offloader holds none: its hooks used from another goroutine while it
+// holds tensors panic (Pack) or fail (Unpack) with a *ferry.Error, rather
+// than corrupt its records, and so do hooks given a tensor of a device
+// other than the Offloader's.
 type Offloader struct {
-	cfg  Config
-	dev  device.Device
-	host device.Device
-	d2h  device.Stream
-	h2d  device.Stream
-	disk *workq.Queue
+	owner uintptr // goid.Current() of the training goroutine; see checkOwner
+	cfg   Config
+	dev   device.Device
+	host  device.Device
+	d2h   device.Stream
+	h2d   device.Stream
+	disk  *workq.Queue
 
 	records   map[any]*record // by storage, for deduplication
 	order     []*record       // this step's records in the order they were saved
@@ -215,8 +229,13 @@ func (o *Offloader) Stats() Stats { return o.stats }
 
 // Close waits for transfers in flight, lets go of everything still held and
 // stops the disk goroutine. Tensors still packed must not be unpacked
-// afterwards (close the tape first).
+// afterwards (close the tape first). While it holds tensors, closing from a
+// goroutine other than the training goroutine returns an error and closes
+// nothing.
 func (o *Offloader) Close() error {
+	if err := o.checkOwner("close"); err != nil {
+		return err
+	}
 	var errs []error
 	for _, r := range o.order {
 		if r != nil {
@@ -245,6 +264,11 @@ func (p *packed) Release() {
 	if p.done {
 		return
 	}
+	if p.o != nil {
+		if err := p.o.checkOwner("release"); err != nil {
+			panic(err) // autograd, the caller, turns it into an error
+		}
+	}
 	p.done = true
 	if p.keep != nil {
 		p.keep.Release()
@@ -259,8 +283,32 @@ func (p *packed) Release() {
 	}
 }
 
+// checkOwner returns an *ferry.Error unless the calling goroutine may use
+// the Offloader: the one that last started packing with nothing held.
+func (o *Offloader) checkOwner(op string) error {
+	g := goid.Current()
+	if g == o.owner || o.live == 0 && len(o.inFlight) == 0 {
+		return nil
+	}
+	return &ferry.Error{Op: "offload " + op, Msg: "the offloader is used from a goroutine other than the one training with it; " +
+		"an Offloader serves one training goroutine at a time: give each goroutine its own"}
+}
+
 // pack is the Pack hook.
 func (o *Offloader) pack(t *ferry.Tensor, info ferry.SaveInfo) any {
+	if err := o.checkOwner("pack"); err != nil {
+		t.Release()
+		panic(err)
+	}
+	if o.live == 0 && len(o.inFlight) == 0 {
+		o.owner = goid.Current() // nothing held: whoever packs now trains
+	}
+	if dev := t.Device(); dev != o.dev {
+		t.Release()
+		panic(&ferry.Error{Op: "offload pack", Msg: fmt.Sprintf("a tensor saved by %s is on %s, but the offloader was made for %s; "+
+			"make one offloader per device, and push its hooks only around ops on that device",
+			info.Op, device.Identify(dev), device.Identify(o.dev))})
+	}
 	o.stats.SavedTensors++
 	o.reap()
 	if info.Parameter || t.StorageBytes() == 0 {
@@ -315,7 +363,13 @@ func (o *Offloader) pack(t *ferry.Tensor, info ferry.SaveInfo) any {
 
 // unpack is the Unpack hook.
 func (o *Offloader) unpack(v any) (*ferry.Tensor, error) {
-	p := v.(*packed)
+	if err := o.checkOwner("unpack"); err != nil {
+		return nil, err
+	}
+	p, ok := v.(*packed)
+	if !ok || p.o != nil && p.o != o {
+		return nil, &ferry.Error{Op: "offload unpack", Msg: fmt.Sprintf("a value this offloader did not pack (%T)", v)}
+	}
 	if p.keep != nil {
 		return p.keep, nil
 	}

@@ -64,8 +64,15 @@ func (o *Offloader) tierFor(r *record) Placement {
 	return Keep
 }
 
-// moveOut starts the copy of r off the device.
+// moveOut starts the copy of r off the device, unless a handle outside the
+// tape holds the storage: then the copy would free nothing until backward
+// (the caller keeps the step's input batch), and r stays.
 func (o *Offloader) moveOut(r *record) {
+	if r.dev.OutsideHandles() > 0 {
+		r.tier = Keep
+		o.stats.HeldOutside++
+		return
+	}
 	r.tier = o.tierFor(r)
 	if r.tier == Keep {
 		return

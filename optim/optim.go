@@ -57,7 +57,7 @@ func stepOne(params []*ferry.Tensor, index *map[*ferry.Tensor]bool, p *ferry.Ten
 
 // stateLike allocates a zeroed tensor shaped like p, as optimizer state.
 func stateLike(p *ferry.Tensor) *ferry.Tensor {
-	return ferry.Zeros(p.Device(), p.Shape()...).SetCategory(device.OptimizerState)
+	return ferry.ZerosAs(p.Device(), device.OptimizerState, p.Shape()...)
 }
 
 func checkParam(p *ferry.Tensor) error {
