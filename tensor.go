@@ -43,15 +43,15 @@ type Tensor struct {
 	shape        []int
 	strides      []int // in elements
 	offset       int   // elements from the start of the storage
-	dtype        device.DType
 	st           *storage
-	tape         *Tape // owns the handle (releases it at Close); nil: the caller does
-	requiresGrad bool
+	tape         *Tape   // owns the handle (releases it at Close); nil: the caller does
 	node         *node   // the recorded op that produced this tensor
 	grad         *Tensor // leaves: the accumulated gradient (PyTorch's .grad)
 	name         string
-	released     bool
 	releasedAt   stackTrace
+	dtype        device.DType // the small fields together: no padding between them
+	requiresGrad bool
+	released     bool
 }
 
 // storage is memory shared by the handles of one tensor and its views.

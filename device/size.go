@@ -21,13 +21,14 @@ var ErrTooLarge = errors.New("size exceeds what any device can hold")
 // bytes at elemSize bytes each. It is the one place where ferry multiplies
 // dimensions for memory: a negative dimension, or a product that overflows
 // or exceeds MaxBytes, is an error wrapping ErrTooLarge (the negative
-// dimension aside), never a wrapped-around number.
+// dimension aside), never a wrapped-around number. It does not retain
+// shape, so a caller's variadic shape stays on its stack.
 func ShapeBytes(shape []int, elemSize int) (numel int, bytes int64, err error) {
 	var n uint64 = 1
 	overflow := false
 	for _, d := range shape {
 		if d < 0 {
-			return 0, 0, fmt.Errorf("shape %v: negative dimension %d", shape, d)
+			return 0, 0, fmt.Errorf("shape %v: negative dimension %d", append([]int(nil), shape...), d) // a copy: shape must not escape
 		}
 		hi, lo := bits.Mul64(n, uint64(d))
 		if hi != 0 || lo > uint64(MaxBytes) {
@@ -44,7 +45,7 @@ func ShapeBytes(shape []int, elemSize int) (numel int, bytes int64, err error) {
 	}
 	hi, b := bits.Mul64(n, uint64(elemSize))
 	if overflow || hi != 0 || b > uint64(MaxBytes) {
-		return 0, 0, fmt.Errorf("shape %v of %d-byte elements: %w (at most %s)", shape, elemSize, ErrTooLarge, FormatBytes(MaxBytes))
+		return 0, 0, fmt.Errorf("shape %v of %d-byte elements: %w (at most %s)", append([]int(nil), shape...), elemSize, ErrTooLarge, FormatBytes(MaxBytes))
 	}
 	return int(n), int64(b), nil
 }
