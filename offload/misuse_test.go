@@ -153,21 +153,31 @@ func TestOffloaderFromSecondGoroutine(t *testing.T) {
 	})
 }
 
-// Hooks of an offloader on another device's tensors: an *Error that names
-// both devices, and nothing leaks.
+// Hooks of an offloader (or a HostSaver) on another device's tensors: an
+// *Error that names both devices, and nothing leaks.
 func TestOffloaderOnAnotherDevice(t *testing.T) {
-	dev, other := openCPU(t, device.Options{}), openCPU(t, device.Options{})
-	off, err := offload.New(dev, offload.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
+	for _, kind := range []string{"offloader", "save-on-host"} {
+		t.Run(kind, func(t *testing.T) { testOnAnotherDevice(t, kind) })
 	}
-	defer off.Close()
+}
+
+func testOnAnotherDevice(t *testing.T, kind string) {
+	dev, other := openCPU(t, device.Options{}), openCPU(t, device.Options{})
+	hooks := offload.SaveOnHost(dev)
+	if kind == "offloader" {
+		off, err := offload.New(dev, offload.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer off.Close()
+		hooks = off.Hooks()
+	}
 	m := model(t, other)
 	in := ferry.Randn(other, rand.New(rand.NewPCG(1, 1)), batch, width)
 	defer in.Release()
 	before := other.Allocator().Allocated()
-	err = ferry.Step(func(tape *ferry.Tape) error {
-		tape.WithHooks(off.Hooks(), func() { m.Forward(tape.Input(in)) })
+	err := ferry.Step(func(tape *ferry.Tape) error {
+		tape.WithHooks(hooks, func() { m.Forward(tape.Input(in)) })
 		return nil
 	})
 	var fe *ferry.Error

@@ -13,6 +13,16 @@
 //		return nn.MSELoss(y, target).Backward()
 //	})
 //
+// What stays on the device: parameters, tensors under MinBytes, the last
+// KeepLast storages saved, and storages that a handle outside the tape
+// holds when they are due to move, such as the step's input batch, which
+// the caller keeps (tape.Input): copying those would free nothing, since
+// their memory stays allocated until the caller lets go (see
+// Stats.HeldOutside and ferry.Tensor.OutsideHandles). A tensor that the
+// tape's own handle keeps until the step ends (a batch given to the tape
+// with Adopt and never released) is still copied: when it is due to move,
+// whether the step will release it before backward cannot be known.
+//
 // Two tiers take what leaves the device: host memory (a reusable pool,
 // pinned on a GPU) and, beyond a host budget, files on disk. SaveOnHost is
 // the simple synchronous alternative PyTorch offers, kept for comparison.
@@ -303,11 +313,9 @@ func (o *Offloader) pack(t *ferry.Tensor, info ferry.SaveInfo) any {
 	if o.live == 0 && len(o.inFlight) == 0 {
 		o.owner = goid.Current() // nothing held: whoever packs now trains
 	}
-	if dev := t.Device(); dev != o.dev {
+	if t.Device() != o.dev {
 		t.Release()
-		panic(&ferry.Error{Op: "offload pack", Msg: fmt.Sprintf("a tensor saved by %s is on %s, but the offloader was made for %s; "+
-			"make one offloader per device, and push its hooks only around ops on that device",
-			info.Op, device.Identify(dev), device.Identify(o.dev))})
+		panic(otherDevice("offload", info, t, o.dev))
 	}
 	o.stats.SavedTensors++
 	o.reap()
@@ -359,6 +367,13 @@ func (o *Offloader) pack(t *ferry.Tensor, info ferry.SaveInfo) any {
 		}
 	}
 	return p
+}
+
+// otherDevice is the error of hooks made for dev given t, of another.
+func otherDevice(hooks string, info ferry.SaveInfo, t *ferry.Tensor, dev device.Device) *ferry.Error {
+	return &ferry.Error{Op: hooks + " pack", Msg: fmt.Sprintf("a tensor saved by %s is on %s, but the hooks were made for %s; "+
+		"make one offloader per device, and push its hooks only around ops on that device",
+		info.Op, device.Identify(t.Device()), device.Identify(dev))}
 }
 
 // unpack is the Unpack hook.

@@ -24,7 +24,11 @@ func NewHostSaver(dev device.Device) *HostSaver {
 	s := &HostSaver{dev: dev}
 	host := dev.Host()
 	s.hooks = &ferry.SavedTensorHooks{
-		Pack: func(t *ferry.Tensor, _ ferry.SaveInfo) any {
+		Pack: func(t *ferry.Tensor, info ferry.SaveInfo) any {
+			if t.Device() != dev {
+				t.Release()
+				panic(otherDevice("save-on-host", info, t, dev))
+			}
 			start := time.Now()
 			h := t.To(host) // synchronous
 			t.Release()
