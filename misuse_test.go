@@ -230,11 +230,22 @@ func TestSizesNeverOverflow(t *testing.T) {
 				wantFerryError(t, name+" "+what, err, device.ErrTooLarge)
 			}
 		}
-		// A reshape whose product wraps around to the tensor's size.
+		// A reshape whose product wraps around to the tensor's size, and a
+		// strided view whose reach does.
 		x := ferry.Zeros(dev, 4)
 		err := ferry.Catch(func() error { x.Reshape(1<<62+1, 4); return nil })
 		wantFerryError(t, name+" reshape", err, nil)
+		err = ferry.Catch(func() error { x.AsStrided([]int{2, 1 << 62}, []int{1, 4}, 0); return nil })
+		wantFerryError(t, name+" as_strided", err, nil)
 		x.Release()
+		// Values that do not match the shape: an error before any memory
+		// is asked for.
+		before := dev.Allocator().Stats().AllocatedBytes.Allocated
+		err = ferry.Catch(func() error { ferry.FromFloat32s(dev, make([]float32, 10), 1<<30); return nil })
+		wantFerryError(t, name+" from_float32s", err, nil)
+		if _, oom := ferry.IsOutOfMemory(err); oom || dev.Allocator().Stats().AllocatedBytes.Allocated != before {
+			t.Errorf("%s: 10 values for 2^30 elements asked the device for memory: %v", name, err)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package ferry
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"unsafe"
@@ -198,11 +199,10 @@ func FromFloat32s(dev device.Device, data []float32, shape ...int) *Tensor {
 	if len(shape) == 0 {
 		shape = []int{len(data)}
 	}
-	t := Empty(dev, shape...) // checks the shape's size before it is compared
-	if t.Numel() != len(data) {
-		t.Release()
-		panicf("from_float32s", "%d values for shape %v (%d elements)", len(data), shape, device.Numel(shape))
+	if n := checkedNumel("from_float32s", shape, 4); n != len(data) {
+		panicf("from_float32s", "%d values for shape %v (%d elements)", len(data), shape, n)
 	}
+	t := Empty(dev, shape...)
 	t.upload(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), len(data)*4))
 	return t
 }
@@ -212,13 +212,22 @@ func FromInt32s(dev device.Device, data []int32, shape ...int) *Tensor {
 	if len(shape) == 0 {
 		shape = []int{len(data)}
 	}
-	t := allocate(dev, device.Int32, device.Activation, shape)
-	if t.Numel() != len(data) {
-		t.Release()
-		panicf("from_int32s", "%d values for shape %v (%d elements)", len(data), shape, device.Numel(shape))
+	if n := checkedNumel("from_int32s", shape, 4); n != len(data) {
+		panicf("from_int32s", "%d values for shape %v (%d elements)", len(data), shape, n)
 	}
+	t := allocate(dev, device.Int32, device.Activation, shape)
 	t.upload(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), len(data)*4))
 	return t
+}
+
+// checkedNumel is the number of elements of shape, or a panic with an
+// *Error when its size overflows (see device.ShapeBytes).
+func checkedNumel(op string, shape []int, elemSize int) int {
+	n, _, err := device.ShapeBytes(shape, elemSize)
+	if err != nil {
+		panic(&Error{Op: op, Msg: "bad shape", Err: err})
+	}
+	return n
 }
 
 func (t *Tensor) upload(b []byte) {
@@ -605,15 +614,23 @@ func (t *Tensor) AsStrided(shape, strides []int, offset int) *Tensor {
 	if len(shape) != len(strides) {
 		panicf("as_strided", "shape %v and strides %v differ in rank", shape, strides)
 	}
-	last := offset
+	// The last element's offset, in uint64 so that no geometry wraps around
+	// into the storage.
+	last, inside := uint64(offset), offset >= 0
 	for i, d := range shape {
-		if d == 0 {
-			last = offset
+		if d < 0 || strides[i] < 0 {
+			inside = false
 			break
 		}
-		last += (d - 1) * strides[i]
+		if d == 0 {
+			last = uint64(offset)
+			break
+		}
+		hi, reach := bits.Mul64(uint64(d-1), uint64(strides[i]))
+		last += reach
+		inside = inside && hi == 0 && reach <= uint64(device.MaxBytes) && last <= uint64(device.MaxBytes)
 	}
-	if t.st.block != nil && int64((last+1)*t.dtype.Size()) > t.st.block.Requested() || offset < 0 {
+	if !inside || t.st.block != nil && int64(last+1)*int64(t.dtype.Size()) > t.st.block.Requested() {
 		panicf("as_strided", "geometry %v/%v+%d reaches outside the storage", shape, strides, offset)
 	}
 	h := t.handle(nil)

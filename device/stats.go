@@ -141,13 +141,13 @@ func FormatBytes(n int64) string {
 		return fmt.Sprintf("%d B", n)
 	}
 	f := float64(n)
-	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB", "PiB"} {
 		f /= unit
 		if f < unit && f > -unit {
 			return fmt.Sprintf("%.2f %s", f, u)
 		}
 	}
-	return fmt.Sprintf("%.2f PiB", f/unit)
+	return fmt.Sprintf("%.2f EiB", f/unit)
 }
 
 // OutOfMemoryError is returned when an allocation does not fit, even after
@@ -163,8 +163,12 @@ type OutOfMemoryError struct {
 }
 
 func (e *OutOfMemoryError) Error() string {
-	return fmt.Sprintf("%s out of memory: tried to allocate %s (%s); %s, %s free, %s cached but unusable. %s",
-		e.Device, FormatBytes(e.Requested), e.Category, e.Stats, FormatBytes(e.Free), FormatBytes(e.FreeCached), e.Advice())
+	free := ""
+	if e.Stats.Capacity > 0 { // without a cap, the allocator does not know what is free
+		free = ", " + FormatBytes(e.Free) + " free"
+	}
+	return fmt.Sprintf("%s out of memory: tried to allocate %s (%s); %s%s, %s cached but unusable. %s",
+		e.Device, FormatBytes(e.Requested), e.Category, e.Stats, free, FormatBytes(e.FreeCached), e.Advice())
 }
 
 // Advice says what would make an allocation of e's category fit. The batch
