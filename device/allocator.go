@@ -277,6 +277,10 @@ func (a *Allocator) Alloc(n int64, cat Category) (*Block, error) {
 // once if the capacity or the system says no.
 func (a *Allocator) grow(size int64) (*Block, error) {
 	segSize := segmentSize(size)
+	if a.stats.ReservedBytes.Current > MaxBytes-segSize {
+		// No device holds this much: keeps every statistic far from overflow.
+		return nil, fmt.Errorf("%s more would make %s reserved: %w", FormatBytes(segSize), FormatBytes(a.stats.ReservedBytes.Current+segSize), ErrTooLarge)
+	}
 	fits := func() bool {
 		return a.cfg.Capacity == 0 || a.stats.ReservedBytes.Current+segSize <= a.cfg.Capacity
 	}

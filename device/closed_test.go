@@ -2,6 +2,7 @@ package device
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 )
@@ -45,6 +46,30 @@ func TestAllocTooLarge(t *testing.T) {
 	}
 	if mem.reserves != 0 {
 		t.Errorf("%d reserves for sizes no device holds", mem.reserves)
+	}
+}
+
+// One allocator never reserves more than MaxBytes in all, so its
+// statistics cannot overflow; running totals saturate.
+func TestReservedStaysBelowMaxBytes(t *testing.T) {
+	a, _ := newTestAllocator(t, 0)
+	var err error
+	for i := 0; i < 4 && err == nil; i++ {
+		_, err = a.Alloc(MaxBytes/3, Activation)
+	}
+	if _, ok := errors.AsType[*OutOfMemoryError](err); !ok || !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a fourth third of MaxBytes: %v, want an out-of-memory error wrapping ErrTooLarge", err)
+	}
+	if r := a.Stats().ReservedBytes.Current; r <= 0 || r > MaxBytes {
+		t.Fatalf("reserved %d", r)
+	}
+	var s Stat
+	for range 10 {
+		s.add(MaxBytes)
+		s.sub(MaxBytes)
+	}
+	if s.Allocated != math.MaxInt64 || s.Freed != math.MaxInt64 || s.Current != 0 {
+		t.Fatalf("running totals wrapped: %+v", s)
 	}
 }
 

@@ -3,6 +3,7 @@ package device
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 )
 
 // Category says what an allocation holds, so that a memory timeline can say
@@ -47,9 +48,12 @@ type Stat struct {
 	Freed     int64 `json:"freed"`
 }
 
+// Current and Peak stay below an allocator's limit on reserved bytes
+// (MaxBytes); the running totals saturate at math.MaxInt64 rather than
+// wrap around to negative numbers.
 func (s *Stat) add(n int64) {
 	s.Current += n
-	s.Allocated += n
+	s.Allocated = saturatingAdd(s.Allocated, n)
 	if s.Current > s.Peak {
 		s.Peak = s.Current
 	}
@@ -57,7 +61,14 @@ func (s *Stat) add(n int64) {
 
 func (s *Stat) sub(n int64) {
 	s.Current -= n
-	s.Freed += n
+	s.Freed = saturatingAdd(s.Freed, n)
+}
+
+func saturatingAdd(a, n int64) int64 {
+	if a > math.MaxInt64-n {
+		return math.MaxInt64
+	}
+	return a + n
 }
 
 func (s *Stat) resetPeak() { s.Peak = s.Current }
