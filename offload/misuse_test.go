@@ -201,3 +201,33 @@ func onOther(f func()) {
 	}()
 	<-done
 }
+
+// A device closed while an offloader still holds a step's tensors: using
+// them is an error, and closing the offloader afterwards is harmless.
+func TestOffloaderAfterDeviceClose(t *testing.T) {
+	dev := openCPU(t, device.Options{})
+	m := model(t, dev)
+	off, err := offload.New(dev, offload.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := ferry.Randn(dev, rand.New(rand.NewPCG(1, 1)), batch, width)
+	tape := ferry.NewTape()
+	var y *ferry.Tensor
+	tape.WithHooks(off.Hooks(), func() { y = m.Forward(tape.Input(in)) })
+	loss := ferry.MSELoss(y, y)
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err = loss.Backward()
+	if !errors.Is(err, device.ErrClosed) {
+		t.Fatalf("backward after the device was closed: %v, want ErrClosed", err)
+	}
+	if err := tape.Close(); err != nil {
+		t.Errorf("closing the tape: %v", err)
+	}
+	if err := off.Close(); err != nil {
+		t.Errorf("closing the offloader: %v", err)
+	}
+	in.Release()
+}
