@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch's side of bench/cpu_step.sh: times training steps of the origin
-model on the CPU exactly as /work/shared/tools/baselines.sh does (and as
-bench/cpustep does for ferry): L x (Linear(W, W) + ReLU) in nn.Sequential,
+model on the CPU exactly as bench/cpustep does for ferry: L x (Linear(W, W) + ReLU) in nn.Sequential,
 batch B, MSE loss, SGD (lr 1e-3), zero_grad(set_to_none=True).
 
 Usage: /usr/bin/python3 bench/cpu_step.py [layers width batch steps]
