@@ -61,7 +61,11 @@ type Device interface {
 	Kernels() Kernels
 
 	// Close releases the device's streams and cached memory. Blocks still
-	// allocated are released too; using them afterwards is undefined.
+	// allocated are released too: afterwards the allocator refuses memory
+	// with ErrClosed and ignores frees (see Allocator.Close), Copy and
+	// NewStream return errors wrapping ErrClosed, and the tensor layer
+	// refuses the device's tensors with an error before any kernel could
+	// touch their memory.
 	Close() error
 }
 
