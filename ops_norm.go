@@ -46,7 +46,11 @@ func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
 		rx()
 	}
 	shape := x.shape
-	record(tp, op, out, []*Tensor{x, weight, bias}, []*Tensor{x, mean, rstd, weight}, func(bk *backward) {
+	save := []*Tensor{x, mean, rstd}
+	if weight != nil {
+		save = append(save, weight)
+	}
+	record(tp, op, out, []*Tensor{x, weight, bias}, save, func(bk *backward) {
 		g, rg := contiguousInput(bk.Grad())
 		defer rg()
 		xs, rx := contiguousInput(bk.Saved(0))
