@@ -58,8 +58,9 @@ func onesLike(shape []int) []int {
 
 // NLLLoss returns the mean over rows of -logp[r, target[r]] for logp
 // [rows, classes] (log-probabilities) and int32 target [rows]; rows whose
-// target is negative are skipped (PyTorch's ignore_index, here any negative
-// class). It saves the target.
+// target is IgnoreIndex (-100, PyTorch's default ignore_index) are skipped,
+// and any other target outside [0, classes) is an *Error. It saves the
+// target.
 func NLLLoss(logp, target *Tensor) *Tensor {
 	tp := tapeOf("nll_loss", logp, target)
 	dev := sameDevice("nll_loss", logp, target)
@@ -73,8 +74,8 @@ func NLLLoss(logp, target *Tensor) *Tensor {
 	if device.HasData(dev) {
 		classes := logp.shape[1]
 		for _, c := range target.Int32s() {
-			if c >= int32(classes) {
-				panicf("nll_loss", "target class %d out of range for %d classes", c, classes)
+			if c != IgnoreIndex && (c < 0 || c >= int32(classes)) {
+				panicf("nll_loss", "target class %d out of range for %d classes (only %d, the ignore index, may lie outside)", c, classes, IgnoreIndex)
 			}
 		}
 	}
@@ -105,12 +106,26 @@ func NLLLoss(logp, target *Tensor) *Tensor {
 	return out
 }
 
-// CrossEntropy returns the mean cross-entropy of logits [rows, classes]
-// against int32 class targets [rows]: NLLLoss(LogSoftmax(logits)), as
-// PyTorch computes nn.functional.cross_entropy. The log-probabilities are
-// freed when the loss is computed, except for the reference log-softmax
-// saved for backward.
+// CrossEntropy returns the mean cross-entropy of logits [..., classes]
+// against int32 class targets [...]: NLLLoss(LogSoftmax(logits)) over the
+// flattened leading axes, as PyTorch computes nn.functional.cross_entropy
+// of logits.view(-1, V) and targets.view(-1). Rows whose target is
+// IgnoreIndex (-100) are left out of the mean; any other target outside
+// [0, classes) is an *Error. The log-probabilities are freed when the loss
+// is computed, except for the reference log-softmax saved for backward.
 func CrossEntropy(logits, target *Tensor) *Tensor {
+	if logits.Rank() > 2 || (logits.Rank() == 2 && target.Rank() != 1) {
+		V := logits.shape[logits.Rank()-1]
+		if device.Numel(target.shape)*V != logits.Numel() || !sameShape(target.shape, logits.shape[:logits.Rank()-1]) {
+			panicf("cross_entropy", "want logits [..., classes] and target [...] with the same leading axes, got %v and %v", logits.shape, target.shape)
+		}
+		l2 := logits.Reshape(-1, V)
+		t1 := target.Reshape(-1)
+		loss := CrossEntropy(l2, t1)
+		l2.Release()
+		t1.Release()
+		return loss
+	}
 	logp := LogSoftmax(logits)
 	loss := NLLLoss(logp, target)
 	logp.Release()

@@ -1,0 +1,387 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"ferry/device"
+	"ferry/internal/blas"
+	"ferry/internal/gemm"
+)
+
+// The transformer kernel families (device.EmbeddingKernels,
+// LayerNormKernels, AttentionKernels, DropoutKernels) on the CPU. Every
+// reduction runs in a fixed order, independent of the number of threads, so
+// results are bitwise repeatable.
+
+var (
+	_ device.EmbeddingKernels = (*kernels)(nil)
+	_ device.LayerNormKernels = (*kernels)(nil)
+	_ device.AttentionKernels = (*kernels)(nil)
+	_ device.DropoutKernels   = (*kernels)(nil)
+)
+
+// sgemm is one row-major product through the same backend Gemm uses.
+func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if useBLAS() {
+		blas.Sgemm(transA, transB, m, n, k, alpha, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&b[0]), ldb, beta, unsafe.Pointer(&c[0]), ldc)
+		blasCalled()
+		return
+	}
+	gemm.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func (k *kernels) Gather(dst, table, idx device.View) error {
+	C := table.Shape[len(table.Shape)-1]
+	V := table.Shape[0]
+	n := idx.Numel()
+	d, t, ix := floats(dst)[:n*C], floats(table)[:V*C], int32s(idx)[:n]
+	for r, i := range ix {
+		if i < 0 || int(i) >= V {
+			return fmt.Errorf("embedding: index %d (position %d) is outside [0, %d)", i, r, V)
+		}
+	}
+	parallelFor(n, max(1, elementGrain/max(C, 1)), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			i := int(ix[r])
+			copy(d[r*C:(r+1)*C], t[i*C:(i+1)*C])
+		}
+	})
+	return nil
+}
+
+func (k *kernels) ScatterAdd(dst, src, idx device.View) error {
+	C := dst.Shape[len(dst.Shape)-1]
+	V := dst.Shape[0]
+	n := idx.Numel()
+	d, s, ix := floats(dst)[:V*C], floats(src)[:n*C], int32s(idx)[:n]
+	for r, i := range ix {
+		if i < 0 || int(i) >= V {
+			return fmt.Errorf("embedding_backward: index %d (position %d) is outside [0, %d)", i, r, V)
+		}
+	}
+	// Columns split across goroutines; within a column, rows in index
+	// order: the sums do not depend on the thread count.
+	const chunk = 64
+	chunks := (C + chunk - 1) / chunk
+	parallelFor(chunks, max(1, elementGrain/max(1, n*chunk)), func(lo, hi int) {
+		for c := lo; c < hi; c++ {
+			c0, c1 := c*chunk, min(C, (c+1)*chunk)
+			for r, i := range ix {
+				row := d[int(i)*C+c0 : int(i)*C+c1]
+				vecAdd(row, row, s[r*C+c0:r*C+c1])
+			}
+		}
+	})
+	return nil
+}
+
+func (k *kernels) LayerNorm(dst, mean, rstd, x, weight, bias device.View, eps float32) error {
+	C := x.Shape[len(x.Shape)-1]
+	rows := x.Numel() / max(C, 1)
+	xs, d, mu, rs := floats(x)[:rows*C], floats(dst)[:rows*C], floats(mean)[:rows], floats(rstd)[:rows]
+	var w, b []float32
+	if weight.Block != nil {
+		w = floats(weight)[:C]
+	}
+	if bias.Block != nil {
+		b = floats(bias)[:C]
+	}
+	parallelFor(rows, max(1, elementGrain/(4*max(C, 1))), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row := xs[r*C : (r+1)*C]
+			var s float64
+			for _, v := range row {
+				s += float64(v)
+			}
+			m := s / float64(C)
+			var ss float64
+			for _, v := range row {
+				e := float64(v) - m
+				ss += e * e
+			}
+			inv := 1 / math.Sqrt(ss/float64(C)+float64(eps))
+			mu[r], rs[r] = float32(m), float32(inv)
+			mf, invf := float32(m), float32(inv)
+			out := d[r*C : (r+1)*C]
+			for c, v := range row {
+				y := (v - mf) * invf
+				if w != nil {
+					y *= w[c]
+				}
+				if b != nil {
+					y += b[c]
+				}
+				out[c] = y
+			}
+		}
+	})
+	return nil
+}
+
+func (k *kernels) LayerNormBackward(dx, dweight, dbias, grad, x, mean, rstd, weight device.View) error {
+	C := x.Shape[len(x.Shape)-1]
+	rows := x.Numel() / max(C, 1)
+	xs, g, dxs := floats(x)[:rows*C], floats(grad)[:rows*C], floats(dx)[:rows*C]
+	mu, rs := floats(mean)[:rows], floats(rstd)[:rows]
+	var w []float32
+	if weight.Block != nil {
+		w = floats(weight)[:C]
+	}
+	parallelFor(rows, max(1, elementGrain/(4*max(C, 1))), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row, gr, out := xs[r*C:(r+1)*C], g[r*C:(r+1)*C], dxs[r*C:(r+1)*C]
+			m, inv := mu[r], rs[r]
+			// dx = rstd·(dŷ - mean(dŷ) - ŷ·mean(dŷ·ŷ)), dŷ = g·w.
+			var s1, s2 float64
+			for c, v := range row {
+				dy := gr[c]
+				if w != nil {
+					dy *= w[c]
+				}
+				xh := (v - m) * inv
+				s1 += float64(dy)
+				s2 += float64(dy * xh)
+			}
+			a, b := float32(s1/float64(C)), float32(s2/float64(C))
+			for c, v := range row {
+				dy := gr[c]
+				if w != nil {
+					dy *= w[c]
+				}
+				xh := (v - m) * inv
+				out[c] = inv * (dy - a - xh*b)
+			}
+		}
+	})
+	if dweight.Block == nil && dbias.Block == nil {
+		return nil
+	}
+	var dw, db []float32
+	if dweight.Block != nil {
+		dw = floats(dweight)[:C]
+	}
+	if dbias.Block != nil {
+		db = floats(dbias)[:C]
+	}
+	// Column sums over rows in row order, columns split across goroutines.
+	const chunk = 64
+	chunks := (C + chunk - 1) / chunk
+	parallelFor(chunks, max(1, elementGrain/max(1, rows*chunk)), func(lo, hi int) {
+		var aw, ab [chunk]float64
+		for ch := lo; ch < hi; ch++ {
+			c0, c1 := ch*chunk, min(C, (ch+1)*chunk)
+			clear(aw[:])
+			clear(ab[:])
+			for r := 0; r < rows; r++ {
+				m, inv := mu[r], rs[r]
+				for c := c0; c < c1; c++ {
+					gv := g[r*C+c]
+					aw[c-c0] += float64(gv * ((xs[r*C+c] - m) * inv))
+					ab[c-c0] += float64(gv)
+				}
+			}
+			for c := c0; c < c1; c++ {
+				if dw != nil {
+					dw[c] = float32(aw[c-c0])
+				}
+				if db != nil {
+					db[c] = float32(ab[c-c0])
+				}
+			}
+		}
+	})
+	return nil
+}
+
+func (k *kernels) Dropout(dst, src device.View, p float32, key device.DropoutKey) error {
+	n := src.Numel()
+	d, s := floats(dst)[:n], floats(src)[:n]
+	if p >= 1 {
+		clear(d)
+		return nil
+	}
+	scale := 1 / (1 - p)
+	thr := device.DropoutThreshold(p)
+	grain := max(4, elementGrain&^3)
+	parallelFor((n+3)/4, grain/4, func(lo, hi int) {
+		for blk := lo; blk < hi; blk++ {
+			bits := key.DropoutBits(uint64(blk))
+			for lane := 0; lane < 4; lane++ {
+				i := blk*4 + lane
+				if i >= n {
+					break
+				}
+				if bits[lane] >= thr {
+					d[i] = s[i] * scale
+				} else {
+					d[i] = 0
+				}
+			}
+		}
+	})
+	return nil
+}
+
+// headGeometry reads a [B, H, T, D] view: the offset of head (b, h) and
+// the stride between its rows (the last axis has stride 1).
+type headGeometry struct {
+	B, H, T, D int
+	v          device.View
+}
+
+func geometry(v device.View) headGeometry {
+	return headGeometry{v.Shape[0], v.Shape[1], v.Shape[2], v.Shape[3], v}
+}
+
+// head returns head (b, h) as a slice starting at its first element and
+// its row stride.
+func (g headGeometry) head(b, h int) ([]float32, int) {
+	off := b*g.v.Strides[0] + h*g.v.Strides[1]
+	return floats(g.v)[off:], max(g.v.Strides[2], g.D, 1)
+}
+
+func (k *kernels) Attention(out, lse, q, kk, v device.View, p device.AttentionParams) error {
+	gq, gk, gv := geometry(q), geometry(kk), geometry(v)
+	B, H, T, D := gq.B, gq.H, gq.T, gq.D
+	if T == 0 || D == 0 {
+		return nil
+	}
+	o, l := floats(out)[:B*H*T*D], floats(lse)[:B*H*T]
+	s := make([]float32, T*T)
+	thr, scale := device.DropoutThreshold(p.Dropout), 1/(1-p.Dropout)
+	for b := 0; b < B; b++ {
+		for h := 0; h < H; h++ {
+			qh, ldq := gq.head(b, h)
+			kh, ldk := gk.head(b, h)
+			vh, ldv := gv.head(b, h)
+			bh := b*H + h
+			sgemm(false, true, T, T, D, p.Scale, qh, ldq, kh, ldk, 0, s, T)
+			lh := l[bh*T : (bh+1)*T]
+			parallelFor(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					softmaxRow(s[i*T:(i+1)*T], attended(p.Causal, i, T), &lh[i])
+					if p.Dropout > 0 {
+						dropRow(s[i*T:(i+1)*T], p.Key, uint64((bh*T+i)*T), thr, scale)
+					}
+				}
+			})
+			sgemm(false, false, T, D, T, 1, s, T, vh, ldv, 0, o[bh*T*D:], D)
+		}
+	}
+	return nil
+}
+
+// attended is how many leading positions row i attends to.
+func attended(causal bool, i, T int) int {
+	if causal {
+		return i + 1
+	}
+	return T
+}
+
+// softmaxRow turns row[:n] into softmax weights, zeroes row[n:], and
+// stores the log-sum-exp of row[:n] in lse.
+func softmaxRow(row []float32, n int, lse *float32) {
+	m := float32(math.Inf(-1))
+	for _, x := range row[:n] {
+		m = max(m, x)
+	}
+	var sum float64
+	for j, x := range row[:n] {
+		e := float32(math.Exp(float64(x - m)))
+		row[j] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for j := range row[:n] {
+		row[j] *= inv
+	}
+	clear(row[n:])
+	*lse = m + float32(math.Log(sum))
+}
+
+// dropRow applies dropout to one row of attention weights whose elements
+// have indices base, base+1, … in the [B, H, T, T] matrix.
+func dropRow(row []float32, key device.DropoutKey, base uint64, thr uint32, scale float32) {
+	for j := range row {
+		i := base + uint64(j)
+		if key.DropoutBits(i / 4)[i%4] >= thr {
+			row[j] *= scale
+		} else {
+			row[j] = 0
+		}
+	}
+}
+
+func (k *kernels) AttentionBackward(dq, dk, dv, grad, q, kk, v, out, lse device.View, p device.AttentionParams) error {
+	gq, gk, gv, gg := geometry(q), geometry(kk), geometry(v), geometry(grad)
+	B, H, T, D := gq.B, gq.H, gq.T, gq.D
+	if T == 0 || D == 0 {
+		return nil
+	}
+	o, l := floats(out)[:B*H*T*D], floats(lse)[:B*H*T]
+	dQ, dK, dV := floats(dq)[:B*H*T*D], floats(dk)[:B*H*T*D], floats(dv)[:B*H*T*D]
+	P := make([]float32, T*T)  // attention weights (before dropout)
+	dP := make([]float32, T*T) // gradient of the weights after dropout, then of the scores
+	rowDot := make([]float32, T)
+	thr, scale := device.DropoutThreshold(p.Dropout), 1/(1-p.Dropout)
+	for b := 0; b < B; b++ {
+		for h := 0; h < H; h++ {
+			qh, ldq := gq.head(b, h)
+			kh, ldk := gk.head(b, h)
+			vh, ldv := gv.head(b, h)
+			gh, ldg := gg.head(b, h)
+			bh := b*H + h
+			oh, lh := o[bh*T*D:(bh+1)*T*D], l[bh*T:(bh+1)*T]
+			// P = exp(scale·q·kᵀ - lse), masked.
+			sgemm(false, true, T, T, D, p.Scale, qh, ldq, kh, ldk, 0, P, T)
+			parallelFor(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					row, n := P[i*T:(i+1)*T], attended(p.Causal, i, T)
+					for j := range row[:n] {
+						row[j] = float32(math.Exp(float64(row[j] - lh[i])))
+					}
+					clear(row[n:])
+					// D_i = Σ_d dO·O, which equals Σ_j dP'·P' with dropout too.
+					var s float32
+					for d := 0; d < D; d++ {
+						s += gh[i*ldg+d] * oh[i*D+d]
+					}
+					rowDot[i] = s
+				}
+			})
+			// dV = P'ᵀ·dO, with P' the weights after dropout (built in dP
+			// for the moment).
+			src := P
+			if p.Dropout > 0 {
+				copy(dP, P)
+				parallelFor(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
+					for i := lo; i < hi; i++ {
+						dropRow(dP[i*T:(i+1)*T], p.Key, uint64((bh*T+i)*T), thr, scale)
+					}
+				})
+				src = dP
+			}
+			sgemm(true, false, T, D, T, 1, src, T, gh, ldg, 0, dV[bh*T*D:], D)
+			// dP' = dO·vᵀ; through dropout; dS = P∘(dP - D_i).
+			sgemm(false, true, T, T, D, 1, gh, ldg, vh, ldv, 0, dP, T)
+			parallelFor(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					row, pr := dP[i*T:(i+1)*T], P[i*T:(i+1)*T]
+					if p.Dropout > 0 {
+						dropRow(row, p.Key, uint64((bh*T+i)*T), thr, scale)
+					}
+					for j := range row {
+						row[j] = pr[j] * (row[j] - rowDot[i])
+					}
+				}
+			})
+			// dQ = scale·dS·k, dK = scale·dSᵀ·q.
+			sgemm(false, false, T, D, T, p.Scale, dP, T, kh, ldk, 0, dQ[bh*T*D:], D)
+			sgemm(true, false, T, D, T, p.Scale, dP, T, qh, ldq, 0, dK[bh*T*D:], D)
+		}
+	}
+	return nil
+}
