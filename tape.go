@@ -34,6 +34,8 @@ type Tape struct {
 	// inBackward is set while Backward runs: ops then record nothing and
 	// their outputs are counted as gradients.
 	inBackward bool
+	// checkpointing is set while a Checkpoint segment runs its forward.
+	checkpointing bool
 }
 
 // NewTape returns an empty tape. Most code uses Step instead, which closes
