@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -186,7 +187,8 @@ func ParseName(name string) (kind string, index int, err error) {
 		return "", 0, fmt.Errorf("device name %q: empty kind", name)
 	}
 	if found {
-		if _, err := fmt.Sscanf(idx, "%d", &index); err != nil || index < 0 {
+		var err error
+		if index, err = strconv.Atoi(idx); err != nil || index < 0 || strings.TrimSpace(idx) != idx {
 			return "", 0, fmt.Errorf("device name %q: index %q is not a non-negative integer", name, idx)
 		}
 	}

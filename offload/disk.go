@@ -46,18 +46,6 @@ type diskFile struct {
 	name string
 }
 
-func createUnlinked(dir string) (*diskFile, error) {
-	f, err := os.CreateTemp(dir, "ferry-offload-*.bin")
-	if err != nil {
-		return nil, err
-	}
-	d := &diskFile{f: f}
-	if os.Remove(f.Name()) != nil {
-		d.name = f.Name()
-	}
-	return d, nil
-}
-
 func (d *diskFile) close() error {
 	err := d.f.Close()
 	if d.name != "" {

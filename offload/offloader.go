@@ -31,7 +31,6 @@ package offload
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"ferry"
 	"ferry/device"
@@ -212,9 +211,10 @@ func New(dev device.Device, cfg Config) (*Offloader, error) {
 		return nil, errors.New("offload: HostLimit < 0 sends everything to disk, but DiskDir is empty")
 	}
 	if cfg.DiskDir != "" {
-		if st, err := os.Stat(cfg.DiskDir); err != nil || !st.IsDir() {
-			return nil, fmt.Errorf("offload: disk tier directory %q is not usable: %v; create it or choose another with DiskDir", cfg.DiskDir, err)
+		if err := probeDir(cfg.DiskDir); err != nil {
+			return nil, err
 		}
+		sweepStale(cfg.DiskDir)
 	}
 	o := &Offloader{cfg: cfg, dev: dev, host: dev.Host(), records: map[any]*record{}}
 	var err error
@@ -338,6 +338,12 @@ func (o *Offloader) pack(t *ferry.Tensor, info ferry.SaveInfo) any {
 	place := Auto
 	if o.cfg.Policy != nil {
 		place = o.cfg.Policy(info, t)
+		if place == Disk && o.disk == nil {
+			// Honoured or refused, never quietly turned into a host placement.
+			t.Release()
+			panic(&ferry.Error{Op: "offload", Msg: fmt.Sprintf("the policy places a tensor saved by %s in %q on disk, "+
+				"but this offloader has no disk tier; set Config.DiskDir (ferry demo --disk-dir)", info.Op, info.Module)})
+		}
 	}
 	if place == Auto && t.StorageBytes() < o.cfg.MinBytes {
 		place = Keep

@@ -2,10 +2,14 @@ package offload
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
+	"io"
+	"slices"
+	"strings"
 
 	"ferry"
+	"ferry/internal/fsx"
 )
 
 // Policy is a placement plan that can be written to a file and read back:
@@ -64,14 +68,76 @@ func (p *Policy) Save(path string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+	return fsx.WriteAtomic(path, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
+}
+
+// Check validates the policy against a model whose saved tensors come from
+// the given module paths, on a run that has a disk tier or not. It reports
+// every problem at once: a module the model does not have, a negative
+// slot, a disk placement the run cannot honour (never silently turned into
+// a host placement), an unknown placement.
+func (p *Policy) Check(modules []string, haveDisk bool) error {
+	var problems []string
+	known := func(m string) bool { return slices.Contains(modules, m) }
+	usesDisk := func(pl Placement, where string) {
+		if pl == Disk && !haveDisk {
+			problems = append(problems, where+" places tensors on disk, but this run has no disk directory (give --disk-dir, or use the offload-disk mode)")
+		}
+		if int(pl) < 0 || int(pl) >= len(placementNames) {
+			problems = append(problems, fmt.Sprintf("%s: unknown placement %d", where, int(pl)))
+		}
+	}
+	usesDisk(p.Default, "default")
+	names := make([]string, 0, len(p.Layers))
+	for m := range p.Layers {
+		names = append(names, m)
+	}
+	slices.Sort(names)
+	for _, m := range names {
+		if !known(m) {
+			problems = append(problems, fmt.Sprintf("layers: the model has no module %q (it has %s)", m, summarize(modules)))
+		}
+		usesDisk(p.Layers[m], fmt.Sprintf("layers[%q]", m))
+	}
+	for i, r := range p.Rules {
+		where := fmt.Sprintf("rules[%d] (module %q)", i, r.Module)
+		if !known(r.Module) {
+			problems = append(problems, fmt.Sprintf("%s: the model has no such module (it has %s)", where, summarize(modules)))
+		}
+		if r.Slot != nil && *r.Slot < 0 {
+			problems = append(problems, fmt.Sprintf("%s: slot %d is negative", where, *r.Slot))
+		}
+		usesDisk(r.Placement, where)
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return errors.New("policy does not fit this run:\n  " + strings.Join(problems, "\n  "))
+}
+
+// summarize lists a few module names.
+func summarize(modules []string) string {
+	if len(modules) == 0 {
+		return "no modules"
+	}
+	if len(modules) <= 4 {
+		return strings.Join(modules, ", ")
+	}
+	return fmt.Sprintf("%s, %s, …, %s (%d in all)", modules[0], modules[1], modules[len(modules)-1], len(modules))
 }
 
 // LoadPolicy reads a policy file.
+// maxPolicyBytes caps what LoadPolicy reads: a policy names one placement
+// per saved storage, far below this.
+const maxPolicyBytes = 64 << 20
+
 func LoadPolicy(path string) (*Policy, error) {
-	b, err := os.ReadFile(path)
+	b, err := fsx.ReadLimited(path, maxPolicyBytes)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("policy: %w", err)
 	}
 	var p Policy
 	if err := json.Unmarshal(b, &p); err != nil {

@@ -49,10 +49,7 @@ type record struct {
 // tierFor chooses where r goes.
 func (o *Offloader) tierFor(r *record) Placement {
 	switch r.tier {
-	case Host, Disk:
-		if r.tier == Disk && o.disk == nil {
-			return Host
-		}
+	case Host, Disk: // pack refused Disk without a disk tier
 		return r.tier
 	}
 	if o.cfg.HostLimit == 0 || o.cfg.HostLimit > 0 && o.hostBytes+r.bytes <= o.cfg.HostLimit {

@@ -2,8 +2,8 @@ package plan
 
 import (
 	"encoding/json"
+	"ferry/internal/fsx"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -65,7 +65,7 @@ func LoadProfile(nameOrPath string) (*meta.Profile, error) {
 	if p, ok := builtin[nameOrPath]; ok {
 		return &p, nil
 	}
-	b, err := os.ReadFile(nameOrPath)
+	b, err := fsx.ReadLimited(nameOrPath, 1<<20)
 	if err != nil {
 		return nil, fmt.Errorf("profile %q is neither built in (%s) nor a readable file: %v", nameOrPath, strings.Join(Profiles(), ", "), err)
 	}

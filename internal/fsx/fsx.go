@@ -1,0 +1,70 @@
+// Package fsx holds the file handling every command shares: reading a file
+// with a size cap (so /dev/zero or a wrong path cannot grow memory without
+// bound) and writing a file atomically (so a full disk or a kill leaves
+// either the old file or none, never a truncated one).
+package fsx
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// ReadLimited reads path whole, refusing more than limit bytes.
+func ReadLimited(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%s is a directory, not a file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes; is it the right file?", path, limit)
+	}
+	return b, nil
+}
+
+// WriteAtomic writes path through write: into a temporary file beside it,
+// synced, then renamed over path, and the directory synced. On any error
+// the temporary file is removed and path is left as it was.
+func WriteAtomic(path string, write func(w io.Writer) error) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err = write(tmp); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		if serr := d.Sync(); serr != nil && !errors.Is(serr, os.ErrInvalid) {
+			d.Close()
+			return fmt.Errorf("syncing %s: %w", dir, serr)
+		}
+		d.Close()
+	}
+	return nil
+}

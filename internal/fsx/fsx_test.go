@@ -1,0 +1,45 @@
+package fsx
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReadLimited(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err == nil {
+		if _, err := ReadLimited("/dev/zero", 1<<20); err == nil || !strings.Contains(err.Error(), "larger than") {
+			t.Errorf("/dev/zero: %v", err)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(p, []byte("abc"), 0o644)
+	if b, err := ReadLimited(p, 3); err != nil || string(b) != "abc" {
+		t.Errorf("got %q, %v", b, err)
+	}
+	if _, err := ReadLimited(filepath.Dir(p), 3); err == nil {
+		t.Error("a directory was read")
+	}
+}
+
+func TestWriteAtomicKeepsOldFileOnError(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "out.json")
+	if err := WriteAtomic(p, func(w io.Writer) error { _, err := w.Write([]byte("old")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("disk full")
+	err := WriteAtomic(p, func(w io.Writer) error { w.Write([]byte("partial")); return boom })
+	if !errors.Is(err, boom) {
+		t.Fatalf("got %v", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Errorf("file now %q", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("left behind: %v", ents)
+	}
+}
