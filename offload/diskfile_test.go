@@ -35,7 +35,7 @@ func TestDiskDirProblemsAreFoundEarly(t *testing.T) {
 func TestStaleFilesOfDeadProcessesAreSwept(t *testing.T) {
 	dir := t.TempDir()
 	dead := filepath.Join(dir, offloadFilePrefix+"999999999-1.bin") // no such pid
-	mine := filepath.Join(dir, offloadFilePrefix+"1-2.bin")          // init lives
+	mine := filepath.Join(dir, offloadFilePrefix+"1-2.bin")         // init lives
 	other := filepath.Join(dir, "ferry-offload-notapid.bin")
 	for _, p := range []string{dead, mine, other} {
 		os.WriteFile(p, nil, 0o600)

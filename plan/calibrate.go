@@ -275,7 +275,9 @@ func diskRates(dir string, size int) (write, read float64, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("calibrate: disk test in %s: %w", dir, err)
 	}
-	defer os.Remove(f.Name())
+	// Unlinked at once: the test file cannot outlive the process, even if
+	// it is killed.
+	os.Remove(f.Name())
 	defer f.Close()
 	const piece = 16 << 20
 	buf := make([]byte, piece)

@@ -135,12 +135,10 @@ func Make(opts Options) (*Plan, error) {
 	if m.Layers < 1 || m.Width < 1 || m.Batch < 1 {
 		return nil, fmt.Errorf("plan: layers, width and batch must be positive")
 	}
-	dir, err := os.MkdirTemp("", "ferry-plan-*")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	pl := &planner{opts: opts, seen: map[string]*candidate{}, diskDir: dir}
+	// The meta device simulates the disk tier: no file is written, so the
+	// system's temporary directory serves without making one of our own
+	// that a killed run could leave behind.
+	pl := &planner{opts: opts, seen: map[string]*candidate{}, diskDir: os.TempDir()}
 
 	unlimited, err := pl.eval(pl.uniform(offload.Keep), false)
 	if err != nil {

@@ -5,7 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
+
+	"ferry/internal/fsx"
 
 	"ferry/device"
 	"ferry/plan"
@@ -23,6 +24,12 @@ func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 	seconds := fs.Float64("seconds", 0.5, "time spent on each figure")
 	save := fs.String("save", "", "also write the profile as JSON to this file (for ferry plan --profile)")
 	return func(out io.Writer, asJSON bool) error {
+		if err := positive(setFlags(fs), map[string]int{"width": *width, "batch": *batch}); err != nil {
+			return err
+		}
+		if !(*seconds > 0 && *seconds <= 600) {
+			return fmt.Errorf("--seconds must be a number in (0, 600], got %v", *seconds)
+		}
 		d, err := device.Open(*dev, device.Options{})
 		if err != nil {
 			return err
@@ -33,8 +40,11 @@ func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 			return err
 		}
 		if *save != "" {
-			b, _ := json.MarshalIndent(p, "", "  ")
-			if err := os.WriteFile(*save, append(b, '\n'), 0o644); err != nil {
+			b, err := json.MarshalIndent(jsonSafe(p), "", "  ")
+			if err != nil {
+				return err
+			}
+			if err := fsx.WriteAtomic(*save, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
 				return err
 			}
 		}

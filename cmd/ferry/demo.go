@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -46,12 +46,20 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	inBackward := fs.Bool("optimizer-in-backward", false, "update each parameter inside backward and free its gradient at once")
 	profile := fs.String("profile", "", "meta device only: hardware profile for predicted times ("+strings.Join(plan.Profiles(), ", ")+" or a JSON file)")
 	return func(out io.Writer, asJSON bool) error {
+		set := setFlags(fs)
+		if err := positive(set, map[string]int{"layers": *layers, "width": *width, "batch": *batch, "steps": *steps,
+			"max-in-flight": *inFlight, "lookahead": *lookahead}); err != nil {
+			return err
+		}
+		if set["keep-last"] && *keepLast < 0 {
+			return fmt.Errorf("--keep-last must be 0 or more, got %d", *keepLast)
+		}
 		cfg := demo.DefaultConfig(*dev)
 		cfg.Layers, cfg.Steps, cfg.Seed, cfg.DiskDir = *layers, *steps, *seed, *diskDir
-		if *width > 0 {
+		if set["width"] {
 			cfg.Width = *width
 		}
-		if *batch > 0 {
+		if set["batch"] {
 			cfg.Batch = *batch
 		}
 		cfg.Modes = strings.Split(*modes, ",")
@@ -59,22 +67,22 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if *params != "" {
 			for _, kv := range strings.Split(*params, ",") {
 				k, v, ok := strings.Cut(kv, "=")
-				if !ok {
+				if !ok || k == "" {
 					return fmt.Errorf("--device-param %q: want key=value", kv)
 				}
 				cfg.DeviceOptions.Params[k] = v
 			}
 		}
-		if *keepLast >= 0 {
+		if set["keep-last"] {
 			cfg.Offload.KeepLast = *keepLast
 		}
-		if *inFlight >= 0 {
+		if set["max-in-flight"] {
 			cfg.Offload.MaxInFlight = *inFlight
 		}
-		if *lookahead >= 0 {
+		if set["lookahead"] {
 			cfg.Offload.Lookahead = *lookahead
 		}
-		if minBytes >= 0 {
+		if set["min-bytes"] {
 			cfg.Offload.MinBytes = int64(minBytes)
 		}
 		cfg.OptimizerInBackward = *inBackward
@@ -83,6 +91,15 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			p, err := offload.LoadPolicy(*policy)
 			if err != nil {
 				return err
+			}
+			modules := make([]string, cfg.Layers)
+			for i := range modules {
+				modules[i] = fmt.Sprintf("layers.%d", i)
+			}
+			// offload-disk always has a disk tier; offload only with --disk-dir.
+			haveDisk := *diskDir != "" || !slices.Contains(cfg.Modes, demo.Offload)
+			if err := p.Check(modules, haveDisk); err != nil {
+				return fmt.Errorf("--policy %s: %w", *policy, err)
 			}
 			cfg.Policy = p.Place
 			cfg.OptimizerInBackward = cfg.OptimizerInBackward || p.OptimizerInBackward
@@ -97,17 +114,6 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 			cfg.Open = func(string, device.Options) (device.Device, error) { return meta.New(cfg.DeviceOptions, prof), nil }
 		}
-		// Ctrl-C: let the deferred cleanup run (the offloader's files are
-		// unlinked already; this ends the process without a stack trace).
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, os.Interrupt)
-		go func() {
-			<-sig
-			fmt.Fprintln(os.Stderr, "ferry demo: interrupted")
-			os.Exit(130)
-		}()
-		defer signal.Stop(sig)
-
 		if *cpuProfile != "" {
 			f, err := os.Create(*cpuProfile)
 			if err != nil {
@@ -119,18 +125,36 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 			defer pprof.StopCPUProfile()
 		}
+		if err := fitsThisMachine(cfg); err != nil {
+			return err
+		}
+		// Ctrl-C or SIGTERM: finish at the next step boundary, report the
+		// modes that finished, and let every deferred cleanup run.
+		stop, release := interruptions()
+		defer release()
+		cfg.Stop = stop
 		res, err := demo.Execute(cfg)
 		if res != nil && strings.HasPrefix(*dev, "cpu") {
 			res.MatmulBackend = cpu.MatmulBackend()
 		}
-		if err != nil {
-			return err
+		if res != nil && len(res.Runs) > 0 {
+			// What finished is printed even when a later mode failed or the
+			// run was interrupted; the error then follows on stderr.
+			if asJSON {
+				if werr := writeJSON(out, struct {
+					*demo.Result
+					Error string `json:"error,omitempty"`
+				}{res, errString(err)}); werr != nil && err == nil {
+					err = werr
+				}
+				if err != nil {
+					return quietError{err}
+				}
+			} else {
+				printDemo(out, res)
+			}
 		}
-		if asJSON {
-			return writeJSON(out, res)
-		}
-		printDemo(out, res)
-		return nil
+		return err
 	}
 }
 
@@ -189,4 +213,38 @@ func printDemo(w io.Writer, r *demo.Result) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(act = one activation; kept by forward = after − before; forward peak = peak − before)")
+}
+
+// fitsThisMachine runs one step of cfg on the meta device, which allocates
+// exactly as the CPU does, and refuses a CPU run whose peak (device and
+// host memory together) exceeds what the machine has free: better a clear
+// error now than the kernel's out-of-memory killer minutes later.
+func fitsThisMachine(cfg demo.Config) error {
+	kind, _, _ := device.ParseName(cfg.Device)
+	if kind != "cpu" || cfg.DeviceOptions.Capacity > 0 {
+		return nil
+	}
+	avail := cpu.AvailableMemory()
+	if avail == 0 {
+		return nil
+	}
+	probe := cfg
+	probe.Steps, probe.TraceDir, probe.Stop = 1, "", nil
+	probe.Open = func(string, device.Options) (device.Device, error) { return meta.New(device.Options{}, nil), nil }
+	res, err := demo.Execute(probe)
+	if err != nil {
+		return nil // the real run reports it
+	}
+	var worst demo.Run
+	for _, r := range res.Runs {
+		if r.PeakStepBytes+r.HostPeakBytes > worst.PeakStepBytes+worst.HostPeakBytes {
+			worst = r
+		}
+	}
+	if need := worst.PeakStepBytes + worst.HostPeakBytes; need > avail/10*9 {
+		return fmt.Errorf("this configuration needs %s at its peak (mode %s: %s on the device, %s on the host) but the machine has %s free; "+
+			"lower --batch, --width or --layers, or see its memory without computing with --device meta",
+			device.FormatBytes(need), worst.Mode, device.FormatBytes(worst.PeakStepBytes), device.FormatBytes(worst.HostPeakBytes), device.FormatBytes(avail))
+	}
+	return nil
 }

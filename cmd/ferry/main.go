@@ -13,14 +13,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 
+	"ferry/device"
 	_ "ferry/device/cpu"
 	_ "ferry/device/cuda"
 	_ "ferry/device/meta"
+	"ferry/internal/demo"
 )
 
 // command is one subcommand: its flags are registered on fs, run does the
@@ -67,10 +70,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		if err := do(stdout, *asJSON); err != nil {
-			if *asJSON {
+			var reported quietError
+			if *asJSON && !errors.As(err, &reported) {
 				json.NewEncoder(stdout).Encode(map[string]string{"error": err.Error()})
 			}
 			fmt.Fprintf(stderr, "ferry %s: %v\n", c.name, err)
+			if errors.Is(err, demo.ErrInterrupted) {
+				return 130 // as a shell reports SIGINT
+			}
 			return 1
 		}
 		return 0
@@ -91,7 +98,7 @@ func usage(w io.Writer) {
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return enc.Encode(jsonSafe(v))
 }
 
 // mib formats bytes as PyTorch users print them: MiB with two decimals,
@@ -114,6 +121,7 @@ func (b *byteSize) Set(s string) error {
 }
 
 func parseBytes(s string) (int64, error) {
+	orig := s
 	s = strings.TrimSpace(s)
 	units := []struct {
 		suffix string
@@ -128,8 +136,11 @@ func parseBytes(s string) (int64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 {
-		return 0, fmt.Errorf("%q is not a size (examples: 3GiB, 512MiB, 1e9)", s)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return 0, fmt.Errorf("%q is not a size (a non-negative number with an optional unit: 3GiB, 512MiB, 1e9)", orig)
+	}
+	if v := f * mult; v >= float64(device.MaxBytes) {
+		return 0, fmt.Errorf("%q is more than any device holds (at most %s)", orig, device.FormatBytes(device.MaxBytes))
 	}
 	return int64(f * mult), nil
 }

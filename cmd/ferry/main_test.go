@@ -99,9 +99,9 @@ func TestPlanWritesAReplayablePolicy(t *testing.T) {
 	if len(d.Runs) != 1 || d.Runs[0].PeakStepBytes != p.Predicted.PeakBytes {
 		t.Fatalf("replayed %+v, predicted %d", d, p.Predicted.PeakBytes)
 	}
-	// Too small: says so, writes nothing, still exits 0 with an answer.
+	// Too small: says so, writes nothing, and exits non-zero.
 	out, _, code = runCLI(t, "plan", "--layers", "8", "--width", "512", "--batch", "256", "--budget", "4MiB", "--out", "")
-	if code != 0 || !strings.Contains(out, "Nothing fits") {
+	if code != 1 || !strings.Contains(out, "Nothing fits") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 }

@@ -28,6 +28,9 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if budget <= 0 {
 			return fmt.Errorf("--budget is required (for example --budget 3GiB)")
 		}
+		if err := positive(setFlags(fs), map[string]int{"layers": *layers, "width": *width, "batch": *batch}); err != nil {
+			return err
+		}
 		prof, err := plan.LoadProfile(*profile)
 		if err != nil {
 			return err
@@ -45,12 +48,19 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			written = *out
 		}
 		if asJSON {
-			return writeJSON(w, struct {
+			if err := writeJSON(w, struct {
 				*plan.Plan
 				PolicyFile string `json:"policy_file,omitempty"`
-			}{p, written})
+			}{p, written}); err != nil {
+				return err
+			}
+		} else {
+			printPlan(w, p, written, *profile)
 		}
-		printPlan(w, p, written, *profile)
+		if !p.Fits {
+			// The figures are out; the exit status says the budget failed.
+			return quietError{fmt.Errorf("nothing fits in %s", device.FormatBytes(p.Budget))}
+		}
 		return nil
 	}
 }

@@ -18,6 +18,9 @@ package cpu
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -33,7 +36,34 @@ func (driver) Open(index int, opts device.Options) (device.Device, error) {
 	if index != 0 {
 		return nil, fmt.Errorf("cpu:%d: there is one CPU device, cpu:0", index)
 	}
+	if opts.Capacity == 0 {
+		// Opened by name (the CLI, a user's program): cap at the memory the
+		// machine has free now, so that a step too large for it fails with
+		// an out-of-memory error and its figures instead of being killed
+		// by the kernel. New leaves the device uncapped.
+		opts.Capacity = AvailableMemory() / 10 * 9
+	}
 	return New(opts)
+}
+
+// AvailableMemory is MemAvailable from /proc/meminfo: what the machine can
+// give this process without swapping, or 0 where it cannot be read.
+func AvailableMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil && kb > 0 {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // Device is the CPU device.

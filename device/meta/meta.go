@@ -27,6 +27,9 @@ func (driver) Open(index int, opts device.Options) (device.Device, error) {
 	if index != 0 {
 		return nil, fmt.Errorf("meta:%d: there is one meta device, meta:0", index)
 	}
+	for k := range opts.Params {
+		return nil, fmt.Errorf("meta: unknown parameter %q (the meta device takes none)", k)
+	}
 	return New(opts, nil), nil
 }
 

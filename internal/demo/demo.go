@@ -7,8 +7,11 @@ package demo
 
 import (
 	"encoding/binary"
+	"errors"
+	"ferry/internal/fsx"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -75,6 +78,22 @@ type Config struct {
 	TraceDir string
 	// Open opens the device; nil uses device.Open.
 	Open func(name string, opts device.Options) (device.Device, error)
+	// Stop, when closed, ends the run at the next step boundary: the mode
+	// under way is abandoned and Execute returns the finished modes with
+	// ErrInterrupted.
+	Stop <-chan struct{}
+}
+
+// ErrInterrupted is returned (wrapped) by Execute when Config.Stop closed.
+var ErrInterrupted = errors.New("interrupted")
+
+func (c Config) stopped() bool {
+	select {
+	case <-c.Stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // DefaultConfig is the origin experiment at a size the device can take in
@@ -148,8 +167,12 @@ func Execute(cfg Config) (*Result, error) {
 		ParameterBytes:  int64(cfg.Layers) * (int64(cfg.Width)*int64(cfg.Width) + int64(cfg.Width)) * 4}
 	var none *Run
 	for _, mode := range cfg.Modes {
+		if cfg.stopped() {
+			return res, fmt.Errorf("before mode %s: %w", mode, ErrInterrupted)
+		}
 		r, err := runMode(cfg, mode)
 		if err != nil {
+			res.finish(none)
 			return res, fmt.Errorf("mode %s: %w", mode, err)
 		}
 		if mode == None {
@@ -157,13 +180,18 @@ func Execute(cfg Config) (*Result, error) {
 		}
 		res.Runs = append(res.Runs, *r)
 	}
+	res.finish(none)
+	return res, nil
+}
+
+// finish compares every finished run's gradients with mode none's.
+func (res *Result) finish(none *Run) {
 	if none != nil && none.hasData {
 		for i := range res.Runs {
 			eq := res.Runs[i].gradHash == none.gradHash && math.Float32bits(res.Runs[i].Loss) == math.Float32bits(none.Loss)
 			res.Runs[i].GradsEqualNone = &eq
 		}
 	}
-	return res, nil
 }
 
 // model is the origin model: a list of Linear layers with ReLU between, run
@@ -292,6 +320,9 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		first = 1
 	}
 	for step := first; step <= cfg.Steps; step++ {
+		if cfg.stopped() {
+			return nil, ErrInterrupted
+		}
 		var simStart, simStall float64
 		if simulated {
 			simStart, simStall = sim.Now(), sim.StallSeconds()
@@ -454,24 +485,12 @@ func writeTrace(dir, mode, allocator string, rec *trace.Recorder) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(dir, mode+".trace.json"))
-	if err != nil {
+	// Each file appears whole or not at all (a full disk leaves no
+	// truncated trace).
+	if err := fsx.WriteAtomic(filepath.Join(dir, mode+".trace.json"), rec.WriteChrome); err != nil {
 		return err
 	}
-	if err := rec.WriteChrome(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	g, err := os.Create(filepath.Join(dir, mode+".memory.svg"))
-	if err != nil {
-		return err
-	}
-	if err := rec.WriteSVG(g, allocator, "ferry demo, mode "+mode+": memory allocated on "+allocator+" during one step, by category"); err != nil {
-		g.Close()
-		return err
-	}
-	return g.Close()
+	return fsx.WriteAtomic(filepath.Join(dir, mode+".memory.svg"), func(w io.Writer) error {
+		return rec.WriteSVG(w, allocator, "ferry demo, mode "+mode+": memory allocated on "+allocator+" during one step, by category")
+	})
 }
