@@ -84,6 +84,10 @@ type Config struct {
 	Stop <-chan struct{}
 }
 
+// MaxLayers bounds Config.Layers: a demo step records each layer's ops,
+// so a larger model is refused up front rather than run for hours.
+const MaxLayers = 100_000
+
 // ErrInterrupted is returned (wrapped) by Execute when Config.Stop closed.
 var ErrInterrupted = errors.New("interrupted")
 
@@ -153,6 +157,15 @@ type Result struct {
 func Execute(cfg Config) (*Result, error) {
 	if cfg.Layers < 1 || cfg.Width < 1 || cfg.Batch < 1 || cfg.Steps < 1 {
 		return nil, fmt.Errorf("demo: layers, width, batch and steps must be positive (got %d, %d, %d, %d)", cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps)
+	}
+	if cfg.Layers > MaxLayers {
+		return nil, fmt.Errorf("demo: %d layers is more than %d; every layer is recorded op by op, so a run that large would take hours even on the meta device", cfg.Layers, MaxLayers)
+	}
+	if _, _, err := device.ShapeBytes([]int{cfg.Layers, cfg.Width, cfg.Width + 1}, 4); err != nil {
+		return nil, fmt.Errorf("demo: parameters of %d × Linear(%d, %d): %w", cfg.Layers, cfg.Width, cfg.Width, err)
+	}
+	if _, _, err := device.ShapeBytes([]int{cfg.Layers + 1, cfg.Batch, cfg.Width}, 4); err != nil {
+		return nil, fmt.Errorf("demo: activations of %d layers at batch %d, width %d: %w", cfg.Layers, cfg.Batch, cfg.Width, err)
 	}
 	for _, m := range cfg.Modes {
 		if !slices.Contains(AllModes, m) {

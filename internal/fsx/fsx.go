@@ -34,8 +34,27 @@ func ReadLimited(path string, limit int64) ([]byte, error) {
 
 // WriteAtomic writes path through write: into a temporary file beside it,
 // synced, then renamed over path, and the directory synced. On any error
-// the temporary file is removed and path is left as it was.
+// the temporary file is removed and path is left as it was. A path that
+// exists and is not a regular file (/dev/stdout, a pipe) is written in
+// place: renaming over it would replace the device.
 func WriteAtomic(path string, write func(w io.Writer) error) (err error) {
+	if st, serr := os.Stat(path); serr == nil && !st.Mode().IsRegular() {
+		if st.IsDir() {
+			return fmt.Errorf("%s is a directory", path)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		if err := write(f); err != nil {
+			f.Close()
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		return nil
+	}
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {

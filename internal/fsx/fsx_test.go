@@ -43,3 +43,16 @@ func TestWriteAtomicKeepsOldFileOnError(t *testing.T) {
 		t.Errorf("left behind: %v", ents)
 	}
 }
+
+func TestWriteAtomicToADevice(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	err := WriteAtomic("/dev/full", func(w io.Writer) error { _, err := w.Write([]byte("x")); return err })
+	if err == nil {
+		t.Error("writing to /dev/full succeeded")
+	}
+	if st, err := os.Stat("/dev/full"); err != nil || st.Mode().IsRegular() {
+		t.Fatalf("/dev/full was replaced by a file (%v); restore it with mknod -m 666 /dev/full c 1 7", err)
+	}
+}
