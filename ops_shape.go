@@ -17,6 +17,11 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 	if t.IsContiguous() {
 		out = t.handle(tp)
 		out.shape, out.strides = shape, device.Contiguous(shape)
+	} else if st, ok := viewStrides(t.shape, t.strides, shape); ok {
+		// A view after all (splitting the last axis of a narrowed tensor,
+		// as nanoGPT's q.view(B, T, H, D) does): no copy.
+		out = t.handle(tp)
+		out.shape, out.strides = shape, st
 	} else {
 		out = t.contiguousCopy(tp)
 		out.shape, out.strides = shape, device.Contiguous(shape)
@@ -146,4 +151,36 @@ func copyAcross(src, dst *Tensor) {
 	buf := make([]byte, n)
 	src.download(buf)
 	dst.upload(buf)
+}
+
+// viewStrides gives the strides under which newShape views the elements of
+// a tensor of shape and strides in the same row-major order, if any exist
+// (PyTorch's computeStride): each run of axes that is contiguous in memory
+// may be split or merged freely.
+func viewStrides(shape, strides, newShape []int) ([]int, bool) {
+	n := device.Numel(shape)
+	if n == 0 || len(shape) == 0 {
+		return device.Contiguous(newShape), true
+	}
+	out := make([]int, len(newShape))
+	viewD := len(newShape) - 1
+	chunkBase := strides[len(shape)-1]
+	tensorNumel, viewNumel := 1, 1
+	for d := len(shape) - 1; d >= 0; d-- {
+		tensorNumel *= shape[d]
+		if d == 0 || (shape[d-1] != 1 && strides[d-1] != tensorNumel*chunkBase) {
+			for viewD >= 0 && (viewNumel < tensorNumel || newShape[viewD] == 1) {
+				out[viewD] = viewNumel * chunkBase
+				viewNumel *= newShape[viewD]
+				viewD--
+			}
+			if viewNumel != tensorNumel {
+				return nil, false
+			}
+			if d > 0 {
+				chunkBase, tensorNumel, viewNumel = strides[d-1], 1, 1
+			}
+		}
+	}
+	return out, viewD == -1
 }

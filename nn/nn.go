@@ -119,9 +119,13 @@ type Sequential struct {
 // NewSequential chains modules, naming their parameters by position
 // ("0.weight", "1.bias").
 func NewSequential(modules ...Module) *Sequential {
+	named := map[*ferry.Tensor]bool{}
 	for i, m := range modules {
 		for _, p := range m.Parameters() {
-			p.SetName(fmt.Sprintf("%d.%s", i, p.Name()))
+			if !named[p] { // a module used twice keeps its first name
+				named[p] = true
+				p.SetName(fmt.Sprintf("%d.%s", i, p.Name()))
+			}
 		}
 	}
 	return &Sequential{Modules: modules}
@@ -172,13 +176,26 @@ func isReLU(m Module) bool {
 // moduleName is strconv.Itoa, which makes no garbage for indices under 100.
 func moduleName(i int) string { return strconv.Itoa(i) }
 
-// Parameters returns every module's parameters, in order.
+// Parameters returns every module's parameters, in order, each once (a
+// module used twice shares its parameters).
 func (s *Sequential) Parameters() []*ferry.Tensor {
 	var ps []*ferry.Tensor
 	for _, m := range s.Modules {
 		ps = append(ps, m.Parameters()...)
 	}
-	return ps
+	return uniqueParams(ps)
+}
+
+func uniqueParams(ps []*ferry.Tensor) []*ferry.Tensor {
+	seen := map[*ferry.Tensor]bool{}
+	out := ps[:0:0]
+	for _, p := range ps {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // ModuleList holds modules that the caller runs itself (PyTorch:
@@ -191,13 +208,13 @@ func NewModuleList(modules ...Module) ModuleList {
 	return ModuleList(modules)
 }
 
-// Parameters returns every module's parameters, in order.
+// Parameters returns every module's parameters, in order, each once.
 func (l ModuleList) Parameters() []*ferry.Tensor {
 	var ps []*ferry.Tensor
 	for _, m := range l {
 		ps = append(ps, m.Parameters()...)
 	}
-	return ps
+	return uniqueParams(ps)
 }
 
 // MSELoss is ferry.MSELoss, here for PyTorch users' muscle memory.

@@ -83,6 +83,7 @@ type SGD struct {
 // NewSGD returns plain SGD with learning rate lr; set the other fields for
 // momentum and weight decay.
 func NewSGD(params []*ferry.Tensor, lr float32) *SGD {
+	params = unique(params)
 	return &SGD{Params: params, LR: lr, buf: map[*ferry.Tensor]*ferry.Tensor{}}
 }
 
@@ -151,6 +152,7 @@ type adamState struct {
 
 // NewAdamW returns AdamW with PyTorch's defaults and learning rate lr.
 func NewAdamW(params []*ferry.Tensor, lr float32) *AdamW {
+	params = unique(params)
 	return &AdamW{Params: params, LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01,
 		state: map[*ferry.Tensor]*adamState{}}
 }
@@ -227,3 +229,18 @@ type InBackwardErr struct{ err error }
 
 // Err returns the first error, or nil.
 func (e *InBackwardErr) Err() error { return e.err }
+
+// unique drops repeated parameters, keeping the first of each: a tensor
+// listed twice (a tied weight) is one parameter, updated once per step, as
+// PyTorch's parameters() deduplicates.
+func unique(params []*ferry.Tensor) []*ferry.Tensor {
+	seen := make(map[*ferry.Tensor]bool, len(params))
+	out := make([]*ferry.Tensor, 0, len(params))
+	for _, p := range params {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}

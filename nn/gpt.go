@@ -1,0 +1,545 @@
+package nn
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+
+	"ferry"
+	"ferry/device"
+)
+
+// GPT-2 in nanoGPT's structure (model.py) with PyTorch's parameter names:
+// token and position embeddings, pre-LN blocks of causal self-attention and
+// a tanh-GELU MLP, a final LayerNorm, and an output head tied to the token
+// embedding (one parameter, transformer.wte.weight).
+
+// GPTConfig sizes a GPT. GPT-2 124M is {Vocab: 50257, Seq: 1024, Layers: 12,
+// Heads: 12, Embd: 768, Bias: true}.
+type GPTConfig struct {
+	Vocab, Seq, Layers, Heads, Embd int
+	Dropout                         float32 // on embeddings, attention weights and residual branches
+	Bias                            bool    // biases in Linear layers and LayerNorms (GPT-2: true)
+	Seed                            uint64  // the dropout masks' seed
+}
+
+// Validate says what is wrong with c, if anything.
+func (c GPTConfig) Validate() error {
+	switch {
+	case c.Vocab < 1 || c.Seq < 1 || c.Layers < 1 || c.Heads < 1 || c.Embd < 1:
+		return fmt.Errorf("nn: GPT sizes must be positive (vocab %d, seq %d, layers %d, heads %d, embd %d)", c.Vocab, c.Seq, c.Layers, c.Heads, c.Embd)
+	case c.Embd%c.Heads != 0:
+		return fmt.Errorf("nn: GPT embedding width %d is not a multiple of the %d heads", c.Embd, c.Heads)
+	case !(c.Dropout >= 0 && c.Dropout < 1):
+		return fmt.Errorf("nn: GPT dropout must be in [0, 1), got %v", c.Dropout)
+	}
+	return nil
+}
+
+// ParameterCount is the number of parameters a GPT of c has, the tied head
+// counted once (nanoGPT's count, position embeddings included).
+func (c GPTConfig) ParameterCount() int64 {
+	C, b := int64(c.Embd), int64(0)
+	if c.Bias {
+		b = 1
+	}
+	ln := C + b*C
+	block := 2*ln + (3*C*C + b*3*C) + (C*C + b*C) + (4*C*C + b*4*C) + (4*C*C + b*C)
+	return int64(c.Vocab)*C + int64(c.Seq)*C + int64(c.Layers)*block + ln
+}
+
+// DropoutState is shared by a model's dropout sites: the seed, the step
+// that keys this step's masks, and train/eval mode. A training loop
+// advances Step once per optimizer step (GPT.SetStep); a forward replayed
+// for recomputation within a step draws the same masks.
+type DropoutState struct {
+	Seed, Step uint64
+	Training   bool
+}
+
+// Dropout is inverted dropout with probability P, drawn from the key
+// (State.Seed, Op, State.Step); the identity in eval mode or with P = 0.
+type Dropout struct {
+	P     float32
+	Op    uint64 // a stable id of the site (OpID of its module path)
+	State *DropoutState
+}
+
+// OpID is the dropout op id of a module path (FNV-1a, 64 bits).
+func OpID(path string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(path))
+	return h.Sum64()
+}
+
+func (d *Dropout) key() ferry.DropoutKey {
+	return ferry.DropoutKey{Seed: d.State.Seed, Op: d.Op, Step: d.State.Step}
+}
+
+func (d *Dropout) active() bool { return d.P > 0 && d.State != nil && d.State.Training }
+
+// Forward returns dropout of x (a new handle).
+func (d *Dropout) Forward(x *ferry.Tensor) *ferry.Tensor {
+	if !d.active() {
+		return x.Contiguous()
+	}
+	return ferry.Dropout(x, d.P, d.key())
+}
+
+// Parameters: none.
+func (d *Dropout) Parameters() []*ferry.Tensor { return nil }
+
+// Tanh is tanh as a module.
+type Tanh struct{}
+
+func (Tanh) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.Tanh(x) }
+func (Tanh) Parameters() []*ferry.Tensor           { return nil }
+
+// Sigmoid is the logistic function as a module.
+type Sigmoid struct{}
+
+func (Sigmoid) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.Sigmoid(x) }
+func (Sigmoid) Parameters() []*ferry.Tensor           { return nil }
+
+// Embedding looks up rows of Weight [num, dim] by int32 indices (PyTorch:
+// nn.Embedding).
+type Embedding struct{ Weight *ferry.Tensor }
+
+// NewEmbedding makes an embedding initialised normal(0, std) from rng
+// (PyTorch's default is std 1; GPT-2 uses 0.02).
+func NewEmbedding(dev device.Device, num, dim int, std float32, rng *rand.Rand) (*Embedding, error) {
+	if num < 1 || dim < 1 {
+		return nil, fmt.Errorf("nn.NewEmbedding: sizes must be positive, got %d × %d", num, dim)
+	}
+	var w *ferry.Tensor
+	err := ferry.Catch(func() error { w = normal(dev, rng, std, num, dim); return nil })
+	if err != nil {
+		return nil, err
+	}
+	return &Embedding{Weight: NewParameter(w, "weight")}, nil
+}
+
+func (e *Embedding) Forward(idx *ferry.Tensor) *ferry.Tensor { return ferry.Embedding(e.Weight, idx) }
+func (e *Embedding) Parameters() []*ferry.Tensor             { return []*ferry.Tensor{e.Weight} }
+
+// LayerNorm normalises over the last axis (PyTorch: nn.LayerNorm(C) with
+// eps 1e-5), with Weight and Bias (either may be nil).
+type LayerNorm struct {
+	Weight, Bias *ferry.Tensor
+	Eps          float32
+}
+
+// NewLayerNorm makes a LayerNorm of width c, weight ones and bias zeros
+// (or no bias).
+func NewLayerNorm(dev device.Device, c int, bias bool) (*LayerNorm, error) {
+	if c < 1 {
+		return nil, fmt.Errorf("nn.NewLayerNorm: width must be positive, got %d", c)
+	}
+	l := &LayerNorm{Eps: 1e-5}
+	err := ferry.Catch(func() error {
+		l.Weight = NewParameter(ferry.Ones(dev, c).SetCategory(device.Parameter), "weight")
+		if bias {
+			l.Bias = NewParameter(ferry.ZerosAs(dev, device.Parameter, c), "bias")
+		}
+		return nil
+	})
+	if err != nil {
+		Release(l)
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *LayerNorm) Forward(x *ferry.Tensor) *ferry.Tensor {
+	return ferry.LayerNorm(x, l.Weight, l.Bias, l.Eps)
+}
+
+func (l *LayerNorm) Parameters() []*ferry.Tensor { return nonNil(l.Weight, l.Bias) }
+
+func nonNil(ts ...*ferry.Tensor) []*ferry.Tensor {
+	var out []*ferry.Tensor
+	for _, t := range ts {
+		if t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// normal draws a parameter-category tensor from N(0, std²).
+func normal(dev device.Device, rng *rand.Rand, std float32, shape ...int) *ferry.Tensor {
+	t := ferry.RandnAs(dev, device.Parameter, rng, shape...)
+	if std != 1 {
+		t.ScaleInPlace(std)
+	}
+	return t
+}
+
+// CausalSelfAttention is nanoGPT's: one Linear to q, k, v, causal scaled
+// dot-product attention over Heads heads, dropout on the weights, an
+// output projection and dropout on the result.
+type CausalSelfAttention struct {
+	CAttn, CProj        *Linear
+	Heads               int
+	AttnDrop, ResidDrop *Dropout
+}
+
+func (a *CausalSelfAttention) Parameters() []*ferry.Tensor {
+	return append(a.CAttn.Parameters(), a.CProj.Parameters()...)
+}
+
+// Forward maps x [B, T, C] to [B, T, C].
+func (a *CausalSelfAttention) Forward(x *ferry.Tensor) *ferry.Tensor {
+	s := x.Shape()
+	B, T, C := s[0], s[1], s[2]
+	H := a.Heads
+	qkv := scoped(x, "c_attn", a.CAttn.Forward)
+	parts := qkv.Split(C, 2)
+	qkv.Release()
+	var hs [3]*ferry.Tensor
+	for i, p := range parts {
+		v := p.Reshape(B, T, H, C/H) // a view: splits the last axis
+		p.Release()
+		hs[i] = v.Transpose(1, 2) // [B, H, T, D]
+		v.Release()
+	}
+	opts := ferry.AttentionOptions{Causal: true}
+	if a.AttnDrop.active() {
+		opts.Dropout, opts.Key = a.AttnDrop.P, a.AttnDrop.key()
+	}
+	y := ferry.ScaledDotProductAttention(hs[0], hs[1], hs[2], opts)
+	for _, h := range hs {
+		h.Release()
+	}
+	yt := y.Transpose(1, 2) // [B, T, H, D]
+	y.Release()
+	y2 := yt.Reshape(B, T, C) // a copy, as nanoGPT's .contiguous().view()
+	yt.Release()
+	out := scoped(y2, "c_proj", a.CProj.Forward)
+	y2.Release()
+	return releaseInto(out, a.ResidDrop.Forward)
+}
+
+// MLP is nanoGPT's: Linear to 4C, tanh GELU, Linear back, dropout.
+type MLP struct {
+	CFc, CProj *Linear
+	Drop       *Dropout
+}
+
+func (m *MLP) Parameters() []*ferry.Tensor {
+	return append(m.CFc.Parameters(), m.CProj.Parameters()...)
+}
+
+func (m *MLP) Forward(x *ferry.Tensor) *ferry.Tensor {
+	h := scoped(x, "c_fc", m.CFc.Forward)
+	g := releaseInto(h, ferry.GELUTanh)
+	o := scoped(g, "c_proj", m.CProj.Forward)
+	g.Release()
+	return releaseInto(o, m.Drop.Forward)
+}
+
+// Block is a pre-LN transformer block: x + attn(ln_1(x)), then
+// x + mlp(ln_2(x)).
+type Block struct {
+	LN1  *LayerNorm
+	Attn *CausalSelfAttention
+	LN2  *LayerNorm
+	MLP  *MLP
+}
+
+func (b *Block) Parameters() []*ferry.Tensor {
+	ps := b.LN1.Parameters()
+	ps = append(ps, b.Attn.Parameters()...)
+	ps = append(ps, b.LN2.Parameters()...)
+	return append(ps, b.MLP.Parameters()...)
+}
+
+func (b *Block) Forward(x *ferry.Tensor) *ferry.Tensor {
+	h := scoped(x, "ln_1", b.LN1.Forward)
+	a := scoped(h, "attn", b.Attn.Forward)
+	h.Release()
+	x1 := ferry.Add(x, a)
+	a.Release()
+	h = scoped(x1, "ln_2", b.LN2.Forward)
+	m := scoped(h, "mlp", b.MLP.Forward)
+	h.Release()
+	out := ferry.Add(x1, m)
+	m.Release()
+	x1.Release()
+	return out
+}
+
+// GPT is the whole model. Forward takes int32 tokens [B, T] (T ≤ Seq) and
+// returns logits [B, T, Vocab].
+type GPT struct {
+	Config GPTConfig
+	WTE    *Embedding // tied: also the output head (lm_head.weight)
+	WPE    *Embedding
+	Drop   *Dropout
+	H      []*Block
+	LNF    *LayerNorm
+	// Dropout holds the seed, step and train/eval mode of every dropout
+	// site of the model.
+	Dropout *DropoutState
+	// CheckpointBlocks runs each block as an activation-checkpointed
+	// segment (ferry.Tape.Checkpoint): forward keeps only the blocks'
+	// inputs, backward recomputes each block. Gradients are unchanged,
+	// bit for bit.
+	CheckpointBlocks bool
+}
+
+// NewGPT makes a GPT on dev initialised as nanoGPT does: weights normal
+// with std 0.02 (the residual projections c_proj 0.02/√(2·Layers)), biases
+// zero, LayerNorms ones and zeros. It starts in training mode at step 0.
+func NewGPT(dev device.Device, cfg GPTConfig, rng *rand.Rand) (*GPT, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	w := map[string]*ferry.Tensor{}
+	err := ferry.Catch(func() error {
+		C, L := cfg.Embd, cfg.Layers
+		proj := float32(0.02 / math.Sqrt(2*float64(L)))
+		lin := func(name string, out, in int, std float32) {
+			w[name+".weight"] = normal(dev, rng, std, out, in)
+			if cfg.Bias {
+				w[name+".bias"] = ferry.ZerosAs(dev, device.Parameter, out)
+			}
+		}
+		ln := func(name string) {
+			w[name+".weight"] = ferry.Ones(dev, C).SetCategory(device.Parameter)
+			if cfg.Bias {
+				w[name+".bias"] = ferry.ZerosAs(dev, device.Parameter, C)
+			}
+		}
+		w["transformer.wte.weight"] = normal(dev, rng, 0.02, cfg.Vocab, C)
+		w["transformer.wpe.weight"] = normal(dev, rng, 0.02, cfg.Seq, C)
+		for i := 0; i < L; i++ {
+			h := fmt.Sprintf("transformer.h.%d.", i)
+			ln(h + "ln_1")
+			lin(h+"attn.c_attn", 3*C, C, 0.02)
+			lin(h+"attn.c_proj", C, C, proj)
+			ln(h + "ln_2")
+			lin(h+"mlp.c_fc", 4*C, C, 0.02)
+			lin(h+"mlp.c_proj", C, 4*C, proj)
+		}
+		ln("transformer.ln_f")
+		return nil
+	})
+	if err != nil {
+		for _, t := range w {
+			t.Release()
+		}
+		return nil, err
+	}
+	return NewGPTFromWeights(cfg, w)
+}
+
+// GPTParameterNames lists a GPT's parameters under PyTorch's names, in
+// nanoGPT's order (named_parameters; the tied head appears once, as
+// transformer.wte.weight).
+func GPTParameterNames(cfg GPTConfig) []string {
+	names := []string{"transformer.wte.weight", "transformer.wpe.weight"}
+	lin := func(n string) {
+		names = append(names, n+".weight")
+		if cfg.Bias {
+			names = append(names, n+".bias")
+		}
+	}
+	for i := 0; i < cfg.Layers; i++ {
+		h := fmt.Sprintf("transformer.h.%d.", i)
+		lin(h + "ln_1")
+		lin(h + "attn.c_attn")
+		lin(h + "attn.c_proj")
+		lin(h + "ln_2")
+		lin(h + "mlp.c_fc")
+		lin(h + "mlp.c_proj")
+	}
+	lin("transformer.ln_f")
+	return names
+}
+
+// NewGPTFromWeights builds a GPT from tensors named as PyTorch names them
+// (a state dict; lm_head.weight, if present, must be the same tensor as
+// transformer.wte.weight). The model takes the tensors over as its
+// parameters. Every missing, unexpected or misshapen tensor is reported at
+// once.
+func NewGPTFromWeights(cfg GPTConfig, w map[string]*ferry.Tensor) (*GPT, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	C := cfg.Embd
+	want := map[string][]int{"transformer.wte.weight": {cfg.Vocab, C}, "transformer.wpe.weight": {cfg.Seq, C}}
+	ln := func(n string) {
+		want[n+".weight"] = []int{C}
+		if cfg.Bias {
+			want[n+".bias"] = []int{C}
+		}
+	}
+	lin := func(n string, out, in int) {
+		want[n+".weight"] = []int{out, in}
+		if cfg.Bias {
+			want[n+".bias"] = []int{out}
+		}
+	}
+	for i := 0; i < cfg.Layers; i++ {
+		h := fmt.Sprintf("transformer.h.%d.", i)
+		ln(h + "ln_1")
+		lin(h+"attn.c_attn", 3*C, C)
+		lin(h+"attn.c_proj", C, C)
+		ln(h + "ln_2")
+		lin(h+"mlp.c_fc", 4*C, C)
+		lin(h+"mlp.c_proj", C, 4*C)
+	}
+	ln("transformer.ln_f")
+	var problems []string
+	for _, n := range GPTParameterNames(cfg) {
+		t, ok := w[n]
+		switch {
+		case !ok:
+			problems = append(problems, "missing "+n)
+		case !sameInts(t.Shape(), want[n]):
+			problems = append(problems, fmt.Sprintf("%s has shape %v, want %v", n, t.Shape(), want[n]))
+		}
+	}
+	for n, t := range w {
+		if _, ok := want[n]; ok {
+			continue
+		}
+		if n == "lm_head.weight" && t == w["transformer.wte.weight"] {
+			continue
+		}
+		problems = append(problems, "unexpected "+n)
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("nn: GPT weights do not match the config: %v", problems)
+	}
+	for n, t := range w {
+		if n != "lm_head.weight" {
+			NewParameter(t, n)
+		}
+	}
+	state := &DropoutState{Seed: cfg.Seed, Training: true}
+	drop := func(path string) *Dropout { return &Dropout{P: cfg.Dropout, Op: OpID(path), State: state} }
+	linear := func(n string) *Linear { return &Linear{Weight: w[n+".weight"], Bias: w[n+".bias"]} }
+	layerNorm := func(n string) *LayerNorm { return &LayerNorm{Weight: w[n+".weight"], Bias: w[n+".bias"], Eps: 1e-5} }
+	g := &GPT{Config: cfg, WTE: &Embedding{w["transformer.wte.weight"]}, WPE: &Embedding{w["transformer.wpe.weight"]},
+		Drop: drop("transformer.drop"), LNF: layerNorm("transformer.ln_f"), Dropout: state}
+	for i := 0; i < cfg.Layers; i++ {
+		h := fmt.Sprintf("transformer.h.%d.", i)
+		g.H = append(g.H, &Block{
+			LN1: layerNorm(h + "ln_1"),
+			Attn: &CausalSelfAttention{CAttn: linear(h + "attn.c_attn"), CProj: linear(h + "attn.c_proj"), Heads: cfg.Heads,
+				AttnDrop: drop(h + "attn.attn_dropout"), ResidDrop: drop(h + "attn.resid_dropout")},
+			LN2: layerNorm(h + "ln_2"),
+			MLP: &MLP{CFc: linear(h + "mlp.c_fc"), CProj: linear(h + "mlp.c_proj"), Drop: drop(h + "mlp.dropout")},
+		})
+	}
+	return g, nil
+}
+
+func sameInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// SetTraining switches dropout on (true) or off (eval).
+func (g *GPT) SetTraining(on bool) { g.Dropout.Training = on }
+
+// SetStep sets the step that keys the dropout masks; a training loop calls
+// it (or increments g.Dropout.Step) once per optimizer step.
+func (g *GPT) SetStep(step uint64) { g.Dropout.Step = step }
+
+// Parameters lists every parameter once, in nanoGPT's order, named as
+// PyTorch names them.
+func (g *GPT) Parameters() []*ferry.Tensor {
+	ps := []*ferry.Tensor{g.WTE.Weight, g.WPE.Weight}
+	for _, b := range g.H {
+		ps = append(ps, b.Parameters()...)
+	}
+	return append(ps, g.LNF.Parameters()...)
+}
+
+// Forward maps int32 tokens [B, T] to logits [B, T, Vocab]. On a tape,
+// modules run in scopes named as PyTorch names them (transformer.h.3.attn),
+// so saved tensors carry those paths.
+func (g *GPT) Forward(tokens *ferry.Tensor) *ferry.Tensor {
+	s := tokens.Shape()
+	if len(s) != 2 {
+		panic(&ferry.Error{Op: "gpt", Msg: fmt.Sprintf("tokens must be [batch, seq], got %v", s)})
+	}
+	T := s[1]
+	if T > g.Config.Seq || T < 1 {
+		panic(&ferry.Error{Op: "gpt", Msg: fmt.Sprintf("sequence of %d tokens; this model takes 1 to %d", T, g.Config.Seq)})
+	}
+	tp := tokens.Tape()
+	push := func(name string) {
+		if tp != nil {
+			tp.PushModule(name)
+		}
+	}
+	pop := func() {
+		if tp != nil {
+			tp.PopModule()
+		}
+	}
+	push("transformer")
+	tok := scoped(tokens, "wte", g.WTE.Forward)
+	wpe := g.WPE.Weight
+	if tp != nil {
+		wpe = tp.Input(wpe)
+	} else {
+		wpe = wpe.Detach()
+	}
+	pos := wpe.Narrow(0, 0, T) // wpe[:T]
+	wpe.Release()
+	x := ferry.Add(tok, pos)
+	tok.Release()
+	pos.Release()
+	x = releaseInto(x, g.Drop.Forward)
+	for i, b := range g.H {
+		push("h." + moduleName(i))
+		var y *ferry.Tensor
+		if g.CheckpointBlocks && tp != nil {
+			y = tp.Checkpoint(func(xs ...*ferry.Tensor) *ferry.Tensor { return b.Forward(xs[0]) }, x)
+		} else {
+			y = b.Forward(x)
+		}
+		pop()
+		x.Release()
+		x = y
+	}
+	h := scoped(x, "ln_f", g.LNF.Forward)
+	x.Release()
+	pop()
+	push("lm_head")
+	logits := ferry.Linear(h, g.WTE.Weight, nil) // tied to wte
+	pop()
+	h.Release()
+	return logits
+}
+
+// scoped runs f(x) inside module scope name on x's tape.
+func scoped(x *ferry.Tensor, name string, f func(*ferry.Tensor) *ferry.Tensor) *ferry.Tensor {
+	tp := x.Tape()
+	if tp == nil {
+		return f(x)
+	}
+	tp.PushModule(name)
+	defer tp.PopModule()
+	return f(x)
+}
+
+// releaseInto returns f(x) and releases x.
+func releaseInto(x *ferry.Tensor, f func(*ferry.Tensor) *ferry.Tensor) *ferry.Tensor {
+	y := f(x)
+	x.Release()
+	return y
+}
