@@ -14,6 +14,7 @@ import (
 	"ferry/device/cpu"
 	"ferry/device/meta"
 	"ferry/internal/demo"
+	"ferry/nn"
 	"ferry/offload"
 	"ferry/plan"
 )
@@ -24,7 +25,13 @@ func init() {
 
 func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	dev := fs.String("device", "cpu", "device to train on: cpu, cuda, cuda:N, meta")
-	layers := fs.Int("layers", 40, "number of Linear+ReLU layers")
+	model := fs.String("model", "mlp", "mlp: the origin model (Linear+ReLU layers); gpt: a GPT-2-style transformer")
+	layers := fs.Int("layers", 40, "number of Linear+ReLU layers (gpt: blocks; default 12 on meta and GPUs, 6 on cpu)")
+	heads := fs.Int("heads", 0, "gpt: attention heads (default 12 on meta and GPUs, 6 on cpu)")
+	embd := fs.Int("embd", 0, "gpt: embedding width (default 768 on meta and GPUs, 384 on cpu)")
+	seq := fs.Int("seq", 0, "gpt: sequence length (default 1024 on meta and GPUs, 256 on cpu)")
+	vocab := fs.Int("vocab", 0, "gpt: vocabulary size (default 50257 on meta and GPUs, 65 on cpu)")
+	dropout := fs.Float64("dropout", 0, "gpt: dropout probability")
 	width := fs.Int("width", 0, "layer width (default 1024 on cpu, 4096 elsewhere)")
 	batch := fs.Int("batch", 0, "batch size (default 256 on cpu, 1024 elsewhere)")
 	modes := fs.String("modes", strings.Join(demo.AllModes, ","), "comma-separated modes: "+strings.Join(demo.AllModes, ", "))
@@ -48,8 +55,18 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	return func(out io.Writer, asJSON bool) error {
 		set := setFlags(fs)
 		if err := positive(set, map[string]int{"layers": *layers, "width": *width, "batch": *batch, "steps": *steps,
-			"max-in-flight": *inFlight, "lookahead": *lookahead}); err != nil {
+			"max-in-flight": *inFlight, "lookahead": *lookahead, "heads": *heads, "embd": *embd, "seq": *seq, "vocab": *vocab}); err != nil {
 			return err
+		}
+		if *model != "mlp" && *model != "gpt" {
+			return fmt.Errorf("--model %q: choose mlp or gpt", *model)
+		}
+		if *model == "mlp" {
+			for _, f := range []string{"heads", "embd", "seq", "vocab", "dropout"} {
+				if set[f] {
+					return fmt.Errorf("--%s sizes a GPT; add --model gpt", f)
+				}
+			}
 		}
 		if set["keep-last"] && *keepLast < 0 {
 			return fmt.Errorf("--keep-last must be 0 or more, got %d", *keepLast)
@@ -63,6 +80,26 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			cfg.Batch = *batch
 		}
 		cfg.Modes = strings.Split(*modes, ",")
+		if *model == "gpt" {
+			cfg.Model = "gpt"
+			if !set["modes"] {
+				cfg.Modes = demo.GPTModes
+			}
+			cfg.GPT = nn.GPTConfig{Vocab: 50257, Seq: 1024, Layers: 12, Heads: 12, Embd: 768, Bias: true, Seed: *seed} // GPT-2 124M
+			cfg.Batch, cfg.LR = 8, 3e-4
+			if kind, _, _ := device.ParseName(*dev); kind == "cpu" { // nanoGPT's baby GPT
+				cfg.GPT.Vocab, cfg.GPT.Seq, cfg.GPT.Layers, cfg.GPT.Heads, cfg.GPT.Embd = 65, 256, 6, 6, 384
+			}
+			for name, dst := range map[string]*int{"layers": &cfg.GPT.Layers, "heads": &cfg.GPT.Heads, "embd": &cfg.GPT.Embd, "seq": &cfg.GPT.Seq, "vocab": &cfg.GPT.Vocab, "batch": &cfg.Batch} {
+				if set[name] {
+					*dst = map[string]int{"layers": *layers, "heads": *heads, "embd": *embd, "seq": *seq, "vocab": *vocab, "batch": *batch}[name]
+				}
+			}
+			cfg.GPT.Dropout = float32(*dropout)
+			if set["width"] {
+				return fmt.Errorf("--width sizes the MLP; a GPT's is --embd")
+			}
+		}
 		cfg.DeviceOptions = device.Options{Capacity: int64(capacity), PoisonFreed: *poison, Params: map[string]string{}}
 		if *params != "" {
 			for _, kv := range strings.Split(*params, ",") {
@@ -159,8 +196,12 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 }
 
 func printDemo(w io.Writer, r *demo.Result) {
-	fmt.Fprintf(w, "ferry demo: %d × (Linear(%d, %d) + ReLU), batch %d, MSE loss, SGD, on %s\n",
-		r.Layers, r.Width, r.Width, r.Batch, r.Device)
+	if r.Description != "" {
+		fmt.Fprintf(w, "ferry demo: %s, on %s\n", r.Description, r.Device)
+	} else {
+		fmt.Fprintf(w, "ferry demo: %d × (Linear(%d, %d) + ReLU), batch %d, MSE loss, SGD, on %s\n",
+			r.Layers, r.Width, r.Width, r.Batch, r.Device)
+	}
 	if r.MatmulBackend != "" {
 		fmt.Fprintf(w, "matrix products: %s\n", r.MatmulBackend)
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"ferry/internal/demo"
+
 	"bytes"
 	"encoding/json"
 	"os"
@@ -48,7 +50,7 @@ func TestDemoJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if res.Device != "cpu" || res.Layers != 3 || len(res.Runs) != 5 {
+	if res.Device != "cpu" || res.Layers != 3 || len(res.Runs) != len(demo.AllModes) {
 		t.Fatalf("%+v", res)
 	}
 	for _, r := range res.Runs {
@@ -136,5 +138,41 @@ func TestDoctor(t *testing.T) {
 	}
 	if _, ok := r["cuda"]; !ok {
 		t.Fatalf("%s", out)
+	}
+}
+
+func TestDemoGPT(t *testing.T) {
+	out, errOut, code := runCLI(t, "demo", "--model", "gpt", "--device", "cpu", "--layers", "2", "--heads", "2", "--embd", "32",
+		"--seq", "16", "--vocab", "40", "--batch", "2", "--steps", "1", "--dropout", "0.1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var res struct {
+		Model          string `json:"model"`
+		ParameterCount int64  `json:"parameter_count"`
+		Runs           []struct {
+			Mode           string `json:"mode"`
+			GradsEqualNone *bool  `json:"grads_equal_none"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatal(err)
+	}
+	// 40·32 + 16·32 + 2·(64 + 32·96+96 + 32·32+32 + 64 + 32·128+128 + 128·32+32) + 64
+	if res.Model != "gpt" || res.ParameterCount != 27264 || len(res.Runs) != len(demo.GPTModes) {
+		t.Fatalf("%+v", res)
+	}
+	for _, r := range res.Runs {
+		if r.GradsEqualNone == nil || !*r.GradsEqualNone {
+			t.Errorf("%s: gradients differ from none's", r.Mode)
+		}
+	}
+	_, errOut, code = runCLI(t, "demo", "--model", "gpt", "--device", "meta", "--heads", "5", "--steps", "1")
+	if code == 0 || !strings.Contains(errOut, "multiple") {
+		t.Errorf("768 wide with 5 heads: exit %d, %s", code, errOut)
+	}
+	_, errOut, code = runCLI(t, "demo", "--embd", "64")
+	if code == 0 || !strings.Contains(errOut, "--model gpt") {
+		t.Errorf("--embd without --model gpt: exit %d, %s", code, errOut)
 	}
 }

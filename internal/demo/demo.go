@@ -41,8 +41,19 @@ const (
 	OffloadDisk = "offload-disk" // the same, with every offloaded tensor on disk
 )
 
+// Recomputation modes: checkpoint every layer (MLP) or block (GPT), and
+// the same with the segments' inputs offloaded.
+const (
+	Recompute        = "recompute"
+	RecomputeOffload = "recompute-offload"
+)
+
 // AllModes lists every mode.
-var AllModes = []string{None, Naive, SaveOnHost, Offload, OffloadDisk}
+var AllModes = []string{None, Naive, SaveOnHost, Offload, OffloadDisk, Recompute, RecomputeOffload}
+
+// GPTModes are the modes of a GPT demo (naive's per-layer copy is the MLP
+// user's).
+var GPTModes = []string{None, SaveOnHost, Offload, OffloadDisk, Recompute, RecomputeOffload}
 
 // NaiveExplanation says why the naive mode saves nothing.
 const NaiveExplanation = `Why "naive" saves nothing: x.To(host) makes a new tensor on the host and leaves x where it is. ` +
@@ -78,6 +89,10 @@ type Config struct {
 	TraceDir string
 	// Open opens the device; nil uses device.Open.
 	Open func(name string, opts device.Options) (device.Device, error)
+	// Model is "mlp" (the origin model, the default) or "gpt"; GPT sizes
+	// the GPT (Batch is its batch; Layers and Width are then unused).
+	Model string
+	GPT   nn.GPTConfig
 	// Stop, when closed, ends the run at the next step boundary: the mode
 	// under way is abandoned and Execute returns the finished modes with
 	// ErrInterrupted.
@@ -148,6 +163,9 @@ type Result struct {
 	Steps           int      `json:"steps"`
 	ActivationBytes int64    `json:"activation_bytes"` // one layer's output
 	ParameterBytes  int64    `json:"parameter_bytes"`
+	Model           string   `json:"model"`
+	Description     string   `json:"description,omitempty"`
+	ParameterCount  int64    `json:"parameter_count"`
 	MatmulBackend   string   `json:"matmul_backend,omitempty"`
 	Runs            []Run    `json:"runs"`
 	Notes           []string `json:"notes,omitempty"`
@@ -155,6 +173,24 @@ type Result struct {
 
 // Execute runs every mode of cfg.
 func Execute(cfg Config) (*Result, error) {
+	switch cfg.Model {
+	case "", "mlp":
+	case "gpt":
+		if err := cfg.GPT.Validate(); err != nil {
+			return nil, err
+		}
+		cfg.Layers, cfg.Width = cfg.GPT.Layers, cfg.GPT.Embd
+		if cfg.LR == 0 {
+			cfg.LR = 3e-4
+		}
+		for _, m := range cfg.Modes {
+			if m == Naive {
+				return nil, fmt.Errorf("demo: mode naive is the origin MLP's mistake; the GPT runs %s", strings.Join(GPTModes, ", "))
+			}
+		}
+	default:
+		return nil, fmt.Errorf("demo: unknown model %q (mlp or gpt)", cfg.Model)
+	}
 	if cfg.Layers < 1 || cfg.Width < 1 || cfg.Batch < 1 || cfg.Steps < 1 {
 		return nil, fmt.Errorf("demo: layers, width, batch and steps must be positive (got %d, %d, %d, %d)", cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps)
 	}
@@ -177,7 +213,15 @@ func Execute(cfg Config) (*Result, error) {
 	}
 	res := &Result{Device: cfg.Device, Layers: cfg.Layers, Width: cfg.Width, Batch: cfg.Batch, Steps: cfg.Steps,
 		ActivationBytes: int64(cfg.Batch) * int64(cfg.Width) * 4,
-		ParameterBytes:  int64(cfg.Layers) * (int64(cfg.Width)*int64(cfg.Width) + int64(cfg.Width)) * 4}
+		ParameterBytes:  int64(cfg.Layers) * (int64(cfg.Width)*int64(cfg.Width) + int64(cfg.Width)) * 4,
+		Model:           "mlp"}
+	res.ParameterCount = res.ParameterBytes / 4
+	if cfg.Model == "gpt" {
+		res.Model, res.Description = "gpt", describeGPT(cfg)
+		res.ParameterCount = cfg.GPT.ParameterCount()
+		res.ParameterBytes = 4 * res.ParameterCount
+		res.ActivationBytes = 4 * int64(cfg.Batch) * int64(cfg.GPT.Seq) * int64(cfg.GPT.Embd) // one block's output
+	}
 	var none *Run
 	for _, mode := range cfg.Modes {
 		if cfg.stopped() {
@@ -211,11 +255,12 @@ func (res *Result) finish(none *Run) {
 // by a hand-written loop as the original user's was.
 type model struct {
 	layers []*nn.Linear
+	batch  int
 }
 
 func newModel(dev device.Device, cfg Config) (*model, error) {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0xfe77))
-	m := &model{}
+	m := &model{batch: cfg.Batch}
 	for i := 0; i < cfg.Layers; i++ {
 		l, err := nn.NewLinear(dev, cfg.Width, cfg.Width, true, rng)
 		if err != nil {
@@ -243,13 +288,22 @@ func (m *model) release() {
 
 // forward runs the layers on x (which stays the caller's). With naive, it
 // makes the original user's copy of each layer input to the host.
-func (m *model) forward(tape *ferry.Tape, x *ferry.Tensor, naive bool) *ferry.Tensor {
+func (m *model) forward(tape *ferry.Tape, x *ferry.Tensor, naive, recompute bool) *ferry.Tensor {
 	h := x
 	for i, l := range m.layers {
 		tape.PushModule(fmt.Sprintf("layers.%d", i))
-		z := l.Forward(h)  // Linear saves h
-		y := ferry.ReLU(z) // ReLU saves y
-		z.Release()        // as Python drops it: nothing else refers to z
+		var y *ferry.Tensor
+		if recompute { // each layer a checkpoint segment: only its input is kept
+			y = tape.Checkpoint(func(xs ...*ferry.Tensor) *ferry.Tensor {
+				z := l.Forward(xs[0])
+				defer z.Release()
+				return ferry.ReLU(z)
+			}, h)
+		} else {
+			z := l.Forward(h) // Linear saves h
+			y = ferry.ReLU(z) // ReLU saves y
+			z.Release()       // as Python drops it: nothing else refers to z
+		}
 		tape.PopModule()
 		if naive {
 			c := h.To(h.Device().Host()) // prev_tensor.to('cpu', non_blocking=True)
@@ -270,20 +324,20 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		return nil, fmt.Errorf("%w\n(`ferry doctor` reports which devices ferry found; --device cpu and --device meta run anywhere)", err)
 	}
 	defer dev.Close()
-	m, err := newModel(dev, cfg)
+	m, err := newWorkload(dev, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer m.release()
-	opt := optim.NewSGD(m.params(), cfg.LR)
-	defer opt.Release()
+	opt := m.optimizer(cfg.LR)
+	if r, ok := opt.(releasable); ok {
+		defer r.Release()
+	}
 	var input, target *ferry.Tensor
 	if err := ferry.Catch(func() error {
-		rng := rand.New(rand.NewPCG(cfg.Seed, 0x1277))
-		input = ferry.Randn(dev, rng, cfg.Batch, cfg.Width)
 		// The target waits on the host: as in the original test, forward is
 		// measured holding only the parameters and the input.
-		target = ferry.Randn(dev.Host(), rng, cfg.Batch, cfg.Width)
+		input, target = m.data(dev, cfg.Seed)
 		return nil
 	}); err != nil {
 		return nil, err
@@ -299,7 +353,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		saver := offload.NewHostSaver(dev)
 		hooks = saver.Hooks()
 		stats = saver.Stats
-	case Offload, OffloadDisk:
+	case Offload, OffloadDisk, RecomputeOffload:
 		oc := cfg.Offload
 		oc.Policy = cfg.Policy
 		oc.DiskDir = cfg.DiskDir // a policy may send some tensors to disk
@@ -319,6 +373,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	}
 
 	r := &Run{Mode: mode, hasData: device.HasData(dev)}
+	recompute := mode == Recompute || mode == RecomputeOffload
 	alloc := dev.Allocator()
 	hostAlloc := dev.Host().Allocator()
 	runtime.GC()
@@ -366,15 +421,15 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			var y *ferry.Tensor
 			endForward := phase("forward")
 			if hooks != nil {
-				tape.WithHooks(hooks, func() { y = m.forward(tape, x, false) })
+				tape.WithHooks(hooks, func() { y = m.forward(tape, x, false, recompute) })
 			} else {
-				y = m.forward(tape, x, mode == Naive)
+				y = m.forward(tape, x, mode == Naive, recompute)
 			}
 			endForward()
 			defer phase("backward + optimizer")()
 			r.AfterForwardBytes = alloc.Allocated()
 			r.PeakForwardBytes = alloc.Stats().AllocatedBytes.Peak
-			l := ferry.MSELoss(y, tape.Adopt(target.To(dev)))
+			l := m.loss(y, tape.Adopt(target.To(dev)))
 			hashing := step == first && r.hasData
 			hashes := map[*ferry.Tensor]uint64{}
 			if cfg.OptimizerInBackward {
