@@ -340,6 +340,13 @@ func caseTolerance(t testing.TB, c *goldCase) tolerance {
 }
 
 func runGoldenCase(t *testing.T, dev device.Device, c *goldCase) {
+	runGoldenCaseWith(t, dev, c, caseTolerance(t, c), applyOp)
+}
+
+// runGoldenCaseWith runs case c with apply standing for its op and checks
+// its output and gradients within tol.
+func runGoldenCaseWith(t *testing.T, dev device.Device, c *goldCase, tol tolerance,
+	apply func(t *testing.T, c *goldCase, dev device.Device, x []*ferry.Tensor) *ferry.Tensor) {
 	leaves := make([]*ferry.Tensor, len(c.Inputs))
 	for i := range c.Inputs {
 		leaves[i] = c.Inputs[i].tensor(t, dev)
@@ -358,7 +365,6 @@ func runGoldenCase(t *testing.T, dev device.Device, c *goldCase) {
 			t.Errorf("%d host bytes still allocated after the case", n)
 		}
 	}()
-	tol := caseTolerance(t, c)
 	if strings.HasSuffix(c.Op, "_") { // in-place: no tape, no gradient
 		err := ferry.Catch(func() error {
 			inPlaceOp(c, leaves)
@@ -382,7 +388,7 @@ func runGoldenCase(t *testing.T, dev device.Device, c *goldCase) {
 			}
 			args[i] = x
 		}
-		y := applyOp(t, c, dev, args)
+		y := apply(t, c, dev, args)
 		outShape, out = y.Shape(), y.Float32s()
 		if c.G == nil {
 			return nil
