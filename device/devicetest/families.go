@@ -1,0 +1,236 @@
+package devicetest
+
+import (
+	"math"
+
+	"ferry/device"
+)
+
+// The optional kernel families (device.EmbeddingKernels, LayerNormKernels,
+// AttentionKernels, DropoutKernels): each test runs when the device
+// implements the family and skips, saying so, when it does not (the tensor
+// layer then composes the op, or reports the family missing).
+
+var familyTests = []test{
+	{name: "Embedding", fn: testEmbedding},
+	{name: "LayerNorm", fn: testLayerNorm},
+	{name: "Attention", fn: testAttention},
+	{name: "Dropout", fn: testDropout},
+}
+
+func init() { kernelTests = append(kernelTests, familyTests...) }
+
+func family[F any](e *env, name string) F {
+	f, ok := e.k.(F)
+	if !ok {
+		e.Skipf("%s has no %s kernels (optional family; the tensor layer composes or refuses the op)", e.dev.Name(), name)
+	}
+	return f
+}
+
+func testEmbedding(e *env) {
+	ek := family[device.EmbeddingKernels](e, "embedding")
+	const V, C = 5, 3
+	table := seq64(V*C, -1, 1)
+	idx := []int32{4, 0, 4, 2}
+	tb := e.tensor([]int{V, C}, toFloat32(table))
+	ix := e.tensor([]int{len(idx)}, int32s(idx))
+	out := e.tensor([]int{len(idx), C}, fill(len(idx)*C, float32(math.NaN())))
+	e.ok(ek.Gather(out, tb, ix), "Gather")
+	var want []float64
+	for _, i := range idx {
+		want = append(want, table[int(i)*C:int(i+1)*C]...)
+	}
+	e.near("Gather", e.read(out), want)
+
+	src := seq64(len(idx)*C, 0.5, 2)
+	sv := e.tensor([]int{len(idx), C}, toFloat32(src))
+	dst := e.tensor([]int{V, C}, fill(V*C, 1))
+	e.ok(ek.ScatterAdd(dst, sv, ix), "ScatterAdd")
+	sum := make([]float64, V*C)
+	for i := range sum {
+		sum[i] = 1
+	}
+	for r, i := range idx { // repeated index 4: both rows added
+		for c := 0; c < C; c++ {
+			sum[int(i)*C+c] += float64(float32(src[r*C+c]))
+		}
+	}
+	e.near("ScatterAdd", e.read(dst), sum)
+
+	if e.caps.HasData {
+		bad := e.tensor([]int{1}, int32s([]int32{V}))
+		if err := ek.Gather(e.tensor([]int{1, C}, nil), tb, bad); err == nil {
+			e.Errorf("Gather with index %d of %d rows succeeded", V, V)
+		}
+	}
+}
+
+func testLayerNorm(e *env) {
+	lk := family[device.LayerNormKernels](e, "layer norm")
+	const rows, C = 3, 7
+	x := seq64(rows*C, -2, 3)
+	w, b := seq64(C, 0.5, 1.5), seq64(C, -0.2, 0.2)
+	xv := e.tensor([]int{rows, C}, toFloat32(x))
+	wv, bv := e.tensor([]int{C}, toFloat32(w)), e.tensor([]int{C}, toFloat32(b))
+	out, mean, rstd := e.tensor([]int{rows, C}, nil), e.tensor([]int{rows}, nil), e.tensor([]int{rows}, nil)
+	const eps = 1e-5
+	e.ok(lk.LayerNorm(out, mean, rstd, xv, wv, bv, eps), "LayerNorm")
+	want := make([]float64, rows*C)
+	wm, wr := make([]float64, rows), make([]float64, rows)
+	xh := make([]float64, rows*C)
+	for r := 0; r < rows; r++ {
+		var m, v float64
+		for c := 0; c < C; c++ {
+			m += float64(float32(x[r*C+c]))
+		}
+		m /= C
+		for c := 0; c < C; c++ {
+			d := float64(float32(x[r*C+c])) - m
+			v += d * d
+		}
+		inv := 1 / math.Sqrt(v/C+eps)
+		wm[r], wr[r] = m, inv
+		for c := 0; c < C; c++ {
+			xh[r*C+c] = (float64(float32(x[r*C+c])) - m) * inv
+			want[r*C+c] = xh[r*C+c]*float64(float32(w[c])) + float64(float32(b[c]))
+		}
+	}
+	e.near("LayerNorm", e.read(out), want)
+	e.near("LayerNorm mean", e.read(mean), wm)
+	e.near("LayerNorm rstd", e.read(rstd), wr)
+
+	g := seq64(rows*C, -1, 1)
+	gv := e.tensor([]int{rows, C}, toFloat32(g))
+	dx, dw, db := e.tensor([]int{rows, C}, nil), e.tensor([]int{C}, nil), e.tensor([]int{C}, nil)
+	e.ok(lk.LayerNormBackward(dx, dw, db, gv, xv, mean, rstd, wv), "LayerNormBackward")
+	wantDx, wantDw, wantDb := make([]float64, rows*C), make([]float64, C), make([]float64, C)
+	for r := 0; r < rows; r++ {
+		var s1, s2 float64
+		for c := 0; c < C; c++ {
+			dy := float64(float32(g[r*C+c])) * float64(float32(w[c]))
+			s1 += dy
+			s2 += dy * xh[r*C+c]
+			wantDw[c] += float64(float32(g[r*C+c])) * xh[r*C+c]
+			wantDb[c] += float64(float32(g[r*C+c]))
+		}
+		for c := 0; c < C; c++ {
+			dy := float64(float32(g[r*C+c])) * float64(float32(w[c]))
+			wantDx[r*C+c] = wr[r] * (dy - s1/C - xh[r*C+c]*s2/C)
+		}
+	}
+	e.nearTol("LayerNormBackward dx", e.read(dx), wantDx, 1e-4)
+	e.nearTol("LayerNormBackward dweight", e.read(dw), wantDw, 1e-4)
+	e.nearTol("LayerNormBackward dbias", e.read(db), wantDb, 1e-4)
+}
+
+// refAttention is softmax(scale·q·kᵀ, causal)·v per head, in float64,
+// with the weights' log-sum-exp per row.
+func refAttention(q, k, v []float64, BH, T, D int, scale float64, causal bool) (out, lse []float64) {
+	out, lse = make([]float64, BH*T*D), make([]float64, BH*T)
+	for h := 0; h < BH; h++ {
+		for i := 0; i < T; i++ {
+			n := T
+			if causal {
+				n = i + 1
+			}
+			s := make([]float64, n)
+			m := math.Inf(-1)
+			for j := 0; j < n; j++ {
+				for d := 0; d < D; d++ {
+					s[j] += q[(h*T+i)*D+d] * k[(h*T+j)*D+d]
+				}
+				s[j] *= scale
+				m = math.Max(m, s[j])
+			}
+			var z float64
+			for j := range s {
+				s[j] = math.Exp(s[j] - m)
+				z += s[j]
+			}
+			lse[h*T+i] = m + math.Log(z)
+			for j := range s {
+				for d := 0; d < D; d++ {
+					out[(h*T+i)*D+d] += s[j] / z * v[(h*T+j)*D+d]
+				}
+			}
+		}
+	}
+	return out, lse
+}
+
+func testAttention(e *env) {
+	ak := family[device.AttentionKernels](e, "attention")
+	const B, H, T, D = 2, 2, 5, 3
+	n := B * H * T * D
+	q, k, v := seq64(n, -1, 1), seq64(n, 1, -0.5), seq64(n, -0.3, 0.7)
+	for i := range q { // not monotone, so rows differ
+		q[i] = float64(float32(q[i] * math.Cos(float64(i))))
+		k[i] = float64(float32(k[i] * math.Sin(float64(i)+1)))
+		v[i] = float64(float32(v[i]))
+	}
+	qv, kv, vv := e.tensor([]int{B, H, T, D}, toFloat32(q)), e.tensor([]int{B, H, T, D}, toFloat32(k)), e.tensor([]int{B, H, T, D}, toFloat32(v))
+	for _, causal := range []bool{true, false} {
+		out, lse := e.tensor([]int{B, H, T, D}, nil), e.tensor([]int{B, H, T}, nil)
+		p := device.AttentionParams{Causal: causal, Scale: 0.5}
+		e.ok(ak.Attention(out, lse, qv, kv, vv, p), "Attention")
+		wo, wl := refAttention(q, k, v, B*H, T, D, 0.5, causal)
+		e.nearTol("Attention", e.read(out), wo, 1e-5)
+		e.nearTol("Attention log-sum-exp", e.read(lse), wl, 1e-5)
+		// Backward against finite differences of Σ out·G in float64.
+		g := seq64(n, 0.3, -0.9)
+		gv := e.tensor([]int{B, H, T, D}, toFloat32(g))
+		dq, dk, dv := e.tensor([]int{B, H, T, D}, nil), e.tensor([]int{B, H, T, D}, nil), e.tensor([]int{B, H, T, D}, nil)
+		e.ok(ak.AttentionBackward(dq, dk, dv, gv, qv, kv, vv, out, lse, p), "AttentionBackward")
+		if !e.caps.HasData {
+			continue
+		}
+		loss := func(q, k, v []float64) float64 {
+			o, _ := refAttention(q, k, v, B*H, T, D, 0.5, causal)
+			var s float64
+			for i := range o {
+				s += o[i] * float64(float32(g[i]))
+			}
+			return s
+		}
+		for which, dst := range []device.View{dq, dk, dv} {
+			want := make([]float64, n)
+			for i := 0; i < n; i++ {
+				args := [3][]float64{append([]float64(nil), q...), append([]float64(nil), k...), append([]float64(nil), v...)}
+				const h = 1e-6
+				args[which][i] += h
+				up := loss(args[0], args[1], args[2])
+				args[which][i] -= 2 * h
+				down := loss(args[0], args[1], args[2])
+				want[i] = (up - down) / (2 * h)
+			}
+			e.nearTol([]string{"dq", "dk", "dv"}[which], e.read(dst), want, 1e-4)
+		}
+	}
+}
+
+func testDropout(e *env) {
+	dk := family[device.DropoutKernels](e, "dropout")
+	const n = 1001
+	src := e.tensor([]int{n}, fill(n, 2))
+	dst := e.tensor([]int{n}, nil)
+	key := device.DropoutKey{Seed: 3, Op: 5, Step: 8}
+	e.ok(dk.Dropout(dst, src, 0.3, key), "Dropout")
+	want := make([]float64, n)
+	for i := range want {
+		if device.DropoutKeep(key, 0.3, uint64(i)) {
+			want[i] = 2 / 0.7
+		}
+	}
+	e.nearTol("Dropout", e.read(dst), want, 1e-6)
+}
+
+// seq64 is seq as float64 values (exactly the float32 ones).
+func seq64(n int, lo, hi float32) []float64 {
+	s := seq(n, lo, hi)
+	out := make([]float64, n)
+	for i, v := range s {
+		out[i] = float64(v)
+	}
+	return out
+}
