@@ -84,7 +84,10 @@ run() {
 
   [[ -x out/cuda.test && -x out/ferry ]] || { echo "no binaries in ./out: run '$0 build' first"; exit 2; }
   { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || true; } | tee "$out/nvidia-smi.txt"
-  find_cublas | tee -a "$summary"
+  # Not in a pipeline: a pipeline runs find_cublas in a subshell, and the
+  # LD_LIBRARY_PATH it exports would be lost.
+  find_cublas >"$out/cublas.txt"
+  tee -a "$summary" <"$out/cublas.txt"
   export FERRY_CUDA_REAL=1
 
   step 0-probe 60 ./out/cuda.test -test.run 'TestProbeReal' -test.v

@@ -75,8 +75,8 @@ func (c *context) blasCall(name string, fn uintptr, args ...uintptr) error {
 	if err != nil {
 		return err
 	}
-	if r != 0 {
-		return BLASError(name, BLASStatus(r))
+	if uint32(r) != 0 { // cublasStatus_t is 32 bits
+		return BLASError(name, BLASStatus(uint32(r)))
 	}
 	return nil
 }

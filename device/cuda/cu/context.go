@@ -35,7 +35,7 @@ type context struct {
 func (c *context) call(name string, fn uintptr, args ...uintptr) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if r, _, _ := purego.SyscallN(c.l.cuCtxSetCurrent, c.h); r != 0 {
+	if r, _, _ := purego.SyscallN(c.l.cuCtxSetCurrent, c.h); uint32(r) != 0 {
 		return c.l.errorOf("cuCtxSetCurrent", r)
 	}
 	r, _, _ := purego.SyscallN(fn, args...)
@@ -49,7 +49,7 @@ func (c *context) call(name string, fn uintptr, args ...uintptr) error {
 func (c *context) callRaw(fn uintptr, args ...uintptr) (uintptr, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if r, _, _ := purego.SyscallN(c.l.cuCtxSetCurrent, c.h); r != 0 {
+	if r, _, _ := purego.SyscallN(c.l.cuCtxSetCurrent, c.h); uint32(r) != 0 {
 		return 0, c.l.errorOf("cuCtxSetCurrent", r)
 	}
 	r, _, _ := purego.SyscallN(fn, args...)
@@ -143,9 +143,9 @@ func (c *context) EventQuery(e Event) (bool, error) {
 	switch {
 	case err != nil:
 		return false, err
-	case r == 0:
+	case uint32(r) == 0:
 		return true, nil
-	case Result(r) == ErrNotReady:
+	case Result(uint32(r)) == ErrNotReady:
 		return false, nil
 	}
 	return false, c.l.errorOf("cuEventQuery", r)

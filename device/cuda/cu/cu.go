@@ -42,23 +42,28 @@ type Result int32
 
 // The CUresult values ferry looks at (cuda.h).
 const (
-	Success            Result = 0
-	ErrInvalidValue    Result = 1
-	ErrOutOfMemory     Result = 2
-	ErrNotInitialized  Result = 3
-	ErrDeinitialized   Result = 4
-	ErrNoDevice        Result = 100
-	ErrInvalidDevice   Result = 101
-	ErrInvalidPTX      Result = 218
-	ErrInvalidHandle   Result = 400
-	ErrNotFound        Result = 500
-	ErrNotReady        Result = 600
-	ErrIllegalAddress  Result = 700
-	ErrLaunchOutOfRes  Result = 701
-	ErrLaunchFailed    Result = 719
-	ErrNotSupported    Result = 801
-	ErrUnknown         Result = 999
-	ErrInsufficientDrv Result = 35
+	Success           Result = 0
+	ErrInvalidValue   Result = 1
+	ErrOutOfMemory    Result = 2
+	ErrNotInitialized Result = 3
+	ErrDeinitialized  Result = 4
+	ErrNoDevice       Result = 100
+	ErrInvalidDevice  Result = 101
+	ErrInvalidPTX     Result = 218
+	ErrInvalidHandle  Result = 400
+	ErrNotFound       Result = 500
+	ErrNotReady       Result = 600
+	ErrIllegalAddress Result = 700
+	ErrLaunchOutOfRes Result = 701
+	ErrLaunchFailed   Result = 719
+	ErrNotSupported   Result = 801
+	ErrUnknown        Result = 999
+	// The realistic failure with a driver older than the PTX: the JIT
+	// refuses the PTX ISA version. (35, cudaErrorInsufficientDriver, is a
+	// runtime-API code; the driver API has none such.)
+	ErrUnsupportedPTX   Result = 222
+	ErrJITNotFound      Result = 221
+	ErrSystemDriverMism Result = 803
 )
 
 // BLASStatus is a cublasStatus_t.

@@ -124,16 +124,16 @@ func load() (*lib, error) {
 	}
 	l.info.DriverLib = mappedPath(name)
 	v := new(int32)
-	if r, _, _ := purego.SyscallN(l.cuDriverGetVersion, uintptr(unsafe.Pointer(v))); r == 0 {
+	if r, _, _ := purego.SyscallN(l.cuDriverGetVersion, uintptr(unsafe.Pointer(v))); uint32(r) == 0 {
 		l.info.DriverVersion = int(*v)
 	}
 	l.blas, l.info.BLASError = loadBLAS()
 	if l.blas != nil {
 		l.info.BLASLib, l.info.BLASVersion = l.blas.path, l.blas.version
 	}
-	if r, _, _ := purego.SyscallN(l.cuInit, 0); r != 0 {
+	if r, _, _ := purego.SyscallN(l.cuInit, 0); uint32(r) != 0 {
 		err := l.errorOf("cuInit", r)
-		if Result(r) != ErrNoDevice {
+		if Result(uint32(r)) != ErrNoDevice {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		// A driver without a GPU: report what was found, and no device.
@@ -185,22 +185,26 @@ func (l *lib) Info() LibInfo { return l.info }
 
 // errorOf turns a failed CUresult into an *Error naming call.
 func (l *lib) errorOf(call string, r uintptr) *Error {
+	r = uintptr(uint32(r))
 	e := &Error{Call: call, Code: int32(r)}
 	var p *byte
-	if rr, _, _ := purego.SyscallN(l.cuGetErrorName, r, uintptr(unsafe.Pointer(&p))); rr == 0 && p != nil {
+	if rr, _, _ := purego.SyscallN(l.cuGetErrorName, r, uintptr(unsafe.Pointer(&p))); uint32(rr) == 0 && p != nil {
 		e.Name = goString(p)
 	} else {
 		e.Name = fmt.Sprintf("CUresult(%d)", r)
 	}
 	p = nil
-	if rr, _, _ := purego.SyscallN(l.cuGetErrorString, r, uintptr(unsafe.Pointer(&p))); rr == 0 && p != nil {
+	if rr, _, _ := purego.SyscallN(l.cuGetErrorString, r, uintptr(unsafe.Pointer(&p))); uint32(rr) == 0 && p != nil {
 		e.Text = goString(p)
 	}
 	return e
 }
 
+// check turns a CUresult into an error. A CUresult is a 32-bit enum: only
+// the low half of the return register is the result (the upper half is
+// whatever the callee left there).
 func (l *lib) check(call string, r uintptr) error {
-	if r == 0 {
+	if uint32(r) == 0 {
 		return nil
 	}
 	return l.errorOf(call, r)
@@ -227,7 +231,7 @@ func (l *lib) DeviceCount() (int, error) {
 		return 0, nil
 	}
 	n := new(int32)
-	if r, _, _ := purego.SyscallN(l.cuDeviceGetCount, uintptr(unsafe.Pointer(n))); r != 0 {
+	if r, _, _ := purego.SyscallN(l.cuDeviceGetCount, uintptr(unsafe.Pointer(n))); uint32(r) != 0 {
 		return 0, l.errorOf("cuDeviceGetCount", r)
 	}
 	return int(*n), nil
@@ -235,7 +239,7 @@ func (l *lib) DeviceCount() (int, error) {
 
 func (l *lib) device(ordinal int) (int32, error) {
 	d := new(int32)
-	if r, _, _ := purego.SyscallN(l.cuDeviceGet, uintptr(unsafe.Pointer(d)), uintptr(ordinal)); r != 0 {
+	if r, _, _ := purego.SyscallN(l.cuDeviceGet, uintptr(unsafe.Pointer(d)), uintptr(ordinal)); uint32(r) != 0 {
 		return 0, l.errorOf("cuDeviceGet", r)
 	}
 	return *d, nil
@@ -255,12 +259,12 @@ func (l *lib) Device(ordinal int) (DeviceProps, error) {
 		return p, err
 	}
 	buf := make([]byte, 256)
-	if r, _, _ := purego.SyscallN(l.cuDeviceGetName, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(dev)); r != 0 {
+	if r, _, _ := purego.SyscallN(l.cuDeviceGetName, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(dev)); uint32(r) != 0 {
 		return p, l.errorOf("cuDeviceGetName", r)
 	}
 	p.Name = goString(&buf[0])
 	mem := new(uint64)
-	if r, _, _ := purego.SyscallN(l.cuDeviceTotalMem, uintptr(unsafe.Pointer(mem)), uintptr(dev)); r != 0 {
+	if r, _, _ := purego.SyscallN(l.cuDeviceTotalMem, uintptr(unsafe.Pointer(mem)), uintptr(dev)); uint32(r) != 0 {
 		return p, l.errorOf("cuDeviceTotalMem_v2", r)
 	}
 	p.TotalMem = int64(*mem)
@@ -269,7 +273,7 @@ func (l *lib) Device(ordinal int) (DeviceProps, error) {
 		dst  *int
 	}{{attrComputeMajor, &p.Major}, {attrComputeMinor, &p.Minor}, {attrMultiprocessorCount, &p.SMs}} {
 		v := new(int32)
-		if r, _, _ := purego.SyscallN(l.cuDeviceGetAttribute, uintptr(unsafe.Pointer(v)), a.attr, uintptr(dev)); r != 0 {
+		if r, _, _ := purego.SyscallN(l.cuDeviceGetAttribute, uintptr(unsafe.Pointer(v)), a.attr, uintptr(dev)); uint32(r) != 0 {
 			return p, l.errorOf("cuDeviceGetAttribute", r)
 		}
 		*a.dst = int(*v)
@@ -283,7 +287,7 @@ func (l *lib) Open(ordinal int) (Context, error) {
 		return nil, err
 	}
 	h := new(uintptr)
-	if r, _, _ := purego.SyscallN(l.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(h)), uintptr(dev)); r != 0 {
+	if r, _, _ := purego.SyscallN(l.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(h)), uintptr(dev)); uint32(r) != 0 {
 		return nil, l.errorOf("cuDevicePrimaryCtxRetain", r)
 	}
 	return &context{l: l, dev: dev, h: *h}, nil
