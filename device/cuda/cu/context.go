@@ -160,11 +160,19 @@ func (c *context) ModuleLoadData(image []byte) (Module, error) {
 		image = append(append(make([]byte, 0, len(image)+1), image...), 0)
 	}
 	const logSize = 16 << 10
-	log := make([]byte, logSize)
-	opts := []int32{jitErrorLogBuffer, jitErrorLogBufSize}
 	// The option values are void*: the log buffer, and its size cast to a
-	// pointer. The buffer is Go heap memory, which does not move; it is
-	// kept alive below until the call has returned.
+	// pointer. The driver reaches the buffer only through that uintptr,
+	// which neither escape analysis nor the garbage collector sees: a
+	// buffer on the goroutine stack would move when the stack grows, and
+	// the driver would write its log into freed memory, exactly when a JIT
+	// fails. So the buffer is pinned: Pin moves it to the heap and keeps it
+	// in place until Unpin. (The arrays passed directly as arguments escape
+	// through call's go:uintptrescapes.)
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	log := make([]byte, logSize)
+	pin.Pin(&log[0])
+	opts := []int32{jitErrorLogBuffer, jitErrorLogBufSize}
 	vals := []uintptr{uintptr(unsafe.Pointer(&log[0])), logSize}
 	m := new(uintptr)
 	err := c.call("cuModuleLoadDataEx", c.l.cuModuleLoadDataEx, uintptr(unsafe.Pointer(m)),
