@@ -52,9 +52,19 @@ func (l *strided) fits32(n int64, nops int) bool {
 		return false
 	}
 	for i := 0; i < nops; i++ {
+		// Each axis's reach on its own: a sum of raw strides could let a
+		// negative stride cancel a large one and hide an offset that
+		// overflows int32 on the way.
 		var reach int64
 		for d := 0; d < l.rank; d++ {
-			reach += (l.shape[d] - 1) * l.strides[i][d]
+			st := l.strides[i][d]
+			if st < 0 {
+				return false // never made by the tensor layer; no 32-bit shortcut
+			}
+			if l.shape[d] > 1 && st > (limit-reach)/(l.shape[d]-1) {
+				return false
+			}
+			reach += (l.shape[d] - 1) * st
 		}
 		if reach >= limit {
 			return false

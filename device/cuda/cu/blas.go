@@ -18,12 +18,27 @@ type blasLib struct {
 	setWorkspace                                                 uintptr // 0 before cuBLAS 11.? (optional)
 }
 
-// blasNames is where cuBLAS is looked for, newest first.
-var blasNames = []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11"}
+// blasNames is where cuBLAS is looked for, newest first, for a driver of
+// version driverVersion (cuDriverGetVersion: 12040 is CUDA 12.4). A cuBLAS
+// of a newer CUDA major than the driver supports would load and then fail,
+// so majors above the driver's are not tried; with the version unknown (0),
+// every major is, newest first.
+func blasNames(driverVersion int) []string {
+	var names []string
+	for major := 13; major >= 11; major-- {
+		if driverVersion == 0 || major <= driverVersion/1000 {
+			names = append(names, fmt.Sprintf("libcublas.so.%d", major))
+		}
+	}
+	return names
+}
 
 // loadBLAS opens cuBLAS; on failure it returns why, in words.
-func loadBLAS() (*blasLib, string) {
-	names := blasNames
+func loadBLAS(driverVersion int) (*blasLib, string) {
+	names := blasNames(driverVersion)
+	if len(names) == 0 {
+		return nil, fmt.Sprintf("the driver (CUDA %d.%d) is older than any cuBLAS ferry uses (11 to 13); update the driver", driverVersion/1000, driverVersion%1000/10)
+	}
 	if p := os.Getenv("FERRY_CUBLAS"); p != "" {
 		names = []string{p}
 	}

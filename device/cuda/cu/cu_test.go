@@ -96,7 +96,7 @@ func TestLoadMissing(t *testing.T) {
 		t.Errorf("load with a missing libcuda: %v", err)
 	}
 	t.Setenv("FERRY_CUBLAS", "/nonexistent/libcublas.so.12")
-	b, why := loadBLAS()
+	b, why := loadBLAS(0)
 	if b != nil || !strings.Contains(why, "cuBLAS not found") || !strings.Contains(why, "FERRY_CUBLAS") {
 		t.Errorf("loadBLAS with a missing library: %v %q", b, why)
 	}

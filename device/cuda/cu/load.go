@@ -127,7 +127,7 @@ func load() (*lib, error) {
 	if r, _, _ := purego.SyscallN(l.cuDriverGetVersion, uintptr(unsafe.Pointer(v))); uint32(r) == 0 {
 		l.info.DriverVersion = int(*v)
 	}
-	l.blas, l.info.BLASError = loadBLAS()
+	l.blas, l.info.BLASError = loadBLAS(l.info.DriverVersion)
 	if l.blas != nil {
 		l.info.BLASLib, l.info.BLASVersion = l.blas.path, l.blas.version
 	}
