@@ -139,12 +139,21 @@ func LoadPolicy(path string) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	var p Policy
-	if err := json.Unmarshal(b, &p); err != nil {
+	p, err := ParsePolicy(b)
+	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", path, err)
 	}
+	return p, nil
+}
+
+// ParsePolicy reads a policy from its JSON.
+func ParsePolicy(b []byte) (*Policy, error) {
+	var p Policy
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, err
+	}
 	if p.Version != 1 {
-		return nil, fmt.Errorf("policy %s: version %d, this ferry reads version 1", path, p.Version)
+		return nil, fmt.Errorf("version %d, this ferry reads version 1", p.Version)
 	}
 	return &p, nil
 }
