@@ -123,6 +123,10 @@ type planner struct {
 	diskDir string
 }
 
+// MaxLayers bounds Model.Layers: a deeper model is refused up front rather
+// than planned for many minutes.
+const MaxLayers = 1000
+
 // Make searches for the fastest plan that fits opts.Budget.
 func Make(opts Options) (*Plan, error) {
 	if opts.Profile == nil {
@@ -132,6 +136,10 @@ func Make(opts Options) (*Plan, error) {
 		return nil, err
 	}
 	m := opts.Model
+	if m.Layers > MaxLayers {
+		return nil, fmt.Errorf("plan: %d layers is more than the %d the planner takes: it replays a step on the meta device for each candidate, "+
+			"so its time grows faster than the square of the depth (300 layers take about 15 s on 2 cores)", m.Layers, MaxLayers)
+	}
 	if m.Layers < 1 || m.Width < 1 || m.Batch < 1 {
 		return nil, fmt.Errorf("plan: layers, width and batch must be positive")
 	}

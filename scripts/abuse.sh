@@ -46,6 +46,8 @@ probe err demo $M --width 3037000500 --batch 3037000500
 for v in 1e19 1e300GiB NaN Inf -Inf -1 -3GiB abc 3XB '' 0x10; do probe err plan --budget "$v"; done
 probe err plan --budget 2.6GiB --out ""
 probe err plan --budget 3GiB --host-budget NaN
+probe err plan --budget 3GiB --layers 9000000000 --out ""
+probe err plan --budget 3GiB --layers 100000 --out ""
 for f in width batch layers steps max-in-flight lookahead; do
   for v in -5 0 abc 1.5 99999999999999999999; do probe err demo $M --$f "$v"; done
 done
