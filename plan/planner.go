@@ -125,7 +125,7 @@ type planner struct {
 
 // MaxLayers bounds Model.Layers: a deeper model is refused up front rather
 // than planned for many minutes.
-const MaxLayers = 1000
+const MaxLayers = 400
 
 // Make searches for the fastest plan that fits opts.Budget.
 func Make(opts Options) (*Plan, error) {
