@@ -37,10 +37,8 @@ func (k *kernels) Gather(dst, table, idx device.View) error {
 	V := table.Shape[0]
 	n := idx.Numel()
 	d, t, ix := floats(dst)[:n*C], floats(table)[:V*C], int32s(idx)[:n]
-	for r, i := range ix {
-		if i < 0 || int(i) >= V {
-			return fmt.Errorf("embedding: index %d (position %d) is outside [0, %d)", i, r, V)
-		}
+	if err := checkIndices("embedding", ix, V); err != nil {
+		return err
 	}
 	parallelFor(n, max(1, elementGrain/max(C, 1)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
@@ -51,15 +49,23 @@ func (k *kernels) Gather(dst, table, idx device.View) error {
 	return nil
 }
 
+// checkIndices reports the first index outside [0, V).
+func checkIndices(op string, ix []int32, V int) error {
+	for r, i := range ix {
+		if i < 0 || int(i) >= V {
+			return fmt.Errorf("%s: index %d (position %d) is outside [0, %d)", op, i, r, V)
+		}
+	}
+	return nil
+}
+
 func (k *kernels) ScatterAdd(dst, src, idx device.View) error {
 	C := dst.Shape[len(dst.Shape)-1]
 	V := dst.Shape[0]
 	n := idx.Numel()
 	d, s, ix := floats(dst)[:V*C], floats(src)[:n*C], int32s(idx)[:n]
-	for r, i := range ix {
-		if i < 0 || int(i) >= V {
-			return fmt.Errorf("embedding_backward: index %d (position %d) is outside [0, %d)", i, r, V)
-		}
+	if err := checkIndices("embedding_backward", ix, V); err != nil {
+		return err
 	}
 	// Columns split across goroutines; within a column, rows in index
 	// order: the sums do not depend on the thread count.
