@@ -153,6 +153,19 @@ func (e *LoadError) Error() string {
 // one parameter), and then the parameters before the failing one already
 // hold the file's values. m's parameters must not be on a recording tape.
 func LoadSafetensors(path string, m Module) error {
+	return LoadSafetensorsWith(path, m, LoadOptions{})
+}
+
+// LoadOptions relax LoadSafetensors.
+type LoadOptions struct {
+	// ConvertFloats accepts F64, F16 and BF16 tensors for float32
+	// parameters, converted on the host (F64 rounded to nearest; F16 and
+	// BF16 exactly), e.g. a bfloat16 checkpoint from Hugging Face.
+	ConvertFloats bool
+}
+
+// LoadSafetensorsWith is LoadSafetensors with options.
+func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
 	f, err := safetensors.ReadFile(path, 0)
 	if err != nil {
 		return fmt.Errorf("nn.LoadSafetensors: %w", err)
@@ -194,7 +207,7 @@ func LoadSafetensors(path string, m Module) error {
 		}
 		if p.DType() != device.Float32 {
 			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s is %s in the model; ferry loads float32 parameters", p.Name(), p.DType()))
-		} else if st.DType != safetensors.F32 {
+		} else if st.DType != safetensors.F32 && !(opts.ConvertFloats && convertible(st.DType)) {
 			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s is %s in the file, %s in the model", st.Name, st.DType, p.DType()))
 		}
 		if !slices.Equal(st.Shape, p.Shape()) {
@@ -232,6 +245,10 @@ func LoadSafetensors(path string, m Module) error {
 	return nil
 }
 
+func convertible(d safetensors.DType) bool {
+	return d == safetensors.F64 || d == safetensors.F16 || d == safetensors.BF16
+}
+
 func ferryDType(d safetensors.DType) (device.DType, bool) {
 	switch d {
 	case safetensors.F32:
@@ -242,8 +259,8 @@ func ferryDType(d safetensors.DType) (device.DType, bool) {
 	return 0, false
 }
 
-// upload makes a new tensor on dev holding st (F32 or I32, already
-// checked); it panics with a *ferry.Error on a device failure, for
+// upload makes a new tensor on dev holding st (I32 as int32; F32, or a
+// float dtype the caller has agreed to convert, as float32); it panics with a *ferry.Error on a device failure, for
 // ferry.Catch.
 func upload(dev device.Device, st *safetensors.Tensor) *ferry.Tensor {
 	shape := st.Shape

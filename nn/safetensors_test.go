@@ -157,6 +157,7 @@ func TestPyTorchLoadsFerry(t *testing.T) {
 		args = append(args, c.kind, path, stDir+c.io)
 	}
 	cmd := exec.Command(python, args...)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1") // no __pycache__ in testdata
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -446,4 +447,33 @@ func TestSaveErrors(t *testing.T) {
 			t.Errorf("left behind: %s", e.Name())
 		}
 	}
+}
+
+// A bfloat16 copy of the PyTorch MLP loads with ConvertFloats (and only
+// with it), and computes what the float32 weights compute, to bfloat16's
+// precision.
+func TestLoadConvertFloats(t *testing.T) {
+	dev := cpuDev(t)
+	path := rewrite(t, stDir+"mlp.safetensors", func(ts []safetensors.Tensor) []safetensors.Tensor {
+		for i, x := range ts {
+			v, _ := x.Float32s()
+			d := make([]byte, 2*len(v))
+			for k, f := range v {
+				b := math.Float32bits(f) + 0x8000 // round half up to bfloat16
+				d[2*k], d[2*k+1] = byte(b>>16), byte(b>>24)
+			}
+			ts[i] = safetensors.Tensor{Name: x.Name, DType: safetensors.BF16, Shape: x.Shape, Data: d}
+		}
+		return ts
+	})
+	m := newMLP(t, dev, 2)
+	var le *nn.LoadError
+	if err := nn.LoadSafetensors(path, m); !errors.As(err, &le) || len(le.Mismatched) != 4 {
+		t.Fatalf("BF16 loaded without ConvertFloats: %v", err)
+	}
+	if err := nn.LoadSafetensorsWith(path, m, nn.LoadOptions{ConvertFloats: true}); err != nil {
+		t.Fatal(err)
+	}
+	io := loadIO(t, dev, "mlp_io.safetensors")
+	closeTo(t, "MLP output from bfloat16 weights", forward(m, io["input"]), io["output"].Float32s(), 2e-2)
 }
