@@ -96,10 +96,11 @@ func (f *File) Tensor(name string) *Tensor {
 }
 
 // ReadFile reads and parses the safetensors file at path, refusing a file
-// larger than limit bytes (DefaultLimit when limit is 0). A regular file
-// is read in one piece of exactly its size after the header's claims have
-// been checked against that size, so a hostile length field allocates
-// nothing. Errors are *Error naming path (or the os error, for a missing
+// larger than limit bytes (DefaultLimit when limit is 0). Of a regular
+// file it reads the header, checks it whole against the file's size, and
+// only then reads the data, in one buffer of exactly the size the header
+// describes: a hostile length field or offset allocates nothing, and a
+// foreign file is refused after reading at most its header. Errors are *Error naming path (or the os error, for a missing
 // file).
 func ReadFile(path string, limit int64) (*File, error) {
 	if limit <= 0 {
@@ -136,16 +137,31 @@ func ReadFile(path string, limit int64) (*File, error) {
 	if _, err := io.ReadFull(f, lenBuf[:]); err != nil {
 		return nil, &Error{File: path, Msg: "cannot read the header length", Err: err}
 	}
-	if err := checkHeaderLen(binary.LittleEndian.Uint64(lenBuf[:]), size); err != nil {
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if err := checkHeaderLen(n, size); err != nil {
 		err.File = path
 		return nil, err
 	}
-	b := make([]byte, size)
-	copy(b, lenBuf[:])
-	if _, err := io.ReadFull(f, b[8:]); err != nil {
-		return nil, &Error{File: path, Msg: "cannot read (did it shrink while being read?)", Err: err}
+	// The header first: a damaged or foreign file is refused before its
+	// data (up to limit bytes) is read.
+	h := make([]byte, n)
+	if _, err := io.ReadFull(f, h); err != nil {
+		return nil, &Error{File: path, Msg: "cannot read the header (did the file shrink?)", Err: err}
 	}
-	return Parse(path, b)
+	file, infos, herr := parseHeader(h, uint64(size)-8-n)
+	if herr != nil {
+		herr.File = path
+		return nil, herr
+	}
+	data := make([]byte, uint64(size)-8-n)
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, &Error{File: path, Msg: "cannot read the data (did the file shrink?)", Err: err}
+	}
+	if herr := attach(file, infos, data); herr != nil {
+		herr.File = path
+		return nil, herr
+	}
+	return file, nil
 }
 
 // unwrapPath drops the *PathError wrapper, whose path Error already names.
@@ -205,20 +221,31 @@ func parse(b []byte) (*File, *Error) {
 		return nil, err
 	}
 	h, data := b[8:8+n], b[8+n:]
+	f, infos, err := parseHeader(h, uint64(len(data)))
+	if err != nil {
+		return nil, err
+	}
+	return f, attach(f, infos, data)
+}
+
+// parseHeader checks a header against a data buffer of dataLen bytes and
+// returns the file (metadata only, checksums not yet checked) and the
+// tensors' places in data order.
+func parseHeader(h []byte, dataLen uint64) (*File, []info, *Error) {
 	if h[0] != '{' {
-		return nil, &Error{Msg: fmt.Sprintf("header starts with %q, not '{' (not a safetensors file?)", h[0])}
+		return nil, nil, &Error{Msg: fmt.Sprintf("header starts with %q, not '{' (not a safetensors file?)", h[0])}
 	}
 	if !utf8.Valid(h) {
-		return nil, &Error{Msg: "header is not valid UTF-8"}
+		return nil, nil, &Error{Msg: "header is not valid UTF-8"}
 	}
 	if !json.Valid(h) {
 		var v any
 		err := json.Unmarshal(h, &v)
-		return nil, &Error{Msg: "header is not valid JSON", Err: err}
+		return nil, nil, &Error{Msg: "header is not valid JSON", Err: err}
 	}
 	entries, err := objectEntries(h)
 	if err != nil {
-		return nil, &Error{Msg: "header: " + err.Error()}
+		return nil, nil, &Error{Msg: "header: " + err.Error()}
 	}
 	f := &File{}
 	var infos []info
@@ -226,14 +253,14 @@ func parse(b []byte) (*File, *Error) {
 		if e.key == "__metadata__" {
 			md, err := stringObject(e.raw)
 			if err != nil {
-				return nil, &Error{Msg: "__metadata__: " + err.Error()}
+				return nil, nil, &Error{Msg: "__metadata__: " + err.Error()}
 			}
 			f.Metadata = md
 			continue
 		}
 		in, err := parseInfo(e.key, e.raw)
 		if err != nil {
-			return nil, &Error{Tensor: e.key, Msg: err.Error()}
+			return nil, nil, &Error{Tensor: e.key, Msg: err.Error()}
 		}
 		infos = append(infos, in)
 	}
@@ -251,29 +278,36 @@ func parse(b []byte) (*File, *Error) {
 	prev := ""
 	for _, in := range infos {
 		switch {
-		case in.end > uint64(len(data)):
-			return nil, &Error{Tensor: in.name, Msg: fmt.Sprintf("data_offsets [%d, %d] run past the %d-byte data buffer (truncated?)", in.begin, in.end, len(data))}
+		case in.end > dataLen:
+			return nil, nil, &Error{Tensor: in.name, Msg: fmt.Sprintf("data_offsets [%d, %d] run past the %d-byte data buffer (truncated?)", in.begin, in.end, dataLen)}
 		case in.begin < pos:
-			return nil, &Error{Tensor: in.name, Msg: fmt.Sprintf("data_offsets [%d, %d] overlap tensor %q, which ends at %d", in.begin, in.end, prev, pos)}
+			return nil, nil, &Error{Tensor: in.name, Msg: fmt.Sprintf("data_offsets [%d, %d] overlap tensor %q, which ends at %d", in.begin, in.end, prev, pos)}
 		case in.begin > pos:
-			return nil, &Error{Tensor: in.name, Msg: fmt.Sprintf("data_offsets [%d, %d] leave %d bytes unused before it", in.begin, in.end, in.begin-pos)}
+			return nil, nil, &Error{Tensor: in.name, Msg: fmt.Sprintf("data_offsets [%d, %d] leave %d bytes unused before it", in.begin, in.end, in.begin-pos)}
 		}
 		pos, prev = in.end, in.name
+	}
+	if pos != dataLen {
+		return nil, nil, &Error{Msg: fmt.Sprintf("%d bytes of data after the last tensor (the header describes %d of %d)", dataLen-pos, pos, dataLen)}
+	}
+	return f, infos, nil
+}
+
+// attach points f's tensors into data (checked by parseHeader) and
+// verifies the checksums, if any.
+func attach(f *File, infos []info, data []byte) *Error {
+	f.Tensors = make([]Tensor, 0, len(infos))
+	for _, in := range infos {
 		f.Tensors = append(f.Tensors, Tensor{Name: in.name, DType: in.dtype, Shape: in.shape, Data: data[in.begin:in.end:in.end]})
 	}
-	if pos != uint64(len(data)) {
-		return nil, &Error{Msg: fmt.Sprintf("%d bytes of data after the last tensor (the header describes %d of %d)", uint64(len(data))-pos, pos, len(data))}
-	}
-	if f.Metadata != nil {
-		if sums, ok := f.Metadata[ChecksumKey]; ok {
-			if err := verify(f, sums); err != nil {
-				return nil, err
-			}
-			delete(f.Metadata, ChecksumKey)
-			f.Checksummed = true
+	if sums, ok := f.Metadata[ChecksumKey]; ok {
+		if err := verify(f, sums); err != nil {
+			return err
 		}
+		delete(f.Metadata, ChecksumKey)
+		f.Checksummed = true
 	}
-	return f, nil
+	return nil
 }
 
 func verify(f *File, sums string) *Error {
