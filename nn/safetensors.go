@@ -1,0 +1,290 @@
+package nn
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"ferry"
+	"ferry/device"
+	"ferry/safetensors"
+)
+
+// Weights in the safetensors format, named as PyTorch names them, so that
+// a model moves between ferry and PyTorch (model.load_state_dict(
+// safetensors.torch.load_file(path)) on the other side). Files written
+// here carry a CRC-32C per tensor, checked on load; see package
+// safetensors.
+
+// TiedAliases are names a file may use for a parameter that ferry lists
+// under another name because the two are one tensor (a tied weight). The
+// key is the file's name, the value the model's. PyTorch's state_dict
+// lists a tied weight under both names, and safetensors' save_model keeps
+// only the alphabetically first, so a nanoGPT file may hold lm_head.weight
+// instead of (or beside) transformer.wte.weight.
+var TiedAliases = map[string]string{"lm_head.weight": "transformer.wte.weight"}
+
+// SaveSafetensors writes every parameter of m to path under its name
+// (p.Name(), e.g. "0.weight"), with __metadata__ {"format": "pt"} as
+// PyTorch's save_model writes it. A tied parameter is listed once by
+// m.Parameters() and so stored once. The file is replaced atomically.
+func SaveSafetensors(path string, m Module) error {
+	ps := m.Parameters()
+	named := make(map[string]*ferry.Tensor, len(ps))
+	for _, p := range ps {
+		if p.Name() == "" {
+			return fmt.Errorf("nn.SaveSafetensors %s: a parameter of shape %v has no name", path, p.Shape())
+		}
+		if named[p.Name()] != nil {
+			return fmt.Errorf("nn.SaveSafetensors %s: two parameters are named %q", path, p.Name())
+		}
+		named[p.Name()] = p
+	}
+	if err := SaveTensors(path, named, map[string]string{"format": "pt"}); err != nil {
+		return fmt.Errorf("nn.SaveSafetensors: %w", err)
+	}
+	return nil
+}
+
+// SaveTensors writes named tensors (float32 or int32, any device that
+// holds values) and string metadata to a safetensors file at path,
+// atomically. The metadata key safetensors.ChecksumKey is reserved.
+func SaveTensors(path string, tensors map[string]*ferry.Tensor, metadata map[string]string) error {
+	names := make([]string, 0, len(tensors))
+	for n := range tensors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]safetensors.Tensor, 0, len(names))
+	err := ferry.Catch(func() error {
+		for _, n := range names {
+			t := tensors[n]
+			if t == nil {
+				return fmt.Errorf("tensor %q is nil", n)
+			}
+			switch t.DType() {
+			case device.Float32:
+				out = append(out, safetensors.FromFloat32s(n, t.Float32s(), t.Shape()...))
+			case device.Int32:
+				out = append(out, safetensors.FromInt32s(n, t.Int32s(), t.Shape()...))
+			default:
+				return fmt.Errorf("tensor %q is %s; ferry saves float32 and int32", n, t.DType())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("saving %s: %w", path, err)
+	}
+	return safetensors.WriteFile(path, out, metadata)
+}
+
+// LoadTensors reads every tensor of a safetensors file onto dev: F32 as
+// float32 tensors, I32 as int32 tensors. A tensor of any other dtype is an
+// error (all of them named at once), and nothing is allocated. The caller
+// owns the tensors. The metadata comes without the checksum key.
+func LoadTensors(path string, dev device.Device) (map[string]*ferry.Tensor, map[string]string, error) {
+	f, err := safetensors.ReadFile(path, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var bad []string
+	for _, st := range f.Tensors {
+		if _, ok := ferryDType(st.DType); !ok {
+			bad = append(bad, fmt.Sprintf("%s is %s", st.Name, st.DType))
+		}
+	}
+	if len(bad) > 0 {
+		return nil, nil, fmt.Errorf("nn.LoadTensors %s: ferry holds F32 and I32 tensors only: %s", path, strings.Join(bad, "; "))
+	}
+	out := make(map[string]*ferry.Tensor, len(f.Tensors))
+	err = ferry.Catch(func() error {
+		for i := range f.Tensors {
+			st := &f.Tensors[i]
+			out[st.Name] = upload(dev, st)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, t := range out {
+			t.Release()
+		}
+		return nil, nil, fmt.Errorf("nn.LoadTensors %s: %w", path, err)
+	}
+	return out, f.Metadata, nil
+}
+
+// LoadError is what LoadSafetensors returns when a file does not fit the
+// model: every problem at once.
+type LoadError struct {
+	File       string
+	Missing    []string // parameters of the model the file lacks
+	Unexpected []string // tensors of the file the model lacks
+	Mismatched []string // a sentence per tensor whose shape or dtype differs
+}
+
+func (e *LoadError) Error() string {
+	var parts []string
+	if len(e.Missing) > 0 {
+		parts = append(parts, fmt.Sprintf("missing %d: %s", len(e.Missing), strings.Join(e.Missing, ", ")))
+	}
+	if len(e.Unexpected) > 0 {
+		parts = append(parts, fmt.Sprintf("unexpected %d: %s", len(e.Unexpected), strings.Join(e.Unexpected, ", ")))
+	}
+	if len(e.Mismatched) > 0 {
+		parts = append(parts, fmt.Sprintf("mismatched %d: %s", len(e.Mismatched), strings.Join(e.Mismatched, "; ")))
+	}
+	return fmt.Sprintf("nn.LoadSafetensors %s: the file does not fit the model: %s", e.File, strings.Join(parts, "; "))
+}
+
+// LoadSafetensors sets m's parameters from the safetensors file at path.
+// Names, shapes and dtypes must match exactly (a float32 parameter takes
+// an F32 tensor; no other dtype converts); otherwise it returns a *LoadError
+// listing every missing, unexpected and mismatched tensor, and m is left
+// untouched. A tied weight may appear in the file under an alias from
+// TiedAliases instead of, or beside, its name in the model; beside it, the
+// two must hold the same bytes. The tie stays: the one tensor is written.
+//
+// Nothing is written into m until the whole file has been read, its
+// checksums verified and every tensor checked against m. The copy itself
+// can fail only through the device (out of memory for the temporary of
+// one parameter), and then the parameters before the failing one already
+// hold the file's values. m's parameters must not be on a recording tape.
+func LoadSafetensors(path string, m Module) error {
+	return LoadSafetensorsWith(path, m, LoadOptions{})
+}
+
+// LoadOptions relax LoadSafetensors.
+type LoadOptions struct {
+	// ConvertFloats accepts F64, F16 and BF16 tensors for float32
+	// parameters, converted on the host (F64 rounded to nearest; F16 and
+	// BF16 exactly), e.g. a bfloat16 checkpoint from Hugging Face.
+	ConvertFloats bool
+}
+
+// LoadSafetensorsWith is LoadSafetensors with options.
+func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
+	f, err := safetensors.ReadFile(path, 0)
+	if err != nil {
+		return fmt.Errorf("nn.LoadSafetensors: %w", err)
+	}
+	ps := m.Parameters()
+	model := make(map[string]*ferry.Tensor, len(ps))
+	for _, p := range ps {
+		if p.Name() == "" || model[p.Name()] != nil {
+			return fmt.Errorf("nn.LoadSafetensors %s: the model has an unnamed or twice-named parameter %q; name parameters uniquely (NewSequential does)", path, p.Name())
+		}
+		model[p.Name()] = p
+	}
+	file := make(map[string]*safetensors.Tensor, len(f.Tensors))
+	for i := range f.Tensors {
+		file[f.Tensors[i].Name] = &f.Tensors[i]
+	}
+	// alias resolves a file's name to the model's, for tied weights.
+	alias := func(name string) (string, bool) {
+		target, ok := TiedAliases[name]
+		if !ok || model[name] != nil || model[target] == nil {
+			return "", false
+		}
+		return target, true
+	}
+	e := &LoadError{File: path}
+	source := make(map[string]*safetensors.Tensor, len(ps))
+	for _, p := range ps {
+		st := file[p.Name()]
+		if st == nil {
+			for a := range TiedAliases {
+				if t, ok := alias(a); ok && t == p.Name() && file[a] != nil {
+					st = file[a]
+				}
+			}
+		}
+		if st == nil {
+			e.Missing = append(e.Missing, p.Name())
+			continue
+		}
+		if p.DType() != device.Float32 {
+			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s is %s in the model; ferry loads float32 parameters", p.Name(), p.DType()))
+		} else if st.DType != safetensors.F32 && !(opts.ConvertFloats && convertible(st.DType)) {
+			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s is %s in the file, %s in the model", st.Name, st.DType, p.DType()))
+		}
+		if !slices.Equal(st.Shape, p.Shape()) {
+			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s has shape %v in the file, %v in the model", st.Name, st.Shape, p.Shape()))
+		}
+		source[p.Name()] = st
+	}
+	for _, st := range f.Tensors {
+		if model[st.Name] != nil {
+			continue
+		}
+		target, ok := alias(st.Name)
+		if !ok {
+			e.Unexpected = append(e.Unexpected, st.Name)
+			continue
+		}
+		if other := file[target]; other != nil && (other.DType != st.DType || !slices.Equal(other.Shape, st.Shape) || !bytes.Equal(other.Data, st.Data)) {
+			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s differs from %s, and the model ties them (one tensor)", st.Name, target))
+		}
+	}
+	if len(e.Missing)+len(e.Unexpected)+len(e.Mismatched) > 0 {
+		return e
+	}
+	err = ferry.Catch(func() error {
+		for _, p := range ps {
+			tmp := upload(p.Device(), source[p.Name()])
+			p.CopyFrom(tmp)
+			tmp.Release()
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("nn.LoadSafetensors %s: copying into the model: %w", path, err)
+	}
+	return nil
+}
+
+func convertible(d safetensors.DType) bool {
+	return d == safetensors.F64 || d == safetensors.F16 || d == safetensors.BF16
+}
+
+func ferryDType(d safetensors.DType) (device.DType, bool) {
+	switch d {
+	case safetensors.F32:
+		return device.Float32, true
+	case safetensors.I32:
+		return device.Int32, true
+	}
+	return 0, false
+}
+
+// upload makes a new tensor on dev holding st (I32 as int32; F32, or a
+// float dtype the caller has agreed to convert, as float32); it panics with a *ferry.Error on a device failure, for
+// ferry.Catch.
+func upload(dev device.Device, st *safetensors.Tensor) *ferry.Tensor {
+	shape := st.Shape
+	if len(shape) == 0 { // a scalar: FromFloat32s reads no shape as a vector
+		shape = []int{1}
+	}
+	var t *ferry.Tensor
+	if st.DType == safetensors.I32 {
+		v, err := st.Int32s()
+		if err != nil {
+			panic(&ferry.Error{Op: "load", Msg: err.Error()})
+		}
+		t = ferry.FromInt32s(dev, v, shape...)
+	} else {
+		v, err := st.Float32s()
+		if err != nil {
+			panic(&ferry.Error{Op: "load", Msg: err.Error()})
+		}
+		t = ferry.FromFloat32s(dev, v, shape...)
+	}
+	if len(st.Shape) == 0 {
+		s := t.Reshape()
+		t.Release()
+		t = s
+	}
+	return t
+}
