@@ -1,8 +1,11 @@
 // Command ferry runs ferry's experiments and tools. Every command prints
 // for people by default and one JSON object with --json.
 //
-//	ferry demo      the origin experiment: memory and time per offload mode
-//	ferry doctor    which devices and native libraries ferry found
+//	ferry demo         the origin experiment: memory and time per offload mode
+//	ferry doctor       which devices and native libraries ferry found
+//	ferry plan         choose offload placements under a memory budget
+//	ferry train mnist  train an MLP on MNIST
+//	ferry train text   train a byte-level GPT on text on this machine
 //
 // Run `ferry <command> -h` for a command's flags.
 package main
@@ -51,10 +54,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if groupNames(args[0]) != nil && (len(args) == 1 || strings.HasPrefix(args[1], "-") || args[1] == "help") {
+		// "ferry train": list its subcommands.
+		fmt.Fprintf(stderr, "usage: ferry %s <%s> [flags]\n\n", args[0], strings.Join(groupNames(args[0]), "|"))
+		for _, c := range commands {
+			if strings.HasPrefix(c.name, args[0]+" ") {
+				fmt.Fprintf(stderr, "  %-12s %s\n", c.name, c.summary)
+			}
+		}
+		if len(args) == 1 {
+			return 2
+		}
+		return 0
+	}
 	for _, c := range commands {
-		if c.name != args[0] {
+		words := strings.Fields(c.name)
+		if len(args) < len(words) || strings.Join(args[:len(words)], " ") != c.name {
 			continue
 		}
+		args = args[len(words)-1:]
 		fs := flag.NewFlagSet("ferry "+c.name, flag.ContinueOnError)
 		fs.SetOutput(stderr)
 		asJSON := fs.Bool("json", false, "print one JSON object instead of text for people")
@@ -91,8 +109,20 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: ferry <command> [flags]   (every command takes --json)")
 	fmt.Fprintln(w)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
+}
+
+// groupNames lists the subcommands of a command group ("train" has
+// "mnist" and "text"), or nil when word is no group.
+func groupNames(word string) []string {
+	var names []string
+	for _, c := range commands {
+		if rest, ok := strings.CutPrefix(c.name, word+" "); ok {
+			names = append(names, rest)
+		}
+	}
+	return names
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -69,6 +69,11 @@ func WriteAtomic(path string, write func(w io.Writer) error) (err error) {
 	if err = write(tmp); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
+	// CreateTemp makes the file private; the result is an ordinary file,
+	// readable as os.Create's would be (before the umask).
+	if err = tmp.Chmod(0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
 	if err = tmp.Sync(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}

@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets a test run the ferry command in a child process (for
+// signals): with FERRY_TEST_ARGS set, the test binary is ferry.
+func TestMain(m *testing.M) {
+	if a := os.Getenv("FERRY_TEST_ARGS"); a != "" {
+		var args []string
+		if err := json.Unmarshal([]byte(a), &args); err != nil {
+			panic(err)
+		}
+		os.Exit(run(args, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// corpus writes a small text file: words in a fixed pseudo-random order.
+func corpus(t *testing.T) string {
+	t.Helper()
+	words := strings.Fields("func main return if else for range go defer type struct map chan select case the of a to in is")
+	rng := rand.New(rand.NewPCG(3, 3))
+	var b strings.Builder
+	for b.Len() < 40_000 {
+		b.WriteString(words[rng.IntN(len(words))])
+		if rng.IntN(8) == 0 {
+			b.WriteString("\n")
+		} else {
+			b.WriteString(" ")
+		}
+	}
+	path := filepath.Join(t.TempDir(), "corpus.txt")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// smallText is a GPT small enough for a test, with dropout on.
+func smallText(data string, extra ...string) []string {
+	return append([]string{"train", "text", "--data", data, "--layers", "2", "--heads", "2", "--embd", "32",
+		"--seq", "16", "--batch", "4", "--dropout", "0.1", "--val-batches", "2", "--sample", "0"}, extra...)
+}
+
+// logLosses reads step → loss from a --log file.
+func logLosses(t *testing.T, path string) map[int]float64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	losses := map[int]float64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var rec struct {
+			Step int      `json:"step"`
+			Loss *float64 `json:"loss"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("--log line %q: %v", sc.Text(), err)
+		}
+		if rec.Loss != nil {
+			losses[rec.Step] = *rec.Loss
+		}
+	}
+	return losses
+}
+
+func sameBits(t *testing.T, what string, a, b map[int]float64, steps int) {
+	t.Helper()
+	for s := 1; s <= steps; s++ {
+		x, okx := a[s]
+		y, oky := b[s]
+		if !okx || !oky || math.Float64bits(x) != math.Float64bits(y) {
+			t.Errorf("%s: step %d loss %v (%v) vs %v (%v)", what, s, x, okx, y, oky)
+		}
+	}
+}
+
+func sameFile(t *testing.T, a, b string) {
+	t.Helper()
+	x, err := os.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := os.ReadFile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(x, y) {
+		t.Errorf("%s and %s differ", a, b)
+	}
+}
+
+// Training 6 steps straight, and 3 steps, a stop, a resume and 3 more,
+// give bit-identical losses and parameters and optimizer state, with
+// dropout and with offloading on.
+func TestTrainTextResumeIsExact(t *testing.T) {
+	data := corpus(t)
+	dir := t.TempDir()
+	straight, split := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	args := func(ck, log string, extra ...string) []string {
+		return smallText(data, append([]string{"--steps", "6", "--eval-every", "3", "--offload",
+			"--checkpoint-dir", ck, "--log", log}, extra...)...)
+	}
+	if out, errOut, code := runCLI(t, args(straight, straight+".jsonl")...); code != 0 {
+		t.Fatalf("straight run: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code := runCLI(t, args(split, split+".jsonl", "--stop-after", "3")...)
+	if code != 0 || !strings.Contains(out, "stopped") {
+		t.Fatalf("first half: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, args(split, split+".jsonl", "--resume")...)
+	if code != 0 || !strings.Contains(out, "resumed from") {
+		t.Fatalf("resumed half: exit %d\n%s%s", code, out, errOut)
+	}
+	sameBits(t, "resumed", logLosses(t, straight+".jsonl"), logLosses(t, split+".jsonl"), 6)
+	for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
+		sameFile(t, filepath.Join(straight, "step-00000006", f), filepath.Join(split, "step-00000006", f))
+	}
+}
+
+// A checkpoint of another model is refused with what differs, and the
+// run changes nothing.
+func TestTrainResumeRefusesAnotherModel(t *testing.T) {
+	data := corpus(t)
+	ck := filepath.Join(t.TempDir(), "ck")
+	if _, errOut, code := runCLI(t, smallText(data, "--steps", "2", "--checkpoint-dir", ck)...); code != 0 {
+		t.Fatal(errOut)
+	}
+	before, _ := os.ReadFile(filepath.Join(ck, "step-00000002", "model.safetensors"))
+	args := smallText(data, "--steps", "4", "--checkpoint-dir", ck, "--resume")
+	args[9] = "48" // --embd
+	_, errOut, code := runCLI(t, args...)
+	if code != 1 || !strings.Contains(errOut, "was written by a different run") || !strings.Contains(errOut, "embd is 32 there, 48 here") {
+		t.Fatalf("exit %d, stderr:\n%s", code, errOut)
+	}
+	after, _ := os.ReadFile(filepath.Join(ck, "step-00000002", "model.safetensors"))
+	if !bytes.Equal(before, after) {
+		t.Error("a refused resume changed the checkpoint")
+	}
+	t.Logf("what a user sees:\n%s", errOut)
+}
+
+// MNIST with offloading or recomputation trains bit for bit as without.
+func TestTrainMNISTModesAreBitIdentical(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads MNIST three times")
+	}
+	dir := t.TempDir()
+	var logs []map[int]float64
+	for _, mode := range []string{"none", "offload", "recompute"} {
+		log := filepath.Join(dir, mode+".jsonl")
+		out, errOut, code := runCLI(t, "train", "mnist", "--depth", "2", "--width", "64", "--batch", "32",
+			"--steps", "12", "--eval-every", "12", "--mode", mode, "--log", log, "--json")
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s%s", mode, code, out, errOut)
+		}
+		var sum map[string]any
+		if err := json.Unmarshal([]byte(out), &sum); err != nil {
+			t.Fatalf("%s: --json printed %q: %v", mode, out, err)
+		}
+		if acc, ok := sum["test_accuracy"].(float64); !ok || acc <= 0.2 || acc > 1 {
+			t.Errorf("%s: test_accuracy %v", mode, sum["test_accuracy"])
+		}
+		logs = append(logs, logLosses(t, log))
+	}
+	sameBits(t, "offload", logs[0], logs[1], 12)
+	sameBits(t, "recompute", logs[0], logs[2], 12)
+}
+
+// SIGINT during training finishes the step, writes a checkpoint, removes
+// the offloader's files, prints what was done and exits 130 with one line.
+func TestTrainSIGINT(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a child process")
+	}
+	data := corpus(t)
+	dir := t.TempDir()
+	ck, disk := filepath.Join(dir, "ck"), filepath.Join(dir, "disk")
+	os.Mkdir(disk, 0o755)
+	args, _ := json.Marshal(smallText(data, "--steps", "100000", "--mode", "offload-disk", "--disk-dir", disk,
+		"--checkpoint-dir", ck, "--checkpoint-every", "100000", "--log-every", "1"))
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "FERRY_TEST_ARGS="+string(args))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "step 3/") {
+			break
+		}
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	var rest strings.Builder
+	for sc.Scan() {
+		rest.WriteString(sc.Text() + "\n")
+	}
+	err = cmd.Wait()
+	code := cmd.ProcessState.ExitCode()
+	if code != 130 {
+		t.Fatalf("exit %d (%v), stderr:\n%s", code, err, stderr.String())
+	}
+	if !strings.Contains(rest.String(), "interrupted:") {
+		t.Errorf("no summary after the interruption:\n%s", rest.String())
+	}
+	last := strings.TrimSpace(stderr.String())
+	if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+		last = last[i+1:]
+	}
+	if !strings.HasPrefix(last, "ferry train text: interrupted: stopped after step") || !strings.Contains(last, "--resume") {
+		t.Errorf("last stderr line %q", last)
+	}
+	if files, _ := os.ReadDir(disk); len(files) != 0 {
+		t.Errorf("offload files left behind: %v", files)
+	}
+	if _, err := os.Stat(filepath.Join(ck, "latest")); err != nil {
+		t.Errorf("no checkpoint written at the interruption: %v", err)
+	}
+}
+
+// A second child, killed with SIGKILL at random moments while it writes
+// checkpoints every step, always leaves a checkpoint that resumes.
+func TestTrainSIGKILLLeavesALoadableCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	data := corpus(t)
+	ck := filepath.Join(t.TempDir(), "ck")
+	args, _ := json.Marshal(smallText(data, "--steps", "100000", "--checkpoint-dir", ck, "--checkpoint-every", "1", "--keep", "2", "--resume"))
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 4; i++ {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "FERRY_TEST_ARGS="+string(args))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Wait for a first checkpoint, then kill at a random moment.
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			if _, err := os.Stat(filepath.Join(ck, "latest")); err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
+		cmd.Process.Kill()
+		cmd.Wait()
+		// The checkpoint resumes (a short run from it).
+		resume, _ := json.Marshal(smallText(data, "--steps", "100000", "--checkpoint-dir", ck, "--resume", "--stop-after", "1", "--keep", "2"))
+		var resumeArgs []string
+		json.Unmarshal(resume, &resumeArgs)
+		out, errOut, code := runCLI(t, resumeArgs...)
+		if code != 0 || !strings.Contains(out, "resumed from") {
+			t.Fatalf("kill %d: resume failed, exit %d\n%s%s", i, code, out, errOut)
+		}
+	}
+	entries, _ := os.ReadDir(ck)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), "-tmp-") {
+			t.Errorf("temporary checkpoint %s survived the resume", e.Name())
+		}
+	}
+}
