@@ -5,4 +5,10 @@ go 1.26.0
 require (
 	github.com/ebitengine/purego v0.11.3
 	golang.org/x/sys v0.50.0
+	golang.org/x/tools v0.52.0
+)
+
+require (
+	golang.org/x/mod v0.42.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 )

@@ -3,6 +3,7 @@
 //
 //	ferry demo      the origin experiment: memory and time per offload mode
 //	ferry doctor    which devices and native libraries ferry found
+//	ferry vet       ferry's static checks (go vet -vettool=$(which ferry) runs them too)
 //
 // Run `ferry <command> -h` for a command's flags.
 package main
@@ -32,6 +33,9 @@ type command struct {
 	name    string
 	summary string
 	setup   func(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error
+	// raw, if set, replaces setup: the command parses its own arguments
+	// and returns the exit code (ferry vet hands them on to go vet).
+	raw func(args []string, stdout, stderr io.Writer) int
 }
 
 var commands []command
@@ -39,6 +43,9 @@ var commands []command
 func register(c command) { commands = append(commands, c) }
 
 func main() {
+	if isVetTool(os.Args[1:]) {
+		vetTool() // go vet is calling: speak its protocol; does not return
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -54,6 +61,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, c := range commands {
 		if c.name != args[0] {
 			continue
+		}
+		if c.raw != nil {
+			return c.raw(args[1:], stdout, stderr)
 		}
 		fs := flag.NewFlagSet("ferry "+c.name, flag.ContinueOnError)
 		fs.SetOutput(stderr)
