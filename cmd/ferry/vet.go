@@ -63,14 +63,15 @@ device, push an offloader's hooks on the tape (tape.WithHooks(off.Hooks(),
 f), off from offload.New); to move x yourself, write y := x.To(dev) and
 release x.
 
-The exit code is go vet's: 0 when nothing is reported, 1 when something is,
-other codes when the packages do not build. go vet needs the go command on
-PATH. The same checks run as go vet -vettool=$(which ferry) ./...
+The exit code is go vet's: 0 when nothing is reported, non-zero when
+something is or when the packages do not load or build (go vet says which on
+stderr). ferry vet needs the go command on PATH. The same checks run as go vet -vettool=$(which ferry) ./...
 
   --json   print one JSON object instead of text: go vet -json's objects
            merged, {"<package>": {"<check>": [{"posn", "end", "message"}]}},
-           with packages that have nothing to report left out. Exit 0
-           even when something is reported, as go vet -json does.
+           with packages that have nothing to report left out, and an
+           "error" key when go vet fails. Exit 0 even when something is
+           reported, as go vet -json does.
 `
 
 func runVet(args []string, stdout, stderr io.Writer) int {
@@ -122,22 +123,30 @@ func runVet(args []string, stdout, stderr io.Writer) int {
 		cmd.Stdout = &vetJSON
 	}
 	err = cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() > 0) {
+		return fail(fmt.Errorf("go vet: %v", err)) // could not start, or killed by a signal
+	}
 	if *asJSON {
-		if merged, ok := mergeVetJSON(vetJSON.Bytes()); ok {
-			writeJSON(stdout, merged)
-		} else {
+		merged, ok := mergeVetJSON(vetJSON.Bytes())
+		if !ok {
 			stdout.Write(vetJSON.Bytes()) // not what we expected: pass it on as it came
+		} else {
+			if err != nil {
+				merged["error"] = json.RawMessage(jsonString("go vet failed (" + err.Error() + "); its messages are on stderr"))
+			}
+			writeJSON(stdout, merged)
 		}
 	}
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &exit) && exit.ExitCode() > 0:
-		return exit.ExitCode() // go vet has said why
-	default: // could not start, or killed by a signal
-		return fail(fmt.Errorf("go vet: %v", err))
+	if err != nil {
+		return exit.ExitCode() // go vet has said why, on stderr
 	}
+	return 0
+}
+
+func jsonString(s string) []byte {
+	b, _ := json.Marshal(s)
+	return b
 }
 
 // mergeVetJSON turns go vet -json's stream of objects, one per package,

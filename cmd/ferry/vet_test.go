@@ -158,4 +158,10 @@ func Move(x *ferry.Tensor, host device.Device) *ferry.Tensor {
 	if _, ok := got["vetprobe/good"]; ok {
 		t.Errorf("ferry vet --json reports the good package: %+v", got)
 	}
+
+	out, _, code = vet("--json", "./nosuchdir")
+	var failed struct{ Error string }
+	if err := json.Unmarshal([]byte(out), &failed); err != nil || code == 0 || failed.Error == "" {
+		t.Errorf("ferry vet --json ./nosuchdir: exit %d, want non-zero and an error key:\n%s", code, out)
+	}
 }
