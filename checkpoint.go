@@ -188,7 +188,7 @@ func (g *segment) recompute() error {
 		},
 		Unpack: func(any) (*Tensor, error) { return nil, fmt.Errorf("checkpoint: recomputation is never run backward") },
 	}
-	sub.WithHooks(capture, func() { g.f(inputs...) })
+	sub.WithHooks(capture, func() { g.f(inputs...) }) //ferry:discard only what it saves is wanted; sub releases the output
 	if len(captured) != g.slots {
 		for _, t := range captured {
 			t.Release()

@@ -6,6 +6,7 @@
 //	ferry plan         choose offload placements under a memory budget
 //	ferry train mnist  train an MLP on MNIST
 //	ferry train text   train a byte-level GPT on text on this machine
+//	ferry vet          ferry's static checks (go vet -vettool=$(which ferry) runs them too)
 //
 // Run `ferry <command> -h` for a command's flags.
 package main
@@ -35,6 +36,9 @@ type command struct {
 	name    string
 	summary string
 	setup   func(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error
+	// raw, if set, replaces setup: the command parses its own arguments
+	// and returns the exit code (ferry vet hands them on to go vet).
+	raw func(args []string, stdout, stderr io.Writer) int
 }
 
 var commands []command
@@ -42,6 +46,9 @@ var commands []command
 func register(c command) { commands = append(commands, c) }
 
 func main() {
+	if isVetTool(os.Args[1:]) {
+		vetTool() // go vet is calling: speak its protocol; does not return
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -73,6 +80,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		args = args[len(words)-1:]
+		if c.raw != nil {
+			return c.raw(args[1:], stdout, stderr)
+		}
 		fs := flag.NewFlagSet("ferry "+c.name, flag.ContinueOnError)
 		fs.SetOutput(stderr)
 		asJSON := fs.Bool("json", false, "print one JSON object instead of text for people")
