@@ -132,6 +132,15 @@ func TestTrainTextResumeIsExact(t *testing.T) {
 	for _, f := range []string{"model.safetensors", "optimizer.safetensors"} {
 		sameFile(t, filepath.Join(straight, "step-00000006", f), filepath.Join(split, "step-00000006", f))
 	}
+	// ferry sample reads the checkpoint back.
+	out, errOut, code = runCLI(t, "sample", "--checkpoint-dir", split, "--n", "12", "--prompt", "go ", "--json")
+	var sample struct {
+		Step int    `json:"step"`
+		Text string `json:"text"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &sample) != nil || sample.Step != 6 || len(sample.Text) != 15 {
+		t.Fatalf("ferry sample: exit %d, %q %s", code, out, errOut)
+	}
 }
 
 // A checkpoint of another model is refused with what differs, and the
