@@ -138,7 +138,7 @@ func TestTrainTextResumeIsExact(t *testing.T) {
 		Step int    `json:"step"`
 		Text string `json:"text"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &sample) != nil || sample.Step != 6 || len(sample.Text) != 15 {
+	if code != 0 || json.Unmarshal([]byte(out), &sample) != nil || sample.Step != 6 || !strings.HasPrefix(sample.Text, "go ") || len(sample.Text) < 15 {
 		t.Fatalf("ferry sample: exit %d, %q %s", code, out, errOut)
 	}
 }
