@@ -336,12 +336,20 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 		return nil
 	}
 
+	best := map[string]float64{}
 	evaluate := func(step int) (map[string]float64, error) {
 		task.setTraining(false)
 		defer task.setTraining(true)
 		m, err := task.evaluate()
 		if err != nil {
 			return nil, err
+		}
+		for k, v := range m {
+			b, seen := best[k]
+			higher := strings.Contains(k, "accuracy")
+			if !seen || (higher && v > b) || (!higher && v < b) {
+				best[k] = v
+			}
 		}
 		if v, ok := m["val_loss"]; ok {
 			hist.Val = append(hist.Val, train.Point{Step: step, Value: v})
@@ -496,7 +504,13 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 	if sum.WallSeconds > 0 {
 		sum.ItemsPerSecond = float64(items) / sum.WallSeconds
 	}
-	sum.Metrics = metrics
+	sum.Metrics = map[string]float64{}
+	for k, v := range metrics {
+		sum.Metrics[k] = v
+	}
+	for k, v := range best {
+		sum.Metrics["best_"+k] = v
+	}
 	sum.history = hist
 	st := alloc.Stats()
 	sum.PeakBytes = map[string]int64{}
