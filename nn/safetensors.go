@@ -23,7 +23,8 @@ import (
 // key is the file's name, the value the model's. PyTorch's state_dict
 // lists a tied weight under both names, and safetensors' save_model keeps
 // only the alphabetically first, so a nanoGPT file may hold lm_head.weight
-// instead of (or beside) transformer.wte.weight.
+// instead of (or beside) transformer.wte.weight. An alias applies only to
+// a model that has the target parameter and none named as the alias.
 var TiedAliases = map[string]string{"lm_head.weight": "transformer.wte.weight"}
 
 // SaveSafetensors writes every parameter of m to path under its name
@@ -233,9 +234,11 @@ func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
 	}
 	err = ferry.Catch(func() error {
 		for _, p := range ps {
-			tmp := upload(p.Device(), source[p.Name()])
-			p.CopyFrom(tmp)
-			tmp.Release()
+			func() {
+				tmp := upload(p.Device(), source[p.Name()])
+				defer tmp.Release() // also when CopyFrom panics
+				p.CopyFrom(tmp)
+			}()
 		}
 		return nil
 	})
