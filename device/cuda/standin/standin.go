@@ -76,6 +76,7 @@ func Build(dir string) (string, error) {
 // Lib is the loaded stand-in: its test-facing functions (c/standin.h).
 type Lib struct {
 	Path string
+	h    uintptr
 
 	violations, report, reset, counter, setDelay, setRunner, resolve uintptr
 }
@@ -87,7 +88,7 @@ func Open(path string) (*Lib, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lib{Path: path}
+	l := &Lib{Path: path, h: h}
 	for _, s := range []struct {
 		name string
 		p    *uintptr
@@ -101,6 +102,19 @@ func Open(path string) (*Lib, error) {
 		}
 	}
 	return l, nil
+}
+
+// Call calls the library's function name (a CUDA or cuBLAS entry point,
+// for tests that misuse the API on purpose) and returns its 32-bit result.
+//
+//go:uintptrescapes
+func (l *Lib) Call(name string, args ...uintptr) int32 {
+	p, err := purego.Dlsym(l.h, name)
+	if err != nil {
+		panic(err)
+	}
+	r, _, _ := purego.SyscallN(p, args...)
+	return int32(r)
 }
 
 // Violations is how many calls broke the API since the last Reset.
@@ -161,6 +175,10 @@ func (l *Lib) RunKernelsWithFake() {
 	runMu.Unlock()
 	purego.SyscallN(l.setRunner, runner)
 }
+
+// NoKernels makes launches, once checked and queued, do nothing when they
+// run (the stand-in's default).
+func (l *Lib) NoKernels() { purego.SyscallN(l.setRunner, 0) }
 
 // KernelError returns, and forgets, the first kernel fault the runner saw.
 func KernelError() error {
