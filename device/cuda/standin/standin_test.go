@@ -68,6 +68,8 @@ func setup(t *testing.T) *standin.Lib {
 	}
 	if info := drv.Info(); info.DriverLib != lib.Path || info.BLASLib != lib.Path {
 		t.Fatalf("the bindings loaded %q and %q, not the stand-in %q", info.DriverLib, info.BLASLib, lib.Path)
+	} else if info.DriverVersion != 12040 || info.BLASVersion != 120405 {
+		t.Fatalf("driver version %d, cuBLAS %d through the bindings; the stand-in says 12040 and 12.4.5", info.DriverVersion, info.BLASVersion)
 	}
 	lib.Reset()
 	lib.SetCopyDelay(0)
