@@ -6,6 +6,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/ebitengine/purego"
+
 	"ferry/device/cuda/cu"
 	"ferry/device/cuda/standin"
 )
@@ -325,4 +327,24 @@ func errDetail(err error) string {
 		return e.Detail
 	}
 	return ""
+}
+
+// The stand-in returns each CUresult in the low half of the return
+// register with the upper half set, as the C ABI allows: the bindings,
+// which passed every test above through it, read only the low half.
+func TestStandInResultsHaveDirtyUpperHalf(t *testing.T) {
+	l := setup(t)
+	h, err := purego.Dlopen(l.Path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := purego.Dlsym(h, "cuDriverGetVersion")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int32
+	r, _, _ := purego.SyscallN(p, uintptr(unsafe.Pointer(&v)))
+	if uint32(r) != 0 || r>>32 == 0 || v != 12040 {
+		t.Errorf("cuDriverGetVersion returned %#x (version %d): want 0 in the low half, garbage above", r, v)
+	}
 }

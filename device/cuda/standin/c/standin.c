@@ -43,6 +43,15 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
+// Every CUDA and cuBLAS entry point here is a wrapper that returns the
+// 32-bit CUresult (or cublasStatus_t) of its implementation, name_, in the
+// low half of the return register, with the upper half not zero: the C
+// ABI leaves it undefined, and compiled code does leave garbage there. A
+// binding that tests the whole register instead of the 32-bit result sees
+// every success as a failure.
+typedef unsigned long long result;
+static result dirty(int r) { return 0x5EED000000000000ULL | (uint32_t)r; }
+
 typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
@@ -599,10 +608,16 @@ static CUresult error_lookup(CUresult e, const char **p, int text) {
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
-EXPORT CUresult cuGetErrorName(CUresult e, const char **p) { return error_lookup(e, p, 0); }
-EXPORT CUresult cuGetErrorString(CUresult e, const char **p) { return error_lookup(e, p, 1); }
+static CUresult cuGetErrorName_(CUresult e, const char **p);
+EXPORT result cuGetErrorName(CUresult e, const char **p) { return dirty(cuGetErrorName_(e, p)); }
+static CUresult cuGetErrorName_(CUresult e, const char **p) { return error_lookup(e, p, 0); }
+static CUresult cuGetErrorString_(CUresult e, const char **p);
+EXPORT result cuGetErrorString(CUresult e, const char **p) { return dirty(cuGetErrorString_(e, p)); }
+static CUresult cuGetErrorString_(CUresult e, const char **p) { return error_lookup(e, p, 1); }
 
-EXPORT CUresult cuDriverGetVersion(int *v) {
+static CUresult cuDriverGetVersion_(int *v);
+EXPORT result cuDriverGetVersion(int *v) { return dirty(cuDriverGetVersion_(v)); }
+static CUresult cuDriverGetVersion_(int *v) {
 	if (!v) {
 		lock();
 		FAIL(CUDA_ERROR_INVALID_VALUE, "cuDriverGetVersion", "driverVersion is NULL");
@@ -611,7 +626,9 @@ EXPORT CUresult cuDriverGetVersion(int *v) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuInit(unsigned flags) {
+static CUresult cuInit_(unsigned flags);
+EXPORT result cuInit(unsigned flags) { return dirty(cuInit_(flags)); }
+static CUresult cuInit_(unsigned flags) {
 	lock();
 	if (flags != 0) FAIL(CUDA_ERROR_INVALID_VALUE, "cuInit", "Flags must be 0, got %u", flags);
 	inited = 1;
@@ -619,7 +636,9 @@ EXPORT CUresult cuInit(unsigned flags) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuDeviceGetCount(int *n) {
+static CUresult cuDeviceGetCount_(int *n);
+EXPORT result cuDeviceGetCount(int *n) { return dirty(cuDeviceGetCount_(n)); }
+static CUresult cuDeviceGetCount_(int *n) {
 	lock();
 	NEED_INIT("cuDeviceGetCount");
 	if (!n) FAIL(CUDA_ERROR_INVALID_VALUE, "cuDeviceGetCount", "count is NULL");
@@ -628,7 +647,9 @@ EXPORT CUresult cuDeviceGetCount(int *n) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+static CUresult cuDeviceGet_(CUdevice *d, int ordinal);
+EXPORT result cuDeviceGet(CUdevice *d, int ordinal) { return dirty(cuDeviceGet_(d, ordinal)); }
+static CUresult cuDeviceGet_(CUdevice *d, int ordinal) {
 	lock();
 	NEED_INIT("cuDeviceGet");
 	if (!d) FAIL(CUDA_ERROR_INVALID_VALUE, "cuDeviceGet", "device is NULL");
@@ -641,7 +662,9 @@ EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
 #define NEED_DEV(call, dev) \
 	if ((dev) != 0) FAIL(CUDA_ERROR_INVALID_DEVICE, call, "%d is not a CUdevice from cuDeviceGet", (dev))
 
-EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+static CUresult cuDeviceGetName_(char *name, int len, CUdevice dev);
+EXPORT result cuDeviceGetName(char *name, int len, CUdevice dev) { return dirty(cuDeviceGetName_(name, len, dev)); }
+static CUresult cuDeviceGetName_(char *name, int len, CUdevice dev) {
 	lock();
 	NEED_INIT("cuDeviceGetName");
 	if (!name || len <= 0) FAIL(CUDA_ERROR_INVALID_VALUE, "cuDeviceGetName", "name %p, len %d", (void *)name, len);
@@ -651,7 +674,9 @@ EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+static CUresult cuDeviceTotalMem_v2_(size_t *bytes, CUdevice dev);
+EXPORT result cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) { return dirty(cuDeviceTotalMem_v2_(bytes, dev)); }
+static CUresult cuDeviceTotalMem_v2_(size_t *bytes, CUdevice dev) {
 	lock();
 	NEED_INIT("cuDeviceTotalMem_v2");
 	if (!bytes) FAIL(CUDA_ERROR_INVALID_VALUE, "cuDeviceTotalMem_v2", "bytes is NULL");
@@ -661,7 +686,9 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev) {
+static CUresult cuDeviceGetAttribute_(int *pi, int attrib, CUdevice dev);
+EXPORT result cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev) { return dirty(cuDeviceGetAttribute_(pi, attrib, dev)); }
+static CUresult cuDeviceGetAttribute_(int *pi, int attrib, CUdevice dev) {
 	lock();
 	NEED_INIT("cuDeviceGetAttribute");
 	if (!pi) FAIL(CUDA_ERROR_INVALID_VALUE, "cuDeviceGetAttribute", "pi is NULL");
@@ -680,7 +707,9 @@ EXPORT CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev) {
 
 // ---- contexts -----------------------------------------------------------------
 
-EXPORT CUresult cuDevicePrimaryCtxRetain(void **pctx, CUdevice dev) {
+static CUresult cuDevicePrimaryCtxRetain_(void **pctx, CUdevice dev);
+EXPORT result cuDevicePrimaryCtxRetain(void **pctx, CUdevice dev) { return dirty(cuDevicePrimaryCtxRetain_(pctx, dev)); }
+static CUresult cuDevicePrimaryCtxRetain_(void **pctx, CUdevice dev) {
 	lock();
 	NEED_INIT("cuDevicePrimaryCtxRetain");
 	if (!pctx) FAIL(CUDA_ERROR_INVALID_VALUE, "cuDevicePrimaryCtxRetain", "pctx is NULL");
@@ -713,7 +742,9 @@ static void report_leaks(struct ctx *c) {
 	}
 }
 
-EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+static CUresult cuDevicePrimaryCtxRelease_v2_(CUdevice dev);
+EXPORT result cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return dirty(cuDevicePrimaryCtxRelease_v2_(dev)); }
+static CUresult cuDevicePrimaryCtxRelease_v2_(CUdevice dev) {
 	lock();
 	NEED_INIT("cuDevicePrimaryCtxRelease_v2");
 	NEED_DEV("cuDevicePrimaryCtxRelease_v2", dev);
@@ -744,7 +775,9 @@ static int ctx_ok(const char *call, void *h) {
 	return 1;
 }
 
-EXPORT CUresult cuCtxSetCurrent(void *c) {
+static CUresult cuCtxSetCurrent_(void *c);
+EXPORT result cuCtxSetCurrent(void *c) { return dirty(cuCtxSetCurrent_(c)); }
+static CUresult cuCtxSetCurrent_(void *c) {
 	lock();
 	NEED_INIT("cuCtxSetCurrent");
 	if (c && !ctx_ok("cuCtxSetCurrent", c)) {
@@ -756,7 +789,9 @@ EXPORT CUresult cuCtxSetCurrent(void *c) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuCtxGetCurrent(void **pc) {
+static CUresult cuCtxGetCurrent_(void **pc);
+EXPORT result cuCtxGetCurrent(void **pc) { return dirty(cuCtxGetCurrent_(pc)); }
+static CUresult cuCtxGetCurrent_(void **pc) {
 	lock();
 	NEED_INIT("cuCtxGetCurrent");
 	if (!pc) FAIL(CUDA_ERROR_INVALID_VALUE, "cuCtxGetCurrent", "pctx is NULL");
@@ -765,7 +800,9 @@ EXPORT CUresult cuCtxGetCurrent(void **pc) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuCtxPushCurrent_v2(void *c) {
+static CUresult cuCtxPushCurrent_v2_(void *c);
+EXPORT result cuCtxPushCurrent_v2(void *c) { return dirty(cuCtxPushCurrent_v2_(c)); }
+static CUresult cuCtxPushCurrent_v2_(void *c) {
 	lock();
 	NEED_INIT("cuCtxPushCurrent_v2");
 	if (!c || !ctx_ok("cuCtxPushCurrent_v2", c)) {
@@ -780,7 +817,9 @@ EXPORT CUresult cuCtxPushCurrent_v2(void *c) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuCtxPopCurrent_v2(void **pc) {
+static CUresult cuCtxPopCurrent_v2_(void **pc);
+EXPORT result cuCtxPopCurrent_v2(void **pc) { return dirty(cuCtxPopCurrent_v2_(pc)); }
+static CUresult cuCtxPopCurrent_v2_(void **pc) {
 	lock();
 	NEED_INIT("cuCtxPopCurrent_v2");
 	if (!cur) FAIL(CUDA_ERROR_INVALID_CONTEXT, "cuCtxPopCurrent_v2", "no current context to pop");
@@ -790,7 +829,9 @@ EXPORT CUresult cuCtxPopCurrent_v2(void **pc) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuCtxSynchronize(void) {
+static CUresult cuCtxSynchronize_(void);
+EXPORT result cuCtxSynchronize(void) { return dirty(cuCtxSynchronize_()); }
+static CUresult cuCtxSynchronize_(void) {
 	ENTER("cuCtxSynchronize");
 	drain_ctx(cur);
 	cnt.syncs++;
@@ -801,7 +842,9 @@ EXPORT CUresult cuCtxSynchronize(void) {
 
 // ---- memory -------------------------------------------------------------------
 
-EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) {
+static CUresult cuMemGetInfo_v2_(size_t *free_, size_t *total);
+EXPORT result cuMemGetInfo_v2(size_t *free_, size_t *total) { return dirty(cuMemGetInfo_v2_(free_, total)); }
+static CUresult cuMemGetInfo_v2_(size_t *free_, size_t *total) {
 	ENTER("cuMemGetInfo_v2");
 	if (!free_ || !total) FAIL(CUDA_ERROR_INVALID_VALUE, "cuMemGetInfo_v2", "free %p, total %p", (void *)free_, (void *)total);
 	*total = total_mem;
@@ -810,7 +853,9 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+static CUresult cuMemAlloc_v2_(CUdeviceptr *p, size_t n);
+EXPORT result cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return dirty(cuMemAlloc_v2_(p, n)); }
+static CUresult cuMemAlloc_v2_(CUdeviceptr *p, size_t n) {
 	ENTER("cuMemAlloc_v2");
 	if (!p) FAIL(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc_v2", "dptr is NULL");
 	if (n == 0) FAIL(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc_v2", "bytesize is 0");
@@ -838,7 +883,9 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+static CUresult cuMemFree_v2_(CUdeviceptr p);
+EXPORT result cuMemFree_v2(CUdeviceptr p) { return dirty(cuMemFree_v2_(p)); }
+static CUresult cuMemFree_v2_(CUdeviceptr p) {
 	ENTER("cuMemFree_v2");
 	struct range *r = is_dev_addr(p) ? find_range(p, 0, 1) : NULL;
 	if (!r || r->base != p) FAIL(CUDA_ERROR_INVALID_VALUE, "cuMemFree_v2", "%#llx is not the start of a device allocation", p);
@@ -876,10 +923,16 @@ static CUresult host_alloc(const char *call, void **pp, size_t n, unsigned flags
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemHostAlloc(void **pp, size_t n, unsigned flags) { return host_alloc("cuMemHostAlloc", pp, n, flags); }
-EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t n) { return host_alloc("cuMemAllocHost_v2", pp, n, 0); }
+static CUresult cuMemHostAlloc_(void **pp, size_t n, unsigned flags);
+EXPORT result cuMemHostAlloc(void **pp, size_t n, unsigned flags) { return dirty(cuMemHostAlloc_(pp, n, flags)); }
+static CUresult cuMemHostAlloc_(void **pp, size_t n, unsigned flags) { return host_alloc("cuMemHostAlloc", pp, n, flags); }
+static CUresult cuMemAllocHost_v2_(void **pp, size_t n);
+EXPORT result cuMemAllocHost_v2(void **pp, size_t n) { return dirty(cuMemAllocHost_v2_(pp, n)); }
+static CUresult cuMemAllocHost_v2_(void **pp, size_t n) { return host_alloc("cuMemAllocHost_v2", pp, n, 0); }
 
-EXPORT CUresult cuMemFreeHost(void *p) {
+static CUresult cuMemFreeHost_(void *p);
+EXPORT result cuMemFreeHost(void *p) { return dirty(cuMemFreeHost_(p)); }
+static CUresult cuMemFreeHost_(void *p) {
 	ENTER("cuMemFreeHost");
 	struct range *r = NULL;
 	for (int i = n_ranges - 1; i >= 0; i--)
@@ -900,7 +953,9 @@ EXPORT CUresult cuMemFreeHost(void *p) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
+static CUresult cuMemHostRegister_v2_(void *p, size_t n, unsigned flags);
+EXPORT result cuMemHostRegister_v2(void *p, size_t n, unsigned flags) { return dirty(cuMemHostRegister_v2_(p, n, flags)); }
+static CUresult cuMemHostRegister_v2_(void *p, size_t n, unsigned flags) {
 	ENTER("cuMemHostRegister_v2");
 	if (!p || n == 0) FAIL(CUDA_ERROR_INVALID_VALUE, "cuMemHostRegister_v2", "p %p, bytesize %zu", p, n);
 	if (flags & ~15u) FAIL(CUDA_ERROR_INVALID_VALUE, "cuMemHostRegister_v2", "unknown Flags bits %#x", flags & ~15u);
@@ -910,7 +965,9 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemHostUnregister(void *p) {
+static CUresult cuMemHostUnregister_(void *p);
+EXPORT result cuMemHostUnregister(void *p) { return dirty(cuMemHostUnregister_(p)); }
+static CUresult cuMemHostUnregister_(void *p) {
 	ENTER("cuMemHostUnregister");
 	for (int i = n_ranges - 1; i >= 0; i--)
 		if (!ranges[i].dev && ranges[i].base == (uintptr_t)p && ranges[i].alive && ranges[i].registered) {
@@ -970,22 +1027,32 @@ static CUresult copy_op(const char *call, uintptr_t dst, int dst_dev, uintptr_t 
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, uintptr_t s) {
+static CUresult cuMemcpyHtoDAsync_v2_(CUdeviceptr dst, const void *src, size_t n, uintptr_t s);
+EXPORT result cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, uintptr_t s) { return dirty(cuMemcpyHtoDAsync_v2_(dst, src, n, s)); }
+static CUresult cuMemcpyHtoDAsync_v2_(CUdeviceptr dst, const void *src, size_t n, uintptr_t s) {
 	return copy_op("cuMemcpyHtoDAsync_v2", dst, 1, (uintptr_t)src, 0, n, s);
 }
-EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, uintptr_t s) {
+static CUresult cuMemcpyDtoHAsync_v2_(void *dst, CUdeviceptr src, size_t n, uintptr_t s);
+EXPORT result cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, uintptr_t s) { return dirty(cuMemcpyDtoHAsync_v2_(dst, src, n, s)); }
+static CUresult cuMemcpyDtoHAsync_v2_(void *dst, CUdeviceptr src, size_t n, uintptr_t s) {
 	return copy_op("cuMemcpyDtoHAsync_v2", (uintptr_t)dst, 0, src, 1, n, s);
 }
-EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s) {
+static CUresult cuMemcpyDtoDAsync_v2_(CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s);
+EXPORT result cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s) { return dirty(cuMemcpyDtoDAsync_v2_(dst, src, n, s)); }
+static CUresult cuMemcpyDtoDAsync_v2_(CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s) {
 	return copy_op("cuMemcpyDtoDAsync_v2", dst, 1, src, 1, n, s);
 }
 // cuMemcpyAsync infers each side's kind from the address (unified
 // addressing).
-EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s) {
+static CUresult cuMemcpyAsync_(CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s);
+EXPORT result cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s) { return dirty(cuMemcpyAsync_(dst, src, n, s)); }
+static CUresult cuMemcpyAsync_(CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s) {
 	return copy_op("cuMemcpyAsync", dst, is_dev_addr(dst), src, is_dev_addr(src), n, s);
 }
 
-EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, uintptr_t sh) {
+static CUresult cuMemsetD32Async_(CUdeviceptr dst, unsigned v, size_t n, uintptr_t sh);
+EXPORT result cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, uintptr_t sh) { return dirty(cuMemsetD32Async_(dst, v, n, sh)); }
+static CUresult cuMemsetD32Async_(CUdeviceptr dst, unsigned v, size_t n, uintptr_t sh) {
 	ENTER("cuMemsetD32Async");
 	struct stream *s = get_stream("cuMemsetD32Async", sh);
 	if (!s) {
@@ -1013,7 +1080,9 @@ EXPORT CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, uintptr_
 
 // ---- streams and events ---------------------------------------------------------
 
-EXPORT CUresult cuStreamCreate(void **ph, unsigned flags) {
+static CUresult cuStreamCreate_(void **ph, unsigned flags);
+EXPORT result cuStreamCreate(void **ph, unsigned flags) { return dirty(cuStreamCreate_(ph, flags)); }
+static CUresult cuStreamCreate_(void **ph, unsigned flags) {
 	ENTER("cuStreamCreate");
 	if (!ph) FAIL(CUDA_ERROR_INVALID_VALUE, "cuStreamCreate", "phStream is NULL");
 	if (flags & ~1u) FAIL(CUDA_ERROR_INVALID_VALUE, "cuStreamCreate", "unknown Flags %#x (CU_STREAM_DEFAULT 0, CU_STREAM_NON_BLOCKING 1)", flags);
@@ -1024,7 +1093,9 @@ EXPORT CUresult cuStreamCreate(void **ph, unsigned flags) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuStreamDestroy_v2(uintptr_t h) {
+static CUresult cuStreamDestroy_v2_(uintptr_t h);
+EXPORT result cuStreamDestroy_v2(uintptr_t h) { return dirty(cuStreamDestroy_v2_(h)); }
+static CUresult cuStreamDestroy_v2_(uintptr_t h) {
 	ENTER("cuStreamDestroy_v2");
 	if (h == 0) FAIL(CUDA_ERROR_INVALID_HANDLE, "cuStreamDestroy_v2", "the legacy default stream cannot be destroyed");
 	struct stream *s = (struct stream *)live("cuStreamDestroy_v2", h, K_STREAM);
@@ -1038,7 +1109,9 @@ EXPORT CUresult cuStreamDestroy_v2(uintptr_t h) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuStreamSynchronize(uintptr_t h) {
+static CUresult cuStreamSynchronize_(uintptr_t h);
+EXPORT result cuStreamSynchronize(uintptr_t h) { return dirty(cuStreamSynchronize_(h)); }
+static CUresult cuStreamSynchronize_(uintptr_t h) {
 	ENTER("cuStreamSynchronize");
 	struct stream *s = get_stream("cuStreamSynchronize", h);
 	if (!s) {
@@ -1052,7 +1125,9 @@ EXPORT CUresult cuStreamSynchronize(uintptr_t h) {
 	return r;
 }
 
-EXPORT CUresult cuStreamWaitEvent(uintptr_t sh, uintptr_t eh, unsigned flags) {
+static CUresult cuStreamWaitEvent_(uintptr_t sh, uintptr_t eh, unsigned flags);
+EXPORT result cuStreamWaitEvent(uintptr_t sh, uintptr_t eh, unsigned flags) { return dirty(cuStreamWaitEvent_(sh, eh, flags)); }
+static CUresult cuStreamWaitEvent_(uintptr_t sh, uintptr_t eh, unsigned flags) {
 	ENTER("cuStreamWaitEvent");
 	struct stream *s = get_stream("cuStreamWaitEvent", sh);
 	struct event *e = (struct event *)live("cuStreamWaitEvent", eh, K_EVENT);
@@ -1070,7 +1145,9 @@ EXPORT CUresult cuStreamWaitEvent(uintptr_t sh, uintptr_t eh, unsigned flags) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuEventCreate(void **ph, unsigned flags) {
+static CUresult cuEventCreate_(void **ph, unsigned flags);
+EXPORT result cuEventCreate(void **ph, unsigned flags) { return dirty(cuEventCreate_(ph, flags)); }
+static CUresult cuEventCreate_(void **ph, unsigned flags) {
 	ENTER("cuEventCreate");
 	if (!ph) FAIL(CUDA_ERROR_INVALID_VALUE, "cuEventCreate", "phEvent is NULL");
 	if (flags & ~7u) FAIL(CUDA_ERROR_INVALID_VALUE, "cuEventCreate", "unknown Flags %#x", flags);
@@ -1082,7 +1159,9 @@ EXPORT CUresult cuEventCreate(void **ph, unsigned flags) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuEventDestroy_v2(uintptr_t h) {
+static CUresult cuEventDestroy_v2_(uintptr_t h);
+EXPORT result cuEventDestroy_v2(uintptr_t h) { return dirty(cuEventDestroy_v2_(h)); }
+static CUresult cuEventDestroy_v2_(uintptr_t h) {
 	ENTER("cuEventDestroy_v2");
 	struct event *e = (struct event *)live("cuEventDestroy_v2", h, K_EVENT);
 	if (!e) {
@@ -1094,7 +1173,9 @@ EXPORT CUresult cuEventDestroy_v2(uintptr_t h) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuEventRecord(uintptr_t eh, uintptr_t sh) {
+static CUresult cuEventRecord_(uintptr_t eh, uintptr_t sh);
+EXPORT result cuEventRecord(uintptr_t eh, uintptr_t sh) { return dirty(cuEventRecord_(eh, sh)); }
+static CUresult cuEventRecord_(uintptr_t eh, uintptr_t sh) {
 	ENTER("cuEventRecord");
 	struct event *e = (struct event *)live("cuEventRecord", eh, K_EVENT);
 	struct stream *s = get_stream("cuEventRecord", sh);
@@ -1107,7 +1188,9 @@ EXPORT CUresult cuEventRecord(uintptr_t eh, uintptr_t sh) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuEventQuery(uintptr_t eh) {
+static CUresult cuEventQuery_(uintptr_t eh);
+EXPORT result cuEventQuery(uintptr_t eh) { return dirty(cuEventQuery_(eh)); }
+static CUresult cuEventQuery_(uintptr_t eh) {
 	ENTER("cuEventQuery");
 	struct event *e = (struct event *)live("cuEventQuery", eh, K_EVENT);
 	if (!e) {
@@ -1121,7 +1204,9 @@ EXPORT CUresult cuEventQuery(uintptr_t eh) {
 	return r;
 }
 
-EXPORT CUresult cuEventSynchronize(uintptr_t eh) {
+static CUresult cuEventSynchronize_(uintptr_t eh);
+EXPORT result cuEventSynchronize(uintptr_t eh) { return dirty(cuEventSynchronize_(eh)); }
+static CUresult cuEventSynchronize_(uintptr_t eh) {
 	ENTER("cuEventSynchronize");
 	struct event *e = (struct event *)live("cuEventSynchronize", eh, K_EVENT);
 	if (!e) {
@@ -1234,7 +1319,9 @@ static void write_log(char *buf, void **size_val, const char *msg) {
 	*size_val = (void *)(uintptr_t)(m + 1);
 }
 
-EXPORT CUresult cuModuleLoadDataEx(void **pm, const void *image, unsigned nopt, const int *opts, void **vals) {
+static CUresult cuModuleLoadDataEx_(void **pm, const void *image, unsigned nopt, const int *opts, void **vals);
+EXPORT result cuModuleLoadDataEx(void **pm, const void *image, unsigned nopt, const int *opts, void **vals) { return dirty(cuModuleLoadDataEx_(pm, image, nopt, opts, vals)); }
+static CUresult cuModuleLoadDataEx_(void **pm, const void *image, unsigned nopt, const int *opts, void **vals) {
 	static const char *call = "cuModuleLoadDataEx";
 	ENTER(call);
 	if (!pm) FAIL(CUDA_ERROR_INVALID_VALUE, call, "module is NULL");
@@ -1281,9 +1368,13 @@ EXPORT CUresult cuModuleLoadDataEx(void **pm, const void *image, unsigned nopt, 
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuModuleLoadData(void **pm, const void *image) { return cuModuleLoadDataEx(pm, image, 0, NULL, NULL); }
+static CUresult cuModuleLoadData_(void **pm, const void *image);
+EXPORT result cuModuleLoadData(void **pm, const void *image) { return dirty(cuModuleLoadData_(pm, image)); }
+static CUresult cuModuleLoadData_(void **pm, const void *image) { return cuModuleLoadDataEx(pm, image, 0, NULL, NULL); }
 
-EXPORT CUresult cuModuleUnload(uintptr_t h) {
+static CUresult cuModuleUnload_(uintptr_t h);
+EXPORT result cuModuleUnload(uintptr_t h) { return dirty(cuModuleUnload_(h)); }
+static CUresult cuModuleUnload_(uintptr_t h) {
 	ENTER("cuModuleUnload");
 	struct module *m = (struct module *)live("cuModuleUnload", h, K_MODULE);
 	if (!m) {
@@ -1305,7 +1396,9 @@ EXPORT CUresult cuModuleUnload(uintptr_t h) {
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuModuleGetFunction(void **pf, uintptr_t h, const char *name) {
+static CUresult cuModuleGetFunction_(void **pf, uintptr_t h, const char *name);
+EXPORT result cuModuleGetFunction(void **pf, uintptr_t h, const char *name) { return dirty(cuModuleGetFunction_(pf, h, name)); }
+static CUresult cuModuleGetFunction_(void **pf, uintptr_t h, const char *name) {
 	ENTER("cuModuleGetFunction");
 	if (!pf || !name) FAIL(CUDA_ERROR_INVALID_VALUE, "cuModuleGetFunction", "hfunc %p, name %p", (void *)pf, (void *)name);
 	struct module *m = (struct module *)live("cuModuleGetFunction", h, K_MODULE);
@@ -1323,7 +1416,11 @@ EXPORT CUresult cuModuleGetFunction(void **pf, uintptr_t h, const char *name) {
 	return CUDA_ERROR_NOT_FOUND;
 }
 
-EXPORT CUresult cuLaunchKernel(uintptr_t fh, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+static CUresult cuLaunchKernel_(uintptr_t fh, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shared, uintptr_t sh, void **params, void **extra);
+EXPORT result cuLaunchKernel(uintptr_t fh, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shared, uintptr_t sh, void **params, void **extra) { return dirty(cuLaunchKernel_(fh, gx, gy, gz, bx, by, bz, shared, sh, params, extra)); }
+static CUresult cuLaunchKernel_(uintptr_t fh, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned shared, uintptr_t sh, void **params, void **extra) {
 	static const char *call = "cuLaunchKernel";
 	ENTER(call);
@@ -1388,7 +1485,9 @@ EXPORT CUresult cuLaunchKernel(uintptr_t fh, unsigned gx, unsigned gy, unsigned 
 
 static struct blas *live_blas(const char *call, uintptr_t h) { return (struct blas *)live(call, h, K_BLAS); }
 
-EXPORT cublasStatus_t cublasGetProperty(int type, int *value) {
+static cublasStatus_t cublasGetProperty_(int type, int *value);
+EXPORT result cublasGetProperty(int type, int *value) { return dirty(cublasGetProperty_(type, value)); }
+static cublasStatus_t cublasGetProperty_(int type, int *value) {
 	if (!value || type < 0 || type > 2) {
 		lock();
 		FAIL(CUBLAS_STATUS_INVALID_VALUE, "cublasGetProperty", "type %d, value %p", type, (void *)value);
@@ -1398,7 +1497,9 @@ EXPORT cublasStatus_t cublasGetProperty(int type, int *value) {
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-EXPORT cublasStatus_t cublasCreate_v2(void **ph) {
+static cublasStatus_t cublasCreate_v2_(void **ph);
+EXPORT result cublasCreate_v2(void **ph) { return dirty(cublasCreate_v2_(ph)); }
+static cublasStatus_t cublasCreate_v2_(void **ph) {
 	BLAS_ENTER("cublasCreate_v2");
 	if (!ph) FAIL(CUBLAS_STATUS_INVALID_VALUE, "cublasCreate_v2", "handle is NULL");
 	*ph = new_obj(sizeof(struct blas), K_BLAS, cur);
@@ -1406,7 +1507,9 @@ EXPORT cublasStatus_t cublasCreate_v2(void **ph) {
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-EXPORT cublasStatus_t cublasDestroy_v2(uintptr_t h) {
+static cublasStatus_t cublasDestroy_v2_(uintptr_t h);
+EXPORT result cublasDestroy_v2(uintptr_t h) { return dirty(cublasDestroy_v2_(h)); }
+static cublasStatus_t cublasDestroy_v2_(uintptr_t h) {
 	BLAS_ENTER("cublasDestroy_v2");
 	struct blas *b = live_blas("cublasDestroy_v2", h);
 	if (!b) {
@@ -1419,7 +1522,9 @@ EXPORT cublasStatus_t cublasDestroy_v2(uintptr_t h) {
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-EXPORT cublasStatus_t cublasSetStream_v2(uintptr_t h, uintptr_t sh) {
+static cublasStatus_t cublasSetStream_v2_(uintptr_t h, uintptr_t sh);
+EXPORT result cublasSetStream_v2(uintptr_t h, uintptr_t sh) { return dirty(cublasSetStream_v2_(h, sh)); }
+static cublasStatus_t cublasSetStream_v2_(uintptr_t h, uintptr_t sh) {
 	BLAS_ENTER("cublasSetStream_v2");
 	struct blas *b = live_blas("cublasSetStream_v2", h);
 	if (!b) {
@@ -1436,7 +1541,9 @@ EXPORT cublasStatus_t cublasSetStream_v2(uintptr_t h, uintptr_t sh) {
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-EXPORT cublasStatus_t cublasSetMathMode(uintptr_t h, int mode) {
+static cublasStatus_t cublasSetMathMode_(uintptr_t h, int mode);
+EXPORT result cublasSetMathMode(uintptr_t h, int mode) { return dirty(cublasSetMathMode_(h, mode)); }
+static cublasStatus_t cublasSetMathMode_(uintptr_t h, int mode) {
 	BLAS_ENTER("cublasSetMathMode");
 	struct blas *b = live_blas("cublasSetMathMode", h);
 	if (!b) {
@@ -1450,7 +1557,9 @@ EXPORT cublasStatus_t cublasSetMathMode(uintptr_t h, int mode) {
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-EXPORT cublasStatus_t cublasSetWorkspace_v2(uintptr_t h, CUdeviceptr ws, size_t n) {
+static cublasStatus_t cublasSetWorkspace_v2_(uintptr_t h, CUdeviceptr ws, size_t n);
+EXPORT result cublasSetWorkspace_v2(uintptr_t h, CUdeviceptr ws, size_t n) { return dirty(cublasSetWorkspace_v2_(h, ws, n)); }
+static cublasStatus_t cublasSetWorkspace_v2_(uintptr_t h, CUdeviceptr ws, size_t n) {
 	BLAS_ENTER("cublasSetWorkspace_v2");
 	struct blas *b = live_blas("cublasSetWorkspace_v2", h);
 	if (!b) {
@@ -1489,7 +1598,13 @@ static float *matrix(const char *what, CUdeviceptr p, int rows, int cols, int ld
 	return h;
 }
 
-EXPORT cublasStatus_t cublasSgemmStridedBatched(uintptr_t h, int ta, int tb, int m, int n, int k, const float *alpha,
+static cublasStatus_t cublasSgemmStridedBatched_(uintptr_t h, int ta, int tb, int m, int n, int k, const float *alpha,
+                                                CUdeviceptr A, int lda, long long sa, CUdeviceptr B, int ldb, long long sb,
+                                                const float *beta, CUdeviceptr C, int ldc, long long sc, int batch);
+EXPORT result cublasSgemmStridedBatched(uintptr_t h, int ta, int tb, int m, int n, int k, const float *alpha,
+                                                CUdeviceptr A, int lda, long long sa, CUdeviceptr B, int ldb, long long sb,
+                                                const float *beta, CUdeviceptr C, int ldc, long long sc, int batch) { return dirty(cublasSgemmStridedBatched_(h, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch)); }
+static cublasStatus_t cublasSgemmStridedBatched_(uintptr_t h, int ta, int tb, int m, int n, int k, const float *alpha,
                                                 CUdeviceptr A, int lda, long long sa, CUdeviceptr B, int ldb, long long sb,
                                                 const float *beta, CUdeviceptr C, int ldc, long long sc, int batch) {
 	static const char *call = "cublasSgemmStridedBatched";
