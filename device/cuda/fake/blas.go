@@ -180,17 +180,16 @@ func (c *Context) SgemmStridedBatched(h cu.BLASHandle, transA, transB bool, m, n
 			for z := 0; z < batch; z++ {
 				sgemm(transA, transB, m, n, k, alpha, A[int64(z)*strideA:], lda, B[int64(z)*strideB:], ldb, beta, C[int64(z)*strideC:], ldc, round)
 			}
-		}, &launch{c: c, name: call})
+		}, &launch{mem: c.deviceTail, name: call})
 	})
 	return nil
 }
 
 func devFloats(k *launch, p cu.DevicePtr) []float32 {
-	a, off, ok := k.c.find(uint64(p), false)
+	b, ok := k.mem(uint64(p))
 	if !ok {
 		k.fail("%#x is not device memory", uint64(p))
 	}
-	b := a.bytes()[off:]
 	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
 }
 

@@ -130,7 +130,7 @@ func (c *Context) LaunchKernel(f cu.Function, grid, block cu.Dim3, sharedMem uin
 		c.mu.Lock()
 		c.stats.Launches++
 		c.mu.Unlock()
-		return c.run(name, fn.run, &launch{c: c, name: name, grid: grid, block: block, params: params})
+		return c.run(name, fn.run, &launch{mem: c.deviceTail, name: name, grid: grid, block: block, params: params})
 	})
 	return nil
 }
@@ -155,7 +155,30 @@ func (c *Context) faulted() bool {
 
 // run runs a kernel's Go version, turning a panic (an access out of
 // bounds, an unexpected launch shape) into the fault a GPU would report.
-func (c *Context) run(name string, fn kernelFunc, k *launch) (err *cu.Error) {
+func (c *Context) run(name string, fn kernelFunc, k *launch) *cu.Error {
+	return runKernel(name, fn, k)
+}
+
+// RunKernel runs the Go version of kernel name over the memory that mem
+// maps device addresses to (the bytes from an address to the end of its
+// allocation; false when the address is not device memory). params are
+// the parameters' bytes, as many of each as the PTX declares. A fault (an
+// access out of bounds, a launch shape the kernel is not written for) is
+// returned as the *cu.Error a GPU would report; an unknown kernel as
+// CUDA_ERROR_NOT_FOUND. The stand-in driver (package
+// ferry/device/cuda/standin) runs kernels through it.
+func RunKernel(name string, grid, block cu.Dim3, params [][]byte, mem func(p uint64) ([]byte, bool)) error {
+	fn := kernelsByName[name]
+	if fn == nil {
+		return errorOf(name, cu.ErrNotFound, "the fake driver has no Go version of kernel "+name)
+	}
+	if err := runKernel(name, fn, &launch{mem: mem, name: name, grid: grid, block: block, params: params}); err != nil {
+		return err
+	}
+	return nil
+}
+
+func runKernel(name string, fn kernelFunc, k *launch) (err *cu.Error) {
 	defer func() {
 		if r := recover(); r != nil {
 			msg := fmt.Sprint(r)
@@ -171,7 +194,7 @@ func (c *Context) run(name string, fn kernelFunc, k *launch) (err *cu.Error) {
 
 // launch is one kernel launch as its Go version sees it.
 type launch struct {
-	c           *Context
+	mem         func(p uint64) ([]byte, bool) // device memory from p to the end of its allocation
 	name        string
 	grid, block cu.Dim3
 	params      [][]byte
@@ -205,16 +228,15 @@ func mem[T any](k *launch, i int) []T {
 	if p == 0 {
 		return nil
 	}
-	a, off, ok := k.c.find(p, false)
+	b, ok := k.mem(p)
 	if !ok {
 		k.fail("parameter %d: %#x is not device memory", i, p)
 	}
 	var zero T
 	size := int64(unsafe.Sizeof(zero))
-	if off%size != 0 {
+	if p%uint64(size) != 0 {
 		k.fail("parameter %d: %#x is not aligned to %d bytes", i, p, size)
 	}
-	b := a.bytes()[off:]
 	n := int64(len(b)) / size
 	if n == 0 {
 		return nil

@@ -51,6 +51,15 @@ func (c *Context) find(p uint64, host bool) (*alloc, int64, bool) {
 	return a, int64(p - a.base), true
 }
 
+// deviceTail returns device memory from p to the end of its allocation.
+func (c *Context) deviceTail(p uint64) ([]byte, bool) {
+	a, off, ok := c.find(p, false)
+	if !ok {
+		return nil, false
+	}
+	return a.bytes()[off:], true
+}
+
 // deviceBytes returns device memory [p, p+n), or an error naming why not.
 func (c *Context) deviceBytes(p cu.DevicePtr, n int64) ([]byte, error) {
 	a, off, ok := c.find(uint64(p), false)
