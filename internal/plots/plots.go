@@ -154,6 +154,16 @@ func save(dir, name string, p *plot.Plot, l plot.Legend) (err error) {
 	}{{".png", png.Bytes()}, {".svg", svg.Bytes()}} {
 		path := filepath.Join(dir, name+f.ext)
 		err := fsx.WriteAtomic(path, func(w io.Writer) error {
+			// WriteAtomic's temporary file is private (0600, from
+			// os.CreateTemp); a picture is for anyone who may read the
+			// directory, as a file made by os.Create would be. (A
+			// path that is not a regular file, a pipe, is written in
+			// place and keeps its mode.)
+			if file, ok := w.(*os.File); ok && file.Name() != path {
+				if err := file.Chmod(0o644); err != nil {
+					return err
+				}
+			}
 			_, err := w.Write(f.b)
 			return err
 		})
@@ -201,8 +211,8 @@ func (t ticks) Ticks(lo, hi float64) []plot.Tick {
 			break
 		}
 	}
-	if t.integer && step < 1 {
-		step = 1
+	if t.integer && (step < 1 || hi-lo <= 12) {
+		step = 1 // every epoch of a short run labelled
 	}
 	decimals := 0
 	if step < 1 {
@@ -218,11 +228,11 @@ func (t ticks) Ticks(lo, hi float64) []plot.Tick {
 			v = 0 // not -0
 		}
 		out = append(out, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', decimals, 64)})
-		if minor := v + step/2; minor < hi {
+		if minor := v + step/2; minor < hi && !(t.integer && step == 1) {
 			out = append(out, plot.Tick{Value: minor})
 		}
 	}
-	if first := math.Ceil(lo/step-1e-9) * step; first-step/2 > lo {
+	if first := math.Ceil(lo/step-1e-9) * step; first-step/2 > lo && !(t.integer && step == 1) {
 		out = append(out, plot.Tick{Value: first - step/2})
 	}
 	return out

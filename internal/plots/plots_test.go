@@ -44,6 +44,9 @@ func checkFiles(t *testing.T, dir, name string) {
 	if format != "png" || img.Bounds().Dx() != 1200 || img.Bounds().Dy() != 675 {
 		t.Fatalf("%s.png: %s of %v, want png of 1200×675", name, format, img.Bounds())
 	}
+	if st, err := f.Stat(); err != nil || st.Mode().Perm()&0o044 != 0o044 {
+		t.Errorf("%s.png: mode %v, want readable by all", name, st.Mode())
+	}
 	s, err := os.Open(filepath.Join(dir, name+".svg"))
 	if err != nil {
 		t.Fatal(err)
