@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch's side of bench/cpu_step.sh: times training steps of the origin
-model on the CPU exactly as bench/cpustep does for ferry: L x (Linear(W, W) + ReLU) in nn.Sequential,
-batch B, MSE loss, SGD (lr 1e-3), zero_grad(set_to_none=True).
+model on the CPU exactly as bench/cpustep does for ferry: L x (Linear(W, W)
++ ReLU) in nn.Sequential, batch B, MSE loss, SGD (lr 1e-3),
+zero_grad(set_to_none=True).
 
-Usage: /usr/bin/python3 bench/cpu_step.py [layers width batch steps]
+Usage: python3 bench/cpu_step.py [layers width batch steps]
+       (a python3 with PyTorch; bench/cpu_step.sh takes it from $PYTHON)
 Prints one line per timed step ("step <seconds>"), then "median <seconds>".
 """
 import statistics

@@ -24,7 +24,7 @@ T x T); it prints the fit's two points and its value at --batch, and checks
 a third batch against the fit (--check-batch). --direct runs the whole
 model at --batch instead, for configurations that fit in memory.
 
-Usage: /usr/bin/python3 bench/gpt_saved_bytes.py [--vocab 50257 --seq 1024
+Usage: python3 bench/gpt_saved_bytes.py [--vocab 50257 --seq 1024
        --layers 12 --heads 12 --embd 768 --batch 8] [--direct] [-v]
 """
 import argparse

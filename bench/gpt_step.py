@@ -16,7 +16,7 @@ page-faults in its activations afresh (tens of thousands of minor faults per
 step, which the step lines print) and steps swing by seconds. With them the
 faults stop after the warm-up steps.
 
-Usage: /usr/bin/python3 bench/gpt_step.py [layers heads embd seq vocab batch steps warmup]
+Usage: python3 bench/gpt_step.py [layers heads embd seq vocab batch steps warmup]
        (defaults 6 6 384 256 65 8 5 5: 5 untimed steps, then 5 timed ones)
 Prints one line per timed step ("step <seconds> loss <loss> page faults
 <minor faults in the step>"), then "median <seconds>".
