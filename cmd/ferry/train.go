@@ -28,8 +28,10 @@ import (
 
 // trainTask is what runTraining trains.
 type trainTask interface {
-	// describe is one line about the model and data, for people.
+	// describe is one line about the model and data, for people; title
+	// is a short form for plots.
 	describe() string
+	title() string
 	model() nn.Module
 	// forward runs the model; recompute checkpoints each layer or block.
 	forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor
@@ -183,8 +185,9 @@ type trainSummary struct {
 // history is what the loss curves are drawn from; a checkpoint carries it,
 // so a resumed run's plot starts at step 1.
 type history struct {
-	Train []train.Point `json:"train"`
-	Val   []train.Point `json:"val"`
+	Train    []train.Point `json:"train"`
+	Val      []train.Point `json:"val"`                // validation or test loss
+	Accuracy []train.Point `json:"accuracy,omitempty"` // test accuracy, by epoch
 }
 
 // runTraining trains task for o.steps optimizer steps and returns the
@@ -353,6 +356,12 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 		}
 		if v, ok := m["val_loss"]; ok {
 			hist.Val = append(hist.Val, train.Point{Step: step, Value: v})
+		}
+		if v, ok := m["test_loss"]; ok {
+			hist.Val = append(hist.Val, train.Point{Step: step, Value: v})
+		}
+		if v, ok := m["test_accuracy"]; ok && o.evalEvery > 0 {
+			hist.Accuracy = append(hist.Accuracy, train.Point{Step: step / o.evalEvery, Value: v})
 		}
 		return m, nil
 	}
@@ -523,7 +532,7 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 		sum.Offload = &s
 	}
 	if o.plotDir != "" {
-		files, err := writePlots(o.plotDir, task.describe(), hist, rec)
+		files, err := writePlots(o.plotDir, task.title(), hist, rec, dev.Name())
 		if err != nil {
 			return nil, err
 		}

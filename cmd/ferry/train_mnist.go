@@ -68,6 +68,10 @@ func (t *mnistTask) describe() string {
 		t.data.Pixels(), repeatWidth(t.width, t.depth), t.depth, t.width, t.batchSize, t.data.TrainCount(), t.data.TestCount())
 }
 
+func (t *mnistTask) title() string {
+	return fmt.Sprintf("MLP %d×%d on MNIST, batch %d", t.depth, t.width, t.batchSize)
+}
+
 func repeatWidth(w, n int) string {
 	s := ""
 	for i := 0; i < n; i++ {

@@ -56,6 +56,11 @@ func (t *textTask) describe() string {
 		c.Layers, c.Heads, c.Embd, c.Seq, c.Dropout, c.ParameterCount(), t.batchSize, t.text.Source)
 }
 
+func (t *textTask) title() string {
+	c := t.gpt.Config
+	return fmt.Sprintf("byte-level GPT %dL %dH %dE, context %d, batch %d", c.Layers, c.Heads, c.Embd, c.Seq, t.batchSize)
+}
+
 func (t *textTask) model() nn.Module { return t.gpt }
 
 func (t *textTask) forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor {
