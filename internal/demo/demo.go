@@ -293,16 +293,15 @@ func (m *model) forward(tape *ferry.Tape, x *ferry.Tensor, naive, recompute bool
 	for i, l := range m.layers {
 		tape.PushModule(fmt.Sprintf("layers.%d", i))
 		var y *ferry.Tensor
+		layer := func(xs ...*ferry.Tensor) *ferry.Tensor {
+			z := l.Forward(xs[0]) // Linear saves its input
+			defer z.Release()     // as Python drops it: nothing else refers to z
+			return ferry.ReLU(z)  // ReLU saves its output
+		}
 		if recompute { // each layer a checkpoint segment: only its input is kept
-			y = tape.Checkpoint(func(xs ...*ferry.Tensor) *ferry.Tensor {
-				z := l.Forward(xs[0])
-				defer z.Release()
-				return ferry.ReLU(z)
-			}, h)
-		} else {
-			z := l.Forward(h) // Linear saves h
-			y = ferry.ReLU(z) // ReLU saves y
-			z.Release()       // as Python drops it: nothing else refers to z
+			y = tape.Checkpoint(layer, h)
+		} else { // a segment recomputed where the tape's SegmentHooks say
+			y = tape.Segment(layer, h)
 		}
 		tape.PopModule()
 		if naive {
