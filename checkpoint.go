@@ -115,7 +115,7 @@ func (tp *Tape) Checkpoint(f func(xs ...*Tensor) *Tensor, xs ...*Tensor) *Tensor
 			g.packed = append(g.packed, x.handle(nil))
 			continue
 		}
-		info := SaveInfo{Op: op, Node: seq, Slot: i, Module: tp.Module(),
+		info := SaveInfo{Op: op, Node: seq, Slot: i, Module: tp.Module(), Index: tp.nextSave(),
 			Parameter: x.node == nil && x.requiresGrad && x.tape == nil}
 		g.packed = append(g.packed, g.hooks.Pack(x.handle(nil), info))
 	}
@@ -213,4 +213,52 @@ func (g *segment) recompute() error {
 		}
 	}
 	return nil
+}
+
+// SegmentHooks let the code around a model decide which of its
+// checkpointable segments are recomputed, and watch them run (the planner
+// records a step with them). Set them with Tape.SetSegmentHooks; every
+// function is called on the tape's goroutine, during forward.
+type SegmentHooks struct {
+	// Recompute reports whether the segment named module (its module path)
+	// runs as a checkpoint (Tape.Checkpoint); nil means none does.
+	Recompute func(module string) bool
+	// Enter is called as a segment starts, with its module path and its
+	// inputs (borrowed: the hook must not release or keep them); Exit
+	// when it has returned. Either may be nil.
+	Enter func(module string, inputs []*Tensor)
+	Exit  func(module string)
+}
+
+// SetSegmentHooks sets the tape's segment hooks (nil: none).
+func (tp *Tape) SetSegmentHooks(h *SegmentHooks) {
+	tp.checkOwner("segment_hooks")
+	tp.segs = h
+}
+
+// Segment runs f(xs...) as a checkpointable segment named by the current
+// module path: as a checkpoint (Checkpoint) if the tape's SegmentHooks say
+// so, else directly. Models mark their blocks with it so that whoever
+// trains them chooses, per block, between keeping what the block saves and
+// recomputing it; gradients are bitwise the same either way. Inside a
+// checkpoint, or when nothing records, it is f(xs...).
+func (tp *Tape) Segment(f func(xs ...*Tensor) *Tensor, xs ...*Tensor) *Tensor {
+	tp.usable("segment")
+	if !tp.recording() || tp.checkpointing {
+		return f(xs...)
+	}
+	h, m := tp.segs, tp.Module()
+	if h != nil && h.Enter != nil {
+		h.Enter(m, xs)
+	}
+	var out *Tensor
+	if h != nil && h.Recompute != nil && h.Recompute(m) {
+		out = tp.Checkpoint(f, xs...)
+	} else {
+		out = f(xs...)
+	}
+	if h != nil && h.Exit != nil {
+		h.Exit(m)
+	}
+	return out
 }

@@ -29,6 +29,8 @@ type Tape struct {
 	handles []*Tensor
 	hooks   []*SavedTensorHooks // innermost last
 	modules []string            // module path stack, for SaveInfo
+	saves   map[string]int      // saves made so far in each module, for SaveInfo.Index
+	segs    *SegmentHooks
 	noGrad  int
 	closed  bool
 	// inBackward is set while Backward runs: ops then record nothing and
@@ -116,6 +118,17 @@ func (tp *Tape) Module() string {
 		return ""
 	}
 	return tp.modules[len(tp.modules)-1]
+}
+
+// nextSave returns the next SaveInfo.Index of the current module.
+func (tp *Tape) nextSave() int {
+	if tp.saves == nil {
+		tp.saves = map[string]int{}
+	}
+	m := tp.Module()
+	i := tp.saves[m]
+	tp.saves[m] = i + 1
+	return i
 }
 
 // Len is the number of ops recorded.
@@ -227,6 +240,10 @@ type SaveInfo struct {
 	Node   int    // the op's position on the tape, from 0
 	Slot   int    // which of the op's saved tensors
 	Module string // module path when saved ("layers.3"), or ""
+	// Index is the save's position among those made directly in Module
+	// during this step (0, 1, ...): Module and Index name a saved tensor
+	// the same way in every step of the same model, whatever its ops.
+	Index int
 	// Parameter is true for a leaf that requires grad or memory counted as
 	// parameters (a weight, also through tape.Input): kept on the device by
 	// offloaders, which only move activations.
@@ -351,7 +368,7 @@ func (tp *Tape) pack(n *node, slot int, t *Tensor) savedTensor {
 	}
 	h := tp.hooks[len(tp.hooks)-1]
 	s.hooks = h
-	info := SaveInfo{Op: n.op, Node: n.seq, Slot: slot, Module: tp.Module(),
+	info := SaveInfo{Op: n.op, Node: n.seq, Slot: slot, Module: tp.Module(), Index: tp.nextSave(),
 		Parameter: t.node == nil && t.requiresGrad || t.Category() == device.Parameter}
 	s.packed = h.Pack(t.handle(nil), info)
 	return s

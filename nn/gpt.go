@@ -285,7 +285,8 @@ type GPT struct {
 	// CheckpointBlocks runs each block as an activation-checkpointed
 	// segment (ferry.Tape.Checkpoint): forward keeps only the blocks'
 	// inputs, backward recomputes each block. Gradients are unchanged,
-	// bit for bit.
+	// bit for bit. Without it each block is a ferry.Tape.Segment named
+	// transformer.h.N, recomputed where the tape's SegmentHooks say.
 	CheckpointBlocks bool
 }
 
@@ -507,10 +508,14 @@ func (g *GPT) Forward(tokens *ferry.Tensor) *ferry.Tensor {
 	for i, b := range g.H {
 		push("h." + moduleName(i))
 		var y *ferry.Tensor
-		if g.CheckpointBlocks && tp != nil {
-			y = tp.Checkpoint(func(xs ...*ferry.Tensor) *ferry.Tensor { return b.Forward(xs[0]) }, x)
-		} else {
+		block := func(xs ...*ferry.Tensor) *ferry.Tensor { return b.Forward(xs[0]) }
+		switch {
+		case tp == nil:
 			y = b.Forward(x)
+		case g.CheckpointBlocks:
+			y = tp.Checkpoint(block, x)
+		default: // a segment: recomputed if the tape's SegmentHooks say so
+			y = tp.Segment(block, x)
 		}
 		pop()
 		x.Release()

@@ -29,6 +29,46 @@ type Policy struct {
 	// Comment says where the policy came from (ferry plan writes the
 	// budget and predicted figures here).
 	Comment string `json:"comment,omitempty"`
+	// Tensors place saved tensors one by one, named as SaveInfo names
+	// them: module path and Index (here "slot"). They are consulted after
+	// Rules and before Layers.
+	Tensors []TensorPlacement `json:"tensors,omitempty"`
+	// Recompute lists the checkpointable segments (ferry.Tape.Segment, by
+	// module path) that run as checkpoints: what their ops save is dropped
+	// in forward and recomputed in backward. Apply it with SegmentHooks.
+	Recompute []string `json:"recompute,omitempty"`
+
+	index map[tensorKey]Placement
+}
+
+// TensorPlacement places one saved tensor. Shape is the shape it was
+// saved with, checked against the model (Validate); Bytes its storage's
+// size, for people reading the file.
+type TensorPlacement struct {
+	Module    string    `json:"module"`
+	Slot      int       `json:"slot"`
+	Op        string    `json:"op,omitempty"`
+	Shape     []int     `json:"shape,omitempty"`
+	Bytes     int64     `json:"bytes,omitempty"`
+	Placement Placement `json:"placement"`
+}
+
+type tensorKey struct {
+	module string
+	slot   int
+}
+
+// SegmentHooks returns hooks that recompute the policy's Recompute
+// segments (nil when there are none).
+func (p *Policy) SegmentHooks() *ferry.SegmentHooks {
+	if len(p.Recompute) == 0 {
+		return nil
+	}
+	set := map[string]bool{}
+	for _, m := range p.Recompute {
+		set[m] = true
+	}
+	return &ferry.SegmentHooks{Recompute: func(m string) bool { return set[m] }}
 }
 
 // Rule places the tensors one op of one module saves.
@@ -44,6 +84,17 @@ func (p *Policy) Place(info ferry.SaveInfo, _ *ferry.Tensor) Placement {
 	for _, r := range p.Rules {
 		if r.Module == info.Module && (r.Op == "" || r.Op == info.Op) && (r.Slot == nil || *r.Slot == info.Slot) {
 			return r.Placement
+		}
+	}
+	if len(p.Tensors) > 0 {
+		if p.index == nil {
+			p.index = make(map[tensorKey]Placement, len(p.Tensors))
+			for _, t := range p.Tensors {
+				p.index[tensorKey{t.Module, t.Slot}] = t.Placement
+			}
+		}
+		if pl, ok := p.index[tensorKey{info.Module, info.Index}]; ok {
+			return pl
 		}
 	}
 	if pl, ok := p.Layers[info.Module]; ok {
@@ -152,8 +203,95 @@ func ParsePolicy(b []byte) (*Policy, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, err
 	}
-	if p.Version != 1 {
-		return nil, fmt.Errorf("version %d, this ferry reads version 1", p.Version)
+	if p.Version != 1 && p.Version != 2 {
+		return nil, fmt.Errorf("version %d, this ferry reads versions 1 and 2", p.Version)
 	}
 	return &p, nil
+}
+
+// SavedTensor describes one tensor a model's step saves, as the planner
+// records it on the meta device: where it is saved (Module and Slot, which
+// is SaveInfo.Index), by which op, its shape and its storage's bytes.
+type SavedTensor struct {
+	Module string
+	Slot   int
+	Op     string
+	Shape  []int
+	Bytes  int64
+}
+
+// ModelInfo is what Validate checks a policy against: every save of one
+// step and the checkpointable segments.
+type ModelInfo struct {
+	Saved    []SavedTensor
+	Segments []string
+}
+
+// Validate checks the policy against the model it is to be applied to, on
+// a run that has a disk tier or not, and reports every problem at once: a
+// module that saves nothing, a slot out of the module's range, a shape
+// other than the one saved there, a segment the model does not have, a
+// disk placement the run cannot honour (never silently turned into a host
+// placement), an unknown placement.
+func (p *Policy) Validate(m ModelInfo, haveDisk bool) error {
+	var problems []string
+	saves := map[string][]SavedTensor{}
+	var modules []string
+	for _, t := range m.Saved {
+		if _, ok := saves[t.Module]; !ok {
+			modules = append(modules, t.Module)
+		}
+		saves[t.Module] = append(saves[t.Module], t)
+	}
+	check := func(pl Placement, where string) {
+		if int(pl) >= len(placementNames) {
+			problems = append(problems, fmt.Sprintf("%s: unknown placement %d", where, int(pl)))
+		} else if pl == Disk && !haveDisk {
+			problems = append(problems, where+" places tensors on disk, but this run has no disk directory, so no disk tier (give --disk-dir, or plan with --no-disk)")
+		}
+	}
+	check(p.Default, "default")
+	for i, t := range p.Tensors {
+		where := fmt.Sprintf("tensors[%d] (%s slot %d)", i, t.Module, t.Slot)
+		ts, ok := saves[t.Module]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("%s: the model saves nothing in a module %q (modules that save: %s)", where, t.Module, summarize(modules)))
+		case t.Slot < 0 || t.Slot >= len(ts):
+			problems = append(problems, fmt.Sprintf("%s: slot out of range: %s saves %d tensors (slots 0–%d)", where, t.Module, len(ts), len(ts)-1))
+		case t.Shape != nil && !slices.Equal(t.Shape, ts[t.Slot].Shape):
+			problems = append(problems, fmt.Sprintf("%s: shape %v, but the model saves %v there (by %s)", where, t.Shape, ts[t.Slot].Shape, ts[t.Slot].Op))
+		}
+		check(t.Placement, where)
+	}
+	for _, s := range p.Recompute {
+		if !slices.Contains(m.Segments, s) {
+			problems = append(problems, fmt.Sprintf("recompute: the model has no segment %q (it has %s)", s, summarize(m.Segments)))
+		}
+	}
+	names := make([]string, 0, len(p.Layers))
+	for n := range p.Layers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if _, ok := saves[n]; !ok {
+			problems = append(problems, fmt.Sprintf("layers: the model saves nothing in a module %q (modules that save: %s)", n, summarize(modules)))
+		}
+		check(p.Layers[n], fmt.Sprintf("layers[%q]", n))
+	}
+	for i, r := range p.Rules {
+		where := fmt.Sprintf("rules[%d] (module %q)", i, r.Module)
+		if _, ok := saves[r.Module]; !ok && !slices.Contains(m.Segments, r.Module) {
+			problems = append(problems, fmt.Sprintf("%s: the model saves nothing in that module (modules that save: %s)", where, summarize(modules)))
+		}
+		if r.Slot != nil && *r.Slot < 0 {
+			problems = append(problems, fmt.Sprintf("%s: slot %d is negative", where, *r.Slot))
+		}
+		check(r.Placement, where)
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return errors.New("policy does not fit this model:\n  " + strings.Join(problems, "\n  "))
 }

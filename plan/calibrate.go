@@ -2,15 +2,12 @@ package plan
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"time"
 
 	"ferry/device"
 	"ferry/device/meta"
-	"ferry/internal/demo"
-	"ferry/offload"
 )
 
 // CalibrateOptions say what Calibrate measures.
@@ -18,6 +15,10 @@ type CalibrateOptions struct {
 	Width, Batch int     // the Linear layer whose products are timed
 	DiskDir      string  // where the disk test writes ("" = the system's temporary directory)
 	Seconds      float64 // time to spend on each figure (default 0.5)
+	// Fit, if set, fits the profile's elementwise rate and copy share to
+	// timed training steps on dev (the planner knows no model of its own;
+	// internal/demo's FitProfile times the origin model).
+	Fit func(dev device.Device, p *meta.Profile, o CalibrateOptions) error
 }
 
 // Calibrate measures dev and returns a profile for the meta device's cost
@@ -152,90 +153,15 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if err := fitMemoryRate(dev, p, o); err != nil {
-		return nil, err
+	if o.Fit != nil {
+		if err := o.Fit(dev, p, o); err != nil {
+			return nil, err
+		}
 	}
 	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, 64 MiB host copies, a 256 MiB file; "+
 		"elementwise rate and copy share fitted to training steps of 8 such layers", dev.Name(), w, b)
 	return p, p.Validate()
 }
-
-// fitMemoryRate sets p.MemoryBytesPerSec so that the meta device predicts
-// the time of a training step of a small origin model on dev: everything
-// that is not a matrix product or a copy (bias, ReLU, their gradients, the
-// loss, the optimizer, and the tensor layer's own work) is charged to it.
-// Then it sets p.CopyComputeShare so that steps offloading every activation
-// are predicted too. Steps with and without offloading alternate, and each
-// figure is the median of all of them, so that a machine's background load
-// weighs on both alike.
-func fitMemoryRate(dev device.Device, p *meta.Profile, o CalibrateOptions) error {
-	m := Model{Layers: 8, Width: o.Width, Batch: o.Batch}
-	cfg := demo.DefaultConfig(dev.Name())
-	cfg.Layers, cfg.Width, cfg.Batch = m.Layers, m.Width, m.Batch
-	cfg.Modes = []string{demo.None}
-	if device.HasData(dev) {
-		cfg.Modes = []string{demo.None, demo.Offload, demo.None, demo.Offload}
-	}
-	cfg.Steps = max(3, int(o.Seconds/0.1))
-	cfg.Open = func(string, device.Options) (device.Device, error) { return unclosable{dev}, nil }
-	res, err := demo.Execute(cfg)
-	if err != nil {
-		return fmt.Errorf("calibrate: timing training steps: %w", err)
-	}
-	times := map[string][]float64{}
-	for _, r := range res.Runs {
-		times[r.Mode] = append(times[r.Mode], r.StepSecondsAll...)
-	}
-	predict := func(q meta.Profile, pol *offload.Policy) (float64, error) {
-		out, err := Replay(m, &q, pol, offload.DefaultConfig(), "")
-		return out.StepSeconds, err
-	}
-	// Bisect on the logarithm of the rate: the prediction falls as it grows.
-	keep := &offload.Policy{Version: 1, Default: offload.Keep}
-	measured := demo.Median(times[demo.None])
-	lo, hi := 1e6, 1e15
-	for i := 0; i < 60; i++ {
-		q := *p
-		q.MemoryBytesPerSec = math.Sqrt(lo * hi)
-		t, err := predict(q, keep)
-		if err != nil {
-			return err
-		}
-		if t > measured {
-			lo = q.MemoryBytesPerSec
-		} else {
-			hi = q.MemoryBytesPerSec
-		}
-	}
-	p.MemoryBytesPerSec = math.Sqrt(lo * hi)
-	if len(times[demo.Offload]) == 0 {
-		return nil
-	}
-	// The share of copy time compute loses: the prediction rises with it.
-	measured = demo.Median(times[demo.Offload])
-	moved := &offload.Policy{Version: 1, Default: offload.Auto}
-	lo, hi = 0, 10
-	for i := 0; i < 40; i++ {
-		q := *p
-		q.CopyComputeShare = (lo + hi) / 2
-		t, err := predict(q, moved)
-		if err != nil {
-			return err
-		}
-		if t < measured {
-			lo = q.CopyComputeShare
-		} else {
-			hi = q.CopyComputeShare
-		}
-	}
-	p.CopyComputeShare = (lo + hi) / 2
-	return nil
-}
-
-// unclosable lends a device to code that closes what it opens.
-type unclosable struct{ device.Device }
-
-func (unclosable) Close() error { return nil }
 
 // repeat times batch calls of f (then done) until budget seconds have
 // passed, at least five times, and returns the median time of one call.

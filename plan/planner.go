@@ -1,33 +1,30 @@
 // Package plan answers, before any GPU is rented, whether a model fits a
-// device at a batch size, with which offload policy, and at what cost in
-// step time. It replays training steps on the meta device — exact memory,
-// predicted time from a hardware profile — and searches placements of the
-// saved activations (keep on the device, host memory, disk) and whether the
-// optimizer updates inside backward, for the fastest plan within a memory
-// budget.
+// device at a batch size, how, and at what cost in step time. It records
+// one training step of any model on the meta device — every tensor saved
+// for backward, with its size, where it was saved and when backward uses
+// it; the memory and compute time of every block — and chooses, under a
+// device memory budget (and optionally a host budget), for each saved
+// tensor whether it stays on the device, goes to host memory or to disk,
+// and for each checkpointable block whether it is recomputed, with the
+// optimizer updating after or inside backward: the choice with the least
+// predicted step time, exactly, for the cost model described in
+// docs/plan.md. The plan's figures are those of replaying it on the meta
+// device, so a replay gives them to the byte.
+//
+// plan depends on the tensor layer, the devices and the offloader only;
+// the models it plans for come from above (Model).
 package plan
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"strings"
 
+	"ferry"
 	"ferry/device"
 	"ferry/device/meta"
-	"ferry/internal/demo"
 	"ferry/offload"
 )
-
-// Model is the model planned for: the origin model's shape (L layers of
-// Linear(Width)+ReLU at batch Batch, MSE loss, SGD).
-type Model struct {
-	Layers, Width, Batch int
-}
-
-func (m Model) String() string {
-	return fmt.Sprintf("%d × (Linear(%d, %d) + ReLU), batch %d", m.Layers, m.Width, m.Width, m.Batch)
-}
 
 // Options is what to plan.
 type Options struct {
@@ -39,15 +36,12 @@ type Options struct {
 	HostBudget int64
 	// NoDisk forbids the disk tier.
 	NoDisk bool
+	// MinBytes: smaller saved storages always stay on the device; 0 means
+	// the larger of 1 KiB and 1/1024 of the largest saved storage.
+	MinBytes int64
 	// Offload is the offloader's configuration the plan assumes (its
 	// Policy is what the plan chooses); zero means offload.DefaultConfig.
 	Offload *offload.Config
-}
-
-// Placement is one layer's choice in a plan.
-type Placement struct {
-	Layer string            `json:"layer"`
-	Where offload.Placement `json:"placement"`
 }
 
 // Outcome is a step replayed on the meta device.
@@ -60,74 +54,82 @@ type Outcome struct {
 	ToDiskBytes   int64   `json:"to_disk_bytes"`
 }
 
+// Counts are a plan's saved storages by placement; Recompute counts those
+// dropped by recomputed segments, Segments the segments recomputed.
+type Counts struct {
+	Keep      int `json:"keep"`
+	Host      int `json:"host"`
+	Disk      int `json:"disk"`
+	Recompute int `json:"recompute"`
+	Segments  int `json:"recomputed_segments"`
+}
+
+// Baseline is a fixed policy the plan is compared with.
+type Baseline struct {
+	Outcome
+	Fits                bool   `json:"fits"`
+	OptimizerInBackward bool   `json:"optimizer_in_backward"`
+	Counts              Counts `json:"placements"`
+}
+
 // Plan is the planner's answer.
 type Plan struct {
-	Model               Model       `json:"model"`
-	Profile             string      `json:"profile"`
-	Budget              int64       `json:"budget_bytes"`
-	Fits                bool        `json:"fits"`
-	OptimizerInBackward bool        `json:"optimizer_in_backward"`
-	Layers              []Placement `json:"layers"`
-	Predicted           Outcome     `json:"predicted"`
-	// Unlimited is the step with no offloading and memory to spare.
-	Unlimited Outcome `json:"unlimited"`
-	// Slowdown is Predicted.StepSeconds / Unlimited.StepSeconds.
-	Slowdown float64 `json:"slowdown"`
+	Model               string  `json:"model"`
+	Profile             string  `json:"profile"`
+	Budget              int64   `json:"budget_bytes"`
+	HostBudget          int64   `json:"host_budget_bytes,omitempty"`
+	Fits                bool    `json:"fits"`
+	KeepsEverything     bool    `json:"keeps_everything"`
+	OptimizerInBackward bool    `json:"optimizer_in_backward"`
+	Counts              Counts  `json:"placements"`
+	Predicted           Outcome `json:"predicted"`
+	// ModelPeakBytes and ModelStepSeconds are the cost model's figures
+	// for the plan; Predicted is its replay on the meta device.
+	ModelPeakBytes   int64   `json:"model_peak_bytes"`
+	ModelStepSeconds float64 `json:"model_step_seconds"`
+	// Unlimited is the step with nothing moved or recomputed.
+	Unlimited    Outcome  `json:"unlimited"`
+	AllRecompute Baseline `json:"all_recompute"`
+	AllOffload   Baseline `json:"all_offload"`
+	Slowdown     float64  `json:"slowdown"` // Predicted.StepSeconds / Unlimited.StepSeconds
 	// ShortBy is, when nothing fits, how far the smallest plan is over the
 	// budget; Why and Suggestions say why and what would fit.
 	ShortBy     int64    `json:"short_by_bytes,omitempty"`
 	Why         string   `json:"why,omitempty"`
 	Suggestions []string `json:"suggestions,omitempty"`
-	Evaluated   int      `json:"plans_evaluated"`
+	Segments    []string `json:"recomputed,omitempty"`
+	Replays     int      `json:"replays"` // steps run on the meta device
+
+	policy *offload.Policy
+	info   offload.ModelInfo
 }
 
-// Policy returns the plan as an offload policy (with the optimizer
-// setting), to save with Save and replay with `ferry demo --policy`.
-func (p *Plan) Policy() *offload.Policy {
-	pol := &offload.Policy{Version: 1, Default: offload.Keep, Layers: map[string]offload.Placement{},
-		OptimizerInBackward: p.OptimizerInBackward}
-	for _, l := range p.Layers {
-		pol.Layers[l.Layer] = l.Where
+// Policy is the plan as a policy file's contents (nil when nothing fits).
+func (p *Plan) Policy() *offload.Policy { return p.policy }
+
+// ModelInfo is what the planner recorded of the model's saves, to
+// validate a policy against (offload.Policy.Validate).
+func (p *Plan) ModelInfo() offload.ModelInfo { return p.info }
+
+// Record runs one step of m on the meta device and returns what a policy
+// for it is validated against.
+func Record(m Model) (offload.ModelInfo, error) {
+	rec, err := record(m, nil, false, false, 1)
+	if err != nil {
+		return offload.ModelInfo{}, err
 	}
-	pol.Comment = fmt.Sprintf("ferry plan: %s, budget %s on %s: predicted peak %s, step %.4g s (%.2f × unlimited)",
-		p.Model, device.FormatBytes(p.Budget), p.Profile, device.FormatBytes(p.Predicted.PeakBytes), p.Predicted.StepSeconds, p.Slowdown)
-	return pol
+	return rec.modelInfo(), nil
 }
 
-// candidate is a point of the search: where each layer's output goes and
-// when the optimizer runs.
-type candidate struct {
-	where       []offload.Placement // per layer
-	inBackward  bool
-	outcome     Outcome
-	evaluated   bool
-	feasible    bool
-	description string
-}
-
-func (c *candidate) key() string {
-	var b strings.Builder
-	for _, w := range c.where {
-		b.WriteByte("akhd"[w])
-	}
-	if c.inBackward {
-		b.WriteString("+ib")
-	}
-	return b.String()
-}
-
-// planner evaluates candidates, remembering what it has seen.
+// planner holds the recordings of one Make.
 type planner struct {
 	opts    Options
-	seen    map[string]*candidate
-	diskDir string
+	plain   [2]*recording // by optimizer in backward
+	rec     [2]*recording
+	replays int
 }
 
-// MaxLayers bounds Model.Layers: a deeper model is refused up front rather
-// than planned for many minutes.
-const MaxLayers = 400
-
-// Make searches for the fastest plan that fits opts.Budget.
+// Make chooses the fastest plan that fits opts.Budget.
 func Make(opts Options) (*Plan, error) {
 	if opts.Profile == nil {
 		return nil, fmt.Errorf("plan: a hardware profile is needed (built in: %s)", strings.Join(Profiles(), ", "))
@@ -135,326 +137,430 @@ func Make(opts Options) (*Plan, error) {
 	if err := opts.Profile.Validate(); err != nil {
 		return nil, err
 	}
-	m := opts.Model
-	if m.Layers > MaxLayers {
-		return nil, fmt.Errorf("plan: %d layers is more than the %d the planner takes: it replays a step on the meta device for each candidate, "+
-			"so its time grows faster than the square of the depth (300 layers take about 15 s on 2 cores)", m.Layers, MaxLayers)
+	if opts.Model == nil {
+		return nil, fmt.Errorf("plan: no model")
 	}
-	if m.Layers < 1 || m.Width < 1 || m.Batch < 1 {
-		return nil, fmt.Errorf("plan: layers, width and batch must be positive")
+	if opts.Offload == nil {
+		oc := offload.DefaultConfig()
+		opts.Offload = &oc
 	}
-	// The meta device simulates the disk tier: no file is written, so the
-	// system's temporary directory serves without making one of our own
-	// that a killed run could leave behind.
-	pl := &planner{opts: opts, seen: map[string]*candidate{}, diskDir: os.TempDir()}
-
-	unlimited, err := pl.eval(pl.uniform(offload.Keep), false)
+	pl := &planner{opts: opts}
+	if err := pl.recordAll(); err != nil {
+		return nil, err
+	}
+	p := &Plan{Model: opts.Model.String(), Profile: opts.Profile.Name, Budget: opts.Budget, HostBudget: opts.HostBudget,
+		info: pl.plain[0].modelInfo()}
+	defer func() { p.Replays = pl.replays }()
+	keepAll := pl.problem(false, opts.Budget, opts.HostBudget).allKeep()
+	unl, err := pl.replay(keepAll, false)
 	if err != nil {
 		return nil, err
 	}
-	plan := &Plan{Model: m, Profile: opts.Profile.Name, Budget: opts.Budget, Unlimited: unlimited.outcome}
-
-	best, err := pl.search()
-	if err != nil {
-		return nil, err
-	}
-	plan.Evaluated = len(pl.seen)
-	if best == nil {
-		return pl.explainNoFit(plan)
-	}
-	plan.Fits = true
-	plan.OptimizerInBackward = best.inBackward
-	plan.Predicted = best.outcome
-	plan.Slowdown = best.outcome.StepSeconds / unlimited.outcome.StepSeconds
-	for i, w := range best.where {
-		plan.Layers = append(plan.Layers, Placement{Layer: layerName(i), Where: w})
-	}
-	return plan, nil
-}
-
-func layerName(i int) string { return fmt.Sprintf("layers.%d", i) }
-
-func (pl *planner) uniform(w offload.Placement) []offload.Placement {
-	ws := make([]offload.Placement, pl.opts.Model.Layers)
-	for i := range ws {
-		ws[i] = w
-	}
-	return ws
-}
-
-// search returns the fastest feasible candidate, or nil.
-func (pl *planner) search() (*candidate, error) {
-	L := pl.opts.Model.Layers
-	var best *candidate
-	consider := func(c *candidate) {
-		if c.feasible && (best == nil || better(c, best)) {
-			best = c
+	p.Unlimited = unl
+	for _, b := range []struct {
+		dst   *Baseline
+		build func(pr *problem) []option
+	}{{&p.AllRecompute, (*problem).allRecompute}, {&p.AllOffload, (*problem).allOffload}} {
+		if *b.dst, err = pl.baseline(b.build); err != nil {
+			return nil, err
 		}
 	}
-	// Family: keep the last k layers (backward needs them first), move the
-	// others; fill the host tier from the latest moved layer backwards and
-	// send the earliest (which backward needs last) to disk.
-	tiers := []offload.Placement{offload.Host}
-	if !pl.opts.NoDisk {
-		tiers = append(tiers, offload.Disk)
+	if unl.PeakBytes <= opts.Budget {
+		p.Fits, p.KeepsEverything = true, true
+		p.Predicted, p.Slowdown = unl, 1
+		p.ModelPeakBytes, p.ModelStepSeconds = pl.plain[0].peak, pl.plain[0].seconds
+		p.Counts = pl.problem(false, opts.Budget, 0).counts(keepAll)
+		p.policy = pl.policy(pl.problem(false, opts.Budget, 0), keepAll, false, p)
+		return p, nil
 	}
-	for _, ib := range []bool{false, true} {
-		for k := L; k >= 0; k-- {
-			for _, onDisk := range pl.diskSplits(L - k) {
-				ws := pl.uniform(offload.Keep)
-				for i := 0; i < L-k; i++ {
-					if i < onDisk {
-						ws[i] = offload.Disk
-					} else {
-						ws[i] = offload.Host
-					}
-				}
-				c, err := pl.eval(ws, ib)
-				if err != nil {
-					return nil, err
-				}
-				consider(c)
+	// Solve the model; replay the best; if the replay overshoots what the
+	// model predicted, tighten the model's budgets by the overshoot and
+	// solve again.
+	budget, host := opts.Budget, opts.HostBudget
+	for try := 0; try < 8; try++ {
+		var best *solution
+		bestIB := false
+		for _, ib := range []bool{false, true} {
+			pr := pl.problem(ib, budget, host)
+			if sol, ok := pr.solve(); ok && (best == nil || sol.seconds < best.seconds) {
+				best, bestIB = &sol, ib
 			}
 		}
-	}
-	if best == nil {
-		return nil, nil
-	}
-	// Local search: change one layer at a time, or the optimizer setting,
-	// while that gives a faster plan that fits.
-	for improved := true; improved; {
-		improved = false
-		for i := 0; i < L; i++ {
-			for _, w := range append([]offload.Placement{offload.Keep}, tiers...) {
-				if w == best.where[i] {
-					continue
-				}
-				ws := append([]offload.Placement(nil), best.where...)
-				ws[i] = w
-				c, err := pl.eval(ws, best.inBackward)
-				if err != nil {
-					return nil, err
-				}
-				if c.feasible && better(c, best) {
-					best, improved = c, true
-				}
-			}
+		if best == nil {
+			break
 		}
-		c, err := pl.eval(best.where, !best.inBackward)
+		out, err := pl.replay(best.choice, bestIB)
 		if err != nil {
 			return nil, err
 		}
-		if c.feasible && better(c, best) {
-			best, improved = c, true
+		over := out.PeakBytes - opts.Budget
+		hostOver := int64(0)
+		if opts.HostBudget > 0 {
+			hostOver = out.HostPeakBytes - opts.HostBudget
+		}
+		if over <= 0 && hostOver <= 0 {
+			pr := pl.problem(bestIB, budget, host)
+			p.Fits, p.OptimizerInBackward, p.Predicted = true, bestIB, out
+			p.ModelPeakBytes, p.ModelStepSeconds = best.peak, best.seconds
+			p.Slowdown = out.StepSeconds / unl.StepSeconds
+			p.Counts = pr.counts(best.choice)
+			p.policy = pl.policy(pr, best.choice, bestIB, p)
+			return p, nil
+		}
+		if over > 0 {
+			budget -= over
+		}
+		if hostOver > 0 {
+			host -= hostOver
+		}
+	}
+	return pl.explainNoFit(p)
+}
+
+func (pl *planner) recordAll() error {
+	minBytes := pl.opts.MinBytes
+	for _, ib := range []bool{false, true} {
+		i := index(ib)
+		var err error
+		if pl.plain[i], err = record(pl.opts.Model, pl.opts.Profile, ib, false, max(minBytes, 1)); err != nil {
+			return err
+		}
+		if minBytes == 0 {
+			var largest int64
+			for _, s := range pl.plain[i].storages {
+				largest = max(largest, s.bytes)
+			}
+			minBytes = max(1<<10, largest/1024)
+			if pl.plain[i], err = record(pl.opts.Model, pl.opts.Profile, ib, false, minBytes); err != nil {
+				return err
+			}
+		}
+		if pl.rec[i], err = record(pl.opts.Model, pl.opts.Profile, ib, true, minBytes); err != nil {
+			return err
+		}
+		pl.replays += 4
+		if len(pl.plain[i].units) != len(pl.rec[i].units) {
+			return fmt.Errorf("plan: the model's step has %d segments when it keeps everything and %d when it recomputes them; "+
+				"a step must run the same segments each time", len(pl.plain[i].units)/2, len(pl.rec[i].units)/2)
+		}
+	}
+	return nil
+}
+
+func index(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// problem builds the cost model from the recordings.
+func (pl *planner) problem(ib bool, budget, hostBudget int64) *problem {
+	plain, rec := pl.plain[index(ib)], pl.rec[index(ib)]
+	pr := &problem{base: plain.seconds, budget: budget, hostBudget: hostBudget, noDisk: pl.opts.NoDisk, p: pl.opts.Profile}
+	// Bytes resident before each unit, in each recording, to turn the
+	// recompute recording's peaks into changes of the plain one's.
+	var resPlain, resRec int64
+	la := pl.opts.Offload.Lookahead
+	var cands []*storage
+	for _, s := range plain.storages {
+		if s.candidate {
+			cands = append(cands, s)
+		}
+	}
+	for u, pu := range plain.units {
+		ru := rec.units[u]
+		x := punit{segment: pu.segment, fwdPeak: pu.fwdPeak, bwdPeak: pu.bwdPeak, hasBwd: pu.hasBwd,
+			recSeconds: pu.fwdSec, fwdSeconds: pu.fwdSec, hasStorages: len(pu.storages) > 0}
+		if pu.segment {
+			x.recFwdChange = (ru.fwdPeak - resRec) - (pu.fwdPeak - resPlain)
+			if ru.hasBwd && pu.hasBwd {
+				x.recBwdChange = (ru.bwdPeak - resRec) - (pu.bwdPeak - resPlain)
+			}
+		}
+		// The window of the copies back: from the first use of the storage
+		// Lookahead candidates after the unit's last (when the offloader
+		// starts bringing the unit's storages back) to the last first use
+		// of one of the unit's.
+		last, first, end := -1, 0.0, 0.0
+		for _, s := range pu.storages {
+			x.storages = append(x.storages, pstorage{bytes: s.bytes, candidate: s.candidate, retained: s.retained})
+			resPlain += s.bytes
+			if s.candidate && s.unpacked {
+				if last < 0 || s.unpackAt < first {
+					first = s.unpackAt
+				}
+				end = max(end, s.unpackAt)
+				last = max(last, s.order)
+			}
+		}
+		if last >= 0 {
+			start := first
+			if q := last + la; q < len(cands) && cands[q].unpacked {
+				start = min(start, cands[q].unpackAt)
+			}
+			x.window = end - start
+		}
+		for _, s := range ru.storages {
+			resRec += s.bytes
+		}
+		pr.units = append(pr.units, x)
+	}
+	return pr
+}
+
+func (pr *problem) allKeep() []option {
+	c := make([]option, len(pr.units))
+	for u := range c {
+		c[u].place = make([]offload.Placement, len(pr.units[u].storages))
+		for i := range c[u].place {
+			c[u].place[i] = offload.Keep
+		}
+		pr.fill(u, &c[u])
+	}
+	return c
+}
+
+func (pr *problem) allRecompute() []option {
+	c := pr.allKeep()
+	for u := range c {
+		if pr.units[u].segment {
+			c[u].recompute = true
+			pr.fill(u, &c[u])
+		}
+	}
+	return c
+}
+
+func (pr *problem) allOffload() []option {
+	c := pr.allKeep()
+	for u := range c {
+		for i, s := range pr.units[u].storages {
+			if s.candidate {
+				c[u].place[i] = offload.Host
+			}
+		}
+		pr.fill(u, &c[u])
+	}
+	return c
+}
+
+func (pr *problem) counts(choice []option) Counts {
+	var c Counts
+	for u, o := range choice {
+		if o.recompute {
+			c.Segments++
+		}
+		for i, s := range pr.units[u].storages {
+			switch {
+			case o.recompute && !s.retained:
+				c.Recompute++
+			case o.place[i] == offload.Host:
+				c.Host++
+			case o.place[i] == offload.Disk:
+				c.Disk++
+			default:
+				c.Keep++
+			}
+		}
+	}
+	return c
+}
+
+// baseline replays a fixed policy with the optimizer after and inside
+// backward and returns the better: the one that fits, else the smaller.
+func (pl *planner) baseline(build func(pr *problem) []option) (Baseline, error) {
+	var best Baseline
+	for _, ib := range []bool{false, true} {
+		pr := pl.problem(ib, pl.opts.Budget, pl.opts.HostBudget)
+		choice := build(pr)
+		out, err := pl.replay(choice, ib)
+		if err != nil {
+			return Baseline{}, err
+		}
+		b := Baseline{Outcome: out, OptimizerInBackward: ib, Counts: pr.counts(choice),
+			Fits: out.PeakBytes <= pl.opts.Budget && (pl.opts.HostBudget == 0 || out.HostPeakBytes <= pl.opts.HostBudget)}
+		if !ib || b.Fits && (!best.Fits || b.StepSeconds < best.StepSeconds) || !b.Fits && !best.Fits && b.PeakBytes < best.PeakBytes {
+			best = b
 		}
 	}
 	return best, nil
 }
 
-// diskSplits lists how many of n moved layers to try on disk: none when
-// the host tier has no limit (host memory is faster), else the fewest that
-// keep the host tier within its budget, give or take one.
-func (pl *planner) diskSplits(n int) []int {
-	if pl.opts.NoDisk || pl.opts.HostBudget == 0 || n == 0 {
-		return []int{0}
-	}
-	act := int64(pl.opts.Model.Batch) * int64(pl.opts.Model.Width) * 4
-	onHost := int(pl.opts.HostBudget / act)
-	need := max(0, n-onHost)
-	var s []int
-	for _, d := range []int{need - 1, need, need + 1, need + 2, n} {
-		if d >= 0 && d <= n && !contains(s, d) {
-			s = append(s, d)
+// policy writes a choice as a policy: each candidate storage's placement
+// under every name it is saved by (the first save decides, and which
+// save is first changes when the unit that first saved it is recomputed),
+// the recomputed segments, and their inputs' placements.
+func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offload.Policy {
+	rec := pl.plain[index(ib)]
+	pol := &offload.Policy{Version: 2, Default: offload.Keep, OptimizerInBackward: ib}
+	where := map[*storage]offload.Placement{}
+	for u, pu := range rec.units {
+		o := choice[u]
+		if o.recompute {
+			pol.Recompute = append(pol.Recompute, pu.name)
+			p.Segments = append(p.Segments, pu.name)
+		}
+		for i, s := range pu.storages {
+			if !s.candidate || o.recompute && !s.retained {
+				continue
+			}
+			where[s] = o.place[i]
+			for _, k := range append([]saveKey{s.first}, s.also...) {
+				pol.Tensors = append(pol.Tensors, offload.TensorPlacement{Module: k.Module, Slot: k.Slot, Op: k.Op,
+					Shape: k.Shape, Bytes: s.bytes, Placement: o.place[i]})
+			}
 		}
 	}
-	return s
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
+	for u, pu := range rec.units {
+		if !choice[u].recompute {
+			continue
+		}
+		for i, s := range pu.inputs {
+			if s == nil {
+				continue
+			}
+			if w, ok := where[s]; ok {
+				slot := i
+				pol.Rules = append(pol.Rules, offload.Rule{Module: pu.name, Op: "checkpoint", Slot: &slot, Placement: w})
+			}
 		}
 	}
-	return false
+	pol.Comment = fmt.Sprintf("ferry plan: %s on %s, budget %s: predicted peak %s, step %.4g s (%.3f × unlimited)",
+		pl.opts.Model, pl.opts.Profile.Name, device.FormatBytes(pl.opts.Budget), device.FormatBytes(p.Predicted.PeakBytes),
+		p.Predicted.StepSeconds, p.Slowdown)
+	return pol
 }
 
-// better orders candidates: faster first; at equal time, less disk
-// traffic, less traffic in all, then the optimizer after backward (the
-// ordinary loop).
-func better(a, b *candidate) bool {
-	const eps = 1e-12
-	if math.Abs(a.outcome.StepSeconds-b.outcome.StepSeconds) > eps*math.Max(1, b.outcome.StepSeconds) {
-		return a.outcome.StepSeconds < b.outcome.StepSeconds
-	}
-	if a.outcome.ToDiskBytes != b.outcome.ToDiskBytes { // disk is the slower, wearing tier
-		return a.outcome.ToDiskBytes < b.outcome.ToDiskBytes
-	}
-	ta := a.outcome.ToHostBytes + a.outcome.ToDiskBytes
-	tb := b.outcome.ToHostBytes + b.outcome.ToDiskBytes
-	if ta != tb {
-		return ta < tb
-	}
-	if a.inBackward != b.inBackward {
-		return !a.inBackward
-	}
-	return a.key() < b.key()
+// replay writes choice as a policy and runs it on the meta device.
+func (pl *planner) replay(choice []option, ib bool) (Outcome, error) {
+	pol := pl.policy(pl.problem(ib, 0, 0), choice, ib, &Plan{})
+	pl.replays++
+	return Replay(pl.opts.Model, pl.opts.Profile, pol, *pl.opts.Offload)
 }
 
-// eval replays one step of the candidate on the meta device.
-func (pl *planner) eval(where []offload.Placement, inBackward bool) (*candidate, error) {
-	c := &candidate{where: where, inBackward: inBackward}
-	if old, ok := pl.seen[c.key()]; ok {
-		return old, nil
-	}
-	out, err := Replay(pl.opts.Model, pl.opts.Profile, c.policy(), pl.offloadConfig(), pl.diskDir)
-	if err != nil {
-		return nil, err
-	}
-	c.outcome, c.evaluated = out, true
-	c.feasible = out.PeakBytes <= pl.opts.Budget &&
-		(pl.opts.HostBudget == 0 || out.HostPeakBytes <= pl.opts.HostBudget)
-	pl.seen[c.key()] = c
-	return c, nil
-}
-
-func (pl *planner) offloadConfig() offload.Config {
-	if pl.opts.Offload != nil {
-		return *pl.opts.Offload
-	}
-	return offload.DefaultConfig()
-}
-
-func (c *candidate) policy() *offload.Policy {
-	p := &offload.Policy{Version: 1, Default: offload.Keep, Layers: map[string]offload.Placement{}, OptimizerInBackward: c.inBackward}
-	for i, w := range c.where {
-		p.Layers[layerName(i)] = w
-	}
-	return p
-}
-
-// Replay runs one training step of model under policy on a meta device with
-// profile and returns what it used and took.
-func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.Config, diskDir string) (Outcome, error) {
-	cfg := demo.DefaultConfig("meta")
-	cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps = m.Layers, m.Width, m.Batch, 1
-	cfg.SkipWarmup = true // the meta device's figures do not change from step to step
-	cfg.Offload = oc
-	cfg.DiskDir = diskDir
-	cfg.Policy = policy.Place
-	cfg.OptimizerInBackward = policy.OptimizerInBackward
-	cfg.Modes = []string{demo.None}
-	if policy.Default != offload.Keep || len(policy.Rules) > 0 {
-		cfg.Modes = []string{demo.Offload}
-	}
-	for _, w := range policy.Layers {
-		if w != offload.Keep {
-			cfg.Modes = []string{demo.Offload}
-		}
-	}
-	cfg.Open = func(string, device.Options) (device.Device, error) { return meta.New(device.Options{}, profile), nil }
-	res, err := demo.Execute(cfg)
+// Replay runs two training steps of m under policy on a meta device with
+// profile (the first allocates the optimizer's state) and returns what
+// the second used and took. `ferry demo --device meta --policy FILE` runs
+// the same steps.
+func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.Config) (Outcome, error) {
+	dev := meta.New(device.Options{}, profile)
+	defer dev.Close()
+	step, err := m.Build(dev, policy.OptimizerInBackward)
 	if err != nil {
 		return Outcome{}, err
 	}
-	r := res.Runs[0]
-	return Outcome{PeakBytes: r.PeakStepBytes, HostPeakBytes: r.HostPeakBytes, StepSeconds: r.StepSeconds,
-		StallSeconds: r.StallSeconds, ToHostBytes: r.ToHostBytes, ToDiskBytes: r.ToDiskBytes}, nil
+	defer step.Release()
+	oc.Policy = policy.Place
+	// The meta device simulates the disk tier: no file is written, so the
+	// system's temporary directory serves without making one of our own.
+	oc.DiskDir = os.TempDir()
+	off, err := offload.New(dev, oc)
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer off.Close()
+	var out Outcome
+	for i := 0; i < 2; i++ {
+		dev.Allocator().ResetPeak()
+		dev.Host().Allocator().ResetPeak()
+		before, t0, stall0 := off.Stats(), dev.Now(), dev.StallSeconds()
+		err := ferry.Step(func(tape *ferry.Tape) error {
+			tape.SetSegmentHooks(policy.SegmentHooks())
+			tape.PushHooks(off.Hooks())
+			return step.Run(tape)
+		})
+		if err != nil {
+			return Outcome{}, fmt.Errorf("plan: replaying a policy on the meta device: %w", err)
+		}
+		s := off.Stats().Since(before)
+		out = Outcome{PeakBytes: dev.Allocator().Stats().AllocatedBytes.Peak, HostPeakBytes: dev.Host().Allocator().Stats().AllocatedBytes.Peak,
+			StepSeconds: dev.Now() - t0, StallSeconds: dev.StallSeconds() - stall0, ToHostBytes: s.BytesToHost, ToDiskBytes: s.BytesToDisk}
+	}
+	return out, nil
 }
 
 // explainNoFit fills in why nothing fits and what would.
 func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
-	// The smallest plan: everything moved, optimizer in backward.
-	tier := offload.Host
-	if !pl.opts.NoDisk && pl.opts.HostBudget != 0 {
-		tier = offload.Disk
-	}
-	min, err := pl.eval(pl.uniform(tier), true)
+	smallest, err := pl.smallest(pl)
 	if err != nil {
 		return nil, err
 	}
-	p.Predicted = min.outcome
-	p.ShortBy = min.outcome.PeakBytes - pl.opts.Budget
-	m := pl.opts.Model
-	params := int64(m.Layers) * (int64(m.Width)*int64(m.Width) + int64(m.Width)) * 4
-	layer := int64(m.Batch) * int64(m.Width) * 4
+	p.Predicted = smallest
+	p.ShortBy = max(0, smallest.PeakBytes-pl.opts.Budget)
+	params := pl.parameterBytes()
 	switch {
-	case p.ShortBy <= 0 && pl.opts.HostBudget != 0:
-		p.ShortBy = 0
-		p.Why = fmt.Sprintf("the device budget could be met, but not with host memory under %s", device.FormatBytes(pl.opts.HostBudget))
+	case p.ShortBy == 0:
+		p.Why = fmt.Sprintf("the device budget can be met only with more than %s of host memory", device.FormatBytes(pl.opts.HostBudget))
 		if pl.opts.NoDisk {
-			p.Suggestions = append(p.Suggestions, "allow the disk tier")
+			p.Suggestions = append(p.Suggestions, "a disk tier (drop --no-disk)")
 		}
-		p.Suggestions = append(p.Suggestions, "raise the host budget")
+		p.Suggestions = append(p.Suggestions, "a larger host budget")
 	case params >= pl.opts.Budget:
-		p.Why = fmt.Sprintf("the parameters alone take %s, more than the budget of %s; no offload policy moves parameters",
+		p.Why = fmt.Sprintf("the parameters alone take %s, more than the budget of %s; plans move activations, not parameters",
 			device.FormatBytes(params), device.FormatBytes(pl.opts.Budget))
 	default:
-		p.Why = fmt.Sprintf("even with every activation moved and the optimizer updating inside backward, the step peaks at %s: "+
-			"the parameters (%s) plus what one layer needs at once (its input, output and gradients, %s per activation) exceed %s by %s",
-			device.FormatBytes(min.outcome.PeakBytes), device.FormatBytes(params), device.FormatBytes(layer),
-			device.FormatBytes(pl.opts.Budget), device.FormatBytes(p.ShortBy))
-	}
-	if p.ShortBy > 0 && params < pl.opts.Budget {
-		if b, ok, err := pl.largestBatch(tier); err != nil {
-			return nil, err
-		} else if ok {
-			p.Suggestions = append(p.Suggestions, fmt.Sprintf("batch %d fits (with every activation moved and the optimizer in backward)", b))
-		}
+		p.Why = fmt.Sprintf("even with every saved tensor moved off the device, every segment recomputed and the optimizer updating inside backward, "+
+			"the step peaks at %s, %s over the budget (parameters: %s)", device.FormatBytes(smallest.PeakBytes),
+			device.FormatBytes(p.ShortBy), device.FormatBytes(params))
 	}
 	if p.ShortBy > 0 {
-		p.Suggestions = append(p.Suggestions, fmt.Sprintf("a device with at least %s", device.FormatBytes(min.outcome.PeakBytes)))
+		if pl.opts.NoDisk && pl.opts.HostBudget > 0 {
+			p.Suggestions = append(p.Suggestions, "a disk tier (drop --no-disk)")
+		}
+		if s, ok := pl.opts.Model.(Shrinker); ok && params < pl.opts.Budget {
+			for _, v := range s.Smaller() {
+				sub := &planner{opts: pl.opts}
+				sub.opts.Model = v.Model
+				if err := sub.recordAll(); err != nil {
+					return nil, err
+				}
+				out, err := sub.smallest(sub)
+				pl.replays += sub.replays
+				if err != nil {
+					return nil, err
+				}
+				if out.PeakBytes <= pl.opts.Budget {
+					p.Suggestions = append(p.Suggestions, fmt.Sprintf("%s fits (smallest plan: peak %s)", v.Change, device.FormatBytes(out.PeakBytes)))
+					break
+				}
+			}
+		}
+		p.Suggestions = append(p.Suggestions, fmt.Sprintf("a device with at least %s", device.FormatBytes(smallest.PeakBytes)))
 	}
-	p.Evaluated = len(pl.seen)
 	return p, nil
 }
 
-// largestBatch finds, by bisection, the largest batch whose smallest plan
-// fits the budget.
-func (pl *planner) largestBatch(tier offload.Placement) (int, bool, error) {
-	fits := func(b int) (bool, error) {
-		m := pl.opts.Model
-		m.Batch = b
-		sub := &planner{opts: pl.opts, seen: map[string]*candidate{}, diskDir: pl.diskDir}
-		sub.opts.Model = m
-		c, err := sub.eval(sub.uniform(tier), true)
-		if err != nil {
-			return false, err
-		}
-		return c.feasible, nil
+// smallest replays the plan that holds least on the device: every
+// segment recomputed, every candidate moved (to disk when the host budget
+// is limited and a disk tier is allowed), the optimizer inside backward.
+func (pl *planner) smallest(sub *planner) (Outcome, error) {
+	pr := sub.problem(true, sub.opts.Budget, sub.opts.HostBudget)
+	c := pr.allRecompute()
+	tier := offload.Host
+	if !sub.opts.NoDisk && sub.opts.HostBudget > 0 {
+		tier = offload.Disk
 	}
-	lo, hi := 0, pl.opts.Model.Batch // fits(lo) (vacuously for 0), !fits(hi)
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		ok, err := fits(mid)
-		if err != nil {
-			return 0, false, err
+	for u := range c {
+		for i, s := range pr.units[u].storages {
+			if s.candidate {
+				c[u].place[i] = tier
+			}
 		}
-		if ok {
-			lo = mid
-		} else {
-			hi = mid
-		}
+		pr.fill(u, &c[u])
 	}
-	return lo, lo > 0, nil
+	return sub.replay(c, true)
 }
 
-// Summary describes the plan's layers compactly: runs of equal placement.
-func (p *Plan) Summary() []string {
-	var out []string
-	for i := 0; i < len(p.Layers); {
-		j := i
-		for j+1 < len(p.Layers) && p.Layers[j+1].Where == p.Layers[i].Where {
-			j++
-		}
-		what := map[offload.Placement]string{offload.Keep: "kept on the device", offload.Host: "moved to host memory",
-			offload.Disk: "moved to disk", offload.Auto: "offloader's choice"}[p.Layers[i].Where]
-		if i == j {
-			out = append(out, fmt.Sprintf("layer %d: %s", i, what))
-		} else {
-			out = append(out, fmt.Sprintf("layers %d–%d: %s", i, j, what))
-		}
-		i = j + 1
+// parameterBytes is what the plain step held before its forward: the
+// parameters and the optimizer's state.
+func (pl *planner) parameterBytes() int64 {
+	dev := meta.New(device.Options{}, nil)
+	defer dev.Close()
+	step, err := pl.opts.Model.Build(dev, false)
+	if err != nil {
+		return 0
 	}
-	return out
+	defer step.Release()
+	return dev.Allocator().Allocated()
 }

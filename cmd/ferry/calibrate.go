@@ -9,6 +9,7 @@ import (
 	"ferry/internal/fsx"
 
 	"ferry/device"
+	"ferry/internal/demo"
 	"ferry/plan"
 )
 
@@ -35,7 +36,7 @@ func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 			return err
 		}
 		defer d.Close()
-		p, err := plan.Calibrate(d, plan.CalibrateOptions{Width: *width, Batch: *batch, DiskDir: *diskDir, Seconds: *seconds})
+		p, err := plan.Calibrate(d, plan.CalibrateOptions{Width: *width, Batch: *batch, DiskDir: *diskDir, Seconds: *seconds, Fit: demo.FitProfile})
 		if err != nil {
 			return err
 		}

@@ -47,7 +47,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	var minBytes byteSize = -1
 	fs.Var(&minBytes, "min-bytes", "offloader: tensors smaller than this stay on the device (default 1KiB)")
 	params := fs.String("device-param", "", "driver parameters, key=value[,key=value] (cpu: copy_delay=1ms)")
-	policy := fs.String("policy", "", "offload policy file written by `ferry plan` (used by offload and offload-disk)")
+	policy := fs.String("policy", "", "policy file written by `ferry plan`: runs mode policy (with none unless --modes says otherwise), which applies its placements, recompute included")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	traceDir := fs.String("trace", "", "write each mode's last step as a Chrome trace and an SVG memory chart into this directory")
 	inBackward := fs.Bool("optimizer-in-backward", false, "update each parameter inside backward and free its gradient at once")
@@ -129,16 +129,21 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			if err != nil {
 				return err
 			}
-			modules := make([]string, cfg.Layers)
-			for i := range modules {
-				modules[i] = fmt.Sprintf("layers.%d", i)
+			if !set["modes"] {
+				cfg.Modes = []string{demo.None, demo.Policy}
 			}
-			// offload-disk always has a disk tier; offload only with --disk-dir.
-			haveDisk := *diskDir != "" || !slices.Contains(cfg.Modes, demo.Offload)
-			if err := p.Check(modules, haveDisk); err != nil {
+			// The policy is checked against the model's saves, recorded on
+			// the meta device; disk placements need a disk tier.
+			info, err := plan.Record(demo.PlanModel(cfg))
+			if err != nil {
+				return err
+			}
+			haveDisk := *diskDir != "" || slices.Contains(cfg.Modes, demo.OffloadDisk) && !slices.Contains(cfg.Modes, demo.Policy)
+			if err := p.Validate(info, haveDisk); err != nil {
 				return fmt.Errorf("--policy %s: %w", *policy, err)
 			}
 			cfg.Policy = p.Place
+			cfg.Segments = p.SegmentHooks()
 			cfg.OptimizerInBackward = cfg.OptimizerInBackward || p.OptimizerInBackward
 		}
 		if *profile != "" {

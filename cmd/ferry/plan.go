@@ -7,36 +7,90 @@ import (
 	"strings"
 
 	"ferry/device"
+	"ferry/internal/demo"
+	"ferry/nn"
 	"ferry/plan"
 )
 
 func init() {
-	register(command{name: "plan", summary: "choose an offload policy that fits a memory budget at the least predicted cost", setup: setupPlan})
+	register(command{name: "plan", summary: "choose keep / host / disk / recompute for every saved tensor under a memory budget, at the least predicted step time", setup: setupPlan})
 }
 
 func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
-	layers := fs.Int("layers", 40, "number of Linear+ReLU layers")
-	width := fs.Int("width", 4096, "layer width")
-	batch := fs.Int("batch", 1024, "batch size")
+	model := fs.String("model", "mlp", "mlp: the origin model (Linear+ReLU layers); gpt: a GPT-2-style transformer")
+	layers := fs.Int("layers", 0, "mlp: Linear+ReLU layers (default 40); gpt: blocks (default 12)")
+	width := fs.Int("width", 4096, "mlp: layer width")
+	heads := fs.Int("heads", 12, "gpt: attention heads")
+	embd := fs.Int("embd", 768, "gpt: embedding width")
+	seq := fs.Int("seq", 1024, "gpt: sequence length")
+	vocab := fs.Int("vocab", 50257, "gpt: vocabulary size")
+	dropout := fs.Float64("dropout", 0, "gpt: dropout probability")
+	batch := fs.Int("batch", 0, "batch size (default 1024 for mlp, 8 for gpt)")
 	var budget, hostBudget byteSize
-	fs.Var(&budget, "budget", "device memory the step may use at its peak (e.g. 3GiB); required")
+	fs.Var(&budget, "budget", "device memory the step may use at its peak (e.g. 20GiB); required")
 	fs.Var(&hostBudget, "host-budget", "host memory for offloaded tensors (default: unlimited)")
 	profile := fs.String("profile", "h200-pcie5", "hardware profile: "+strings.Join(plan.Profiles(), ", ")+", or a JSON file from ferry calibrate --save")
 	noDisk := fs.Bool("no-disk", false, "do not use the disk tier")
 	out := fs.String("out", "ferry-plan.json", "where to write the policy file (\"\" to skip)")
 	return func(w io.Writer, asJSON bool) error {
+		set := setFlags(fs)
 		if budget <= 0 {
-			return fmt.Errorf("--budget is required (for example --budget 3GiB)")
+			return fmt.Errorf("--budget is required (for example --budget 20GiB)")
 		}
-		if err := positive(setFlags(fs), map[string]int{"layers": *layers, "width": *width, "batch": *batch}); err != nil {
+		if err := positive(set, map[string]int{"layers": *layers, "width": *width, "batch": *batch, "heads": *heads,
+			"embd": *embd, "seq": *seq, "vocab": *vocab}); err != nil {
 			return err
+		}
+		cfg := demo.DefaultConfig("meta")
+		switch *model {
+		case "mlp":
+			for _, f := range []string{"heads", "embd", "seq", "vocab", "dropout"} {
+				if set[f] {
+					return fmt.Errorf("--%s sizes a GPT; add --model gpt", f)
+				}
+			}
+			cfg.Width = *width
+			if set["layers"] {
+				cfg.Layers = *layers
+			}
+			if set["batch"] {
+				cfg.Batch = *batch
+			}
+			if cfg.Layers > plan.MaxLayers {
+				return fmt.Errorf("plan: %d layers is more than the %d the planner takes", cfg.Layers, plan.MaxLayers)
+			}
+		case "gpt":
+			if set["width"] {
+				return fmt.Errorf("--width sizes the MLP; a GPT's is --embd")
+			}
+			cfg.Model, cfg.Batch, cfg.LR = "gpt", 8, 3e-4
+			cfg.GPT = nn.GPTConfig{Vocab: *vocab, Seq: *seq, Layers: 12, Heads: *heads, Embd: *embd, Bias: true, Dropout: float32(*dropout), Seed: cfg.Seed}
+			if set["layers"] {
+				cfg.GPT.Layers = *layers
+			}
+			if set["batch"] {
+				cfg.Batch = *batch
+			}
+			if err := cfg.GPT.Validate(); err != nil {
+				return err
+			}
+			if cfg.GPT.Layers > plan.MaxLayers {
+				return fmt.Errorf("plan: %d layers is more than the %d the planner takes", cfg.GPT.Layers, plan.MaxLayers)
+			}
+		default:
+			return fmt.Errorf("--model %q: choose mlp or gpt", *model)
+		}
+		if _, _, err := device.ShapeBytes([]int{cfg.Layers, cfg.Width, cfg.Width + 1}, 4); err != nil && cfg.Model != "gpt" {
+			return fmt.Errorf("plan: parameters of %d × Linear(%d, %d): %w", cfg.Layers, cfg.Width, cfg.Width, err)
+		}
+		if _, _, err := device.ShapeBytes([]int{cfg.Layers + 1, cfg.Batch, cfg.Width}, 4); err != nil && cfg.Model != "gpt" {
+			return fmt.Errorf("plan: activations of %d layers at batch %d, width %d: %w", cfg.Layers, cfg.Batch, cfg.Width, err)
 		}
 		prof, err := plan.LoadProfile(*profile)
 		if err != nil {
 			return err
 		}
-		p, err := plan.Make(plan.Options{Model: plan.Model{Layers: *layers, Width: *width, Batch: *batch},
-			Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk})
+		p, err := plan.Make(plan.Options{Model: demo.PlanModel(cfg), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk})
 		if err != nil {
 			return err
 		}
@@ -47,15 +101,16 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 			written = *out
 		}
+		replay := ""
+		if written != "" {
+			replay = replayCommand(cfg, *profile, written, p.Counts.Disk > 0)
+		}
 		if asJSON {
-			if err := writeJSON(w, struct {
-				*plan.Plan
-				PolicyFile string `json:"policy_file,omitempty"`
-			}{p, written}); err != nil {
+			if err := writeJSON(w, planJSON(p, written, replay)); err != nil {
 				return err
 			}
 		} else {
-			printPlan(w, p, written, *profile)
+			printPlan(w, p, replay)
 		}
 		if !p.Fits {
 			// The figures are out; the exit status says the budget failed.
@@ -65,9 +120,70 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	}
 }
 
-func printPlan(w io.Writer, p *plan.Plan, written, profileArg string) {
-	fmt.Fprintf(w, "ferry plan: %s on %s, budget %s\n", p.Model, p.Profile, device.FormatBytes(p.Budget))
+// replayCommand is the ferry demo command that replays the plan on meta.
+func replayCommand(cfg demo.Config, profile, file string, disk bool) string {
+	c := "ferry demo --device meta --profile " + profile
+	if cfg.Model == "gpt" {
+		g := cfg.GPT
+		c += fmt.Sprintf(" --model gpt --layers %d --heads %d --embd %d --seq %d --vocab %d --batch %d", g.Layers, g.Heads, g.Embd, g.Seq, g.Vocab, cfg.Batch)
+		if g.Dropout > 0 {
+			c += fmt.Sprintf(" --dropout %g", g.Dropout)
+		}
+	} else {
+		c += fmt.Sprintf(" --layers %d --width %d --batch %d", cfg.Layers, cfg.Width, cfg.Batch)
+	}
+	if disk {
+		c += " --disk-dir DIR"
+	}
+	return c + " --policy " + file
+}
+
+type figures struct {
+	Fits                 bool        `json:"fits"`
+	PredictedPeakBytes   int64       `json:"predicted_peak_bytes"`
+	PredictedStepSeconds float64     `json:"predicted_step_seconds"`
+	OptimizerInBackward  bool        `json:"optimizer_in_backward"`
+	Placements           plan.Counts `json:"placements"`
+}
+
+func planJSON(p *plan.Plan, written, replay string) any {
+	return struct {
+		*plan.Plan
+		PredictedPeakBytes   int64   `json:"predicted_peak_bytes"`
+		PredictedStepSeconds float64 `json:"predicted_step_seconds"`
+		AllRecompute         figures `json:"all_recompute"`
+		AllOffload           figures `json:"all_offload"`
+		PolicyFile           string  `json:"policy_file,omitempty"`
+		Replay               string  `json:"replay_command,omitempty"`
+	}{p, p.Predicted.PeakBytes, p.Predicted.StepSeconds, baselineJSON(p.AllRecompute), baselineJSON(p.AllOffload), written, replay}
+}
+
+func baselineJSON(b plan.Baseline) figures {
+	return figures{Fits: b.Fits, PredictedPeakBytes: b.PeakBytes, PredictedStepSeconds: b.StepSeconds,
+		OptimizerInBackward: b.OptimizerInBackward, Placements: b.Counts}
+}
+
+func counts(c plan.Counts) string {
+	return fmt.Sprintf("keep %d, host %d, disk %d, recompute %d (in %d segments)", c.Keep, c.Host, c.Disk, c.Recompute, c.Segments)
+}
+
+func printPlan(w io.Writer, p *plan.Plan, replay string) {
+	fmt.Fprintf(w, "ferry plan: %s on %s, budget %s", p.Model, p.Profile, device.FormatBytes(p.Budget))
+	if p.HostBudget > 0 {
+		fmt.Fprintf(w, ", host budget %s", device.FormatBytes(p.HostBudget))
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "unlimited memory: peak %s, step %.4g s (predicted)\n", device.FormatBytes(p.Unlimited.PeakBytes), p.Unlimited.StepSeconds)
+	for _, b := range []struct {
+		name string
+		b    plan.Baseline
+	}{{"all recompute", p.AllRecompute}, {"all offload", p.AllOffload}} {
+		fits := "does not fit"
+		if b.b.Fits {
+			fits = "fits"
+		}
+		fmt.Fprintf(w, "%s: peak %s, step %.4g s, %s\n", b.name, device.FormatBytes(b.b.PeakBytes), b.b.StepSeconds, fits)
+	}
 	if !p.Fits {
 		fmt.Fprintf(w, "\nNothing fits: %s.\n", p.Why)
 		if p.ShortBy > 0 {
@@ -76,24 +192,34 @@ func printPlan(w io.Writer, p *plan.Plan, written, profileArg string) {
 		for _, s := range p.Suggestions {
 			fmt.Fprintf(w, "  would fit: %s\n", s)
 		}
-		fmt.Fprintf(w, "(%d plans evaluated on the meta device)\n", p.Evaluated)
+		fmt.Fprintf(w, "(%d steps replayed on the meta device)\n", p.Replays)
 		return
 	}
 	fmt.Fprintln(w, "\nplan:")
+	if p.KeepsEverything {
+		fmt.Fprintln(w, "  everything fits: every saved tensor stays on the device, nothing is recomputed")
+	} else {
+		fmt.Fprintf(w, "  saved tensors: %s\n", counts(p.Counts))
+		if len(p.Segments) > 0 {
+			fmt.Fprintf(w, "  recomputed: %s\n", summarize(p.Segments))
+		}
+	}
 	if p.OptimizerInBackward {
 		fmt.Fprintln(w, "  the optimizer updates each parameter inside backward and frees its gradient (optim.InBackward)")
-	} else {
-		fmt.Fprintln(w, "  the optimizer steps after backward, as usual")
-	}
-	for _, s := range p.Summary() {
-		fmt.Fprintf(w, "  %s\n", s)
 	}
 	fmt.Fprintf(w, "predicted: peak %s of %s · step %.4g s, %.3f × unlimited · stall %.4g s · %s to host, %s to disk per step\n",
 		device.FormatBytes(p.Predicted.PeakBytes), device.FormatBytes(p.Budget), p.Predicted.StepSeconds, p.Slowdown,
 		p.Predicted.StallSeconds, device.FormatBytes(p.Predicted.ToHostBytes), device.FormatBytes(p.Predicted.ToDiskBytes))
-	fmt.Fprintf(w, "(%d plans evaluated on the meta device)\n", p.Evaluated)
-	if written != "" {
-		fmt.Fprintf(w, "policy written to %s; replay it: ferry demo --device meta --profile %s --layers %d --width %d --batch %d --modes offload --policy %s\n",
-			written, profileArg, p.Model.Layers, p.Model.Width, p.Model.Batch, written)
+	fmt.Fprintf(w, "(cost model: peak %s, step %.4g s; %d steps replayed on the meta device)\n",
+		device.FormatBytes(p.ModelPeakBytes), p.ModelStepSeconds, p.Replays)
+	if replay != "" {
+		fmt.Fprintf(w, "replay it: %s\n", replay)
 	}
+}
+
+func summarize(names []string) string {
+	if len(names) <= 4 {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s, %s, …, %s (%d)", names[0], names[1], names[len(names)-1], len(names))
 }

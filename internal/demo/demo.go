@@ -28,7 +28,6 @@ import (
 	"ferry/internal/rss"
 	"ferry/nn"
 	"ferry/offload"
-	"ferry/optim"
 	"ferry/trace"
 )
 
@@ -48,7 +47,13 @@ const (
 	RecomputeOffload = "recompute-offload"
 )
 
-// AllModes lists every mode.
+// Policy applies Config.Policy and Config.Segments whatever their
+// placements (keep, host, disk, recompute), exactly as the planner
+// replays them (PlanModel): `ferry demo --policy FILE` runs it.
+const Policy = "policy"
+
+// AllModes lists the modes a demo runs by default (every mode but
+// policy, which needs a policy).
 var AllModes = []string{None, Naive, SaveOnHost, Offload, OffloadDisk, Recompute, RecomputeOffload}
 
 // GPTModes are the modes of a GPT demo (naive's per-layer copy is the MLP
@@ -79,6 +84,9 @@ type Config struct {
 	// Policy, if set, replaces the offloader's default choices (ferry plan
 	// writes one).
 	Policy func(ferry.SaveInfo, *ferry.Tensor) offload.Placement
+	// Segments says which segments mode policy recomputes (see
+	// offload.Policy.SegmentHooks); nil: none.
+	Segments *ferry.SegmentHooks
 	// OptimizerInBackward updates each parameter as soon as its gradient
 	// is complete and frees the gradient (optim.InBackward), so gradients
 	// never all exist at once.
@@ -204,8 +212,11 @@ func Execute(cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("demo: activations of %d layers at batch %d, width %d: %w", cfg.Layers, cfg.Batch, cfg.Width, err)
 	}
 	for _, m := range cfg.Modes {
-		if !slices.Contains(AllModes, m) {
-			return nil, fmt.Errorf("demo: unknown mode %q (modes: %s)", m, strings.Join(AllModes, ", "))
+		if m == Policy && cfg.Policy == nil {
+			return nil, fmt.Errorf("demo: mode policy needs a policy (ferry demo --policy FILE, written by ferry plan)")
+		}
+		if !slices.Contains(AllModes, m) && m != Policy {
+			return nil, fmt.Errorf("demo: unknown mode %q (modes: %s, %s)", m, strings.Join(AllModes, ", "), Policy)
 		}
 	}
 	if cfg.Open == nil {
@@ -293,16 +304,15 @@ func (m *model) forward(tape *ferry.Tape, x *ferry.Tensor, naive, recompute bool
 	for i, l := range m.layers {
 		tape.PushModule(fmt.Sprintf("layers.%d", i))
 		var y *ferry.Tensor
+		layer := func(xs ...*ferry.Tensor) *ferry.Tensor {
+			z := l.Forward(xs[0]) // Linear saves its input
+			defer z.Release()     // as Python drops it: nothing else refers to z
+			return ferry.ReLU(z)  // ReLU saves its output
+		}
 		if recompute { // each layer a checkpoint segment: only its input is kept
-			y = tape.Checkpoint(func(xs ...*ferry.Tensor) *ferry.Tensor {
-				z := l.Forward(xs[0])
-				defer z.Release()
-				return ferry.ReLU(z)
-			}, h)
-		} else {
-			z := l.Forward(h) // Linear saves h
-			y = ferry.ReLU(z) // ReLU saves y
-			z.Release()       // as Python drops it: nothing else refers to z
+			y = tape.Checkpoint(layer, h)
+		} else { // a segment recomputed where the tape's SegmentHooks say
+			y = tape.Segment(layer, h)
 		}
 		tape.PopModule()
 		if naive {
@@ -353,7 +363,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		saver := offload.NewHostSaver(dev)
 		hooks = saver.Hooks()
 		stats = saver.Stats
-	case Offload, OffloadDisk, RecomputeOffload:
+	case Offload, OffloadDisk, RecomputeOffload, Policy:
 		oc := cfg.Offload
 		oc.Policy = cfg.Policy
 		oc.DiskDir = cfg.DiskDir // a policy may send some tensors to disk
@@ -420,7 +430,15 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			alloc.ResetPeak()
 			var y *ferry.Tensor
 			endForward := phase("forward")
-			if hooks != nil {
+			var l *ferry.Tensor
+			if mode == Policy {
+				// As the planner records and replays the step (PlanModel):
+				// the hooks see the loss's saves too, and the policy's
+				// segments are recomputed.
+				tape.SetSegmentHooks(cfg.Segments)
+				tape.PushHooks(hooks)
+				y = m.forward(tape, x, false, false)
+			} else if hooks != nil {
 				tape.WithHooks(hooks, func() { y = m.forward(tape, x, false, recompute) })
 			} else {
 				y = m.forward(tape, x, mode == Naive, recompute)
@@ -429,37 +447,26 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			defer phase("backward + optimizer")()
 			r.AfterForwardBytes = alloc.Allocated()
 			r.PeakForwardBytes = alloc.Stats().AllocatedBytes.Peak
-			l := m.loss(y, tape.Adopt(target.To(dev)))
+			l = m.loss(y, tape.Adopt(target.To(dev)))
+			if mode == Policy {
+				tape.PopHooks()
+			}
 			hashing := step == first && r.hasData
 			hashes := map[*ferry.Tensor]uint64{}
-			if cfg.OptimizerInBackward {
-				opts, upd := optim.InBackward(opt)
-				update := opts.GradReady
-				opts.GradReady = func(p *ferry.Tensor) {
-					if hashing {
-						hashes[p] = hashGrad(p)
-					}
-					update(p)
+			seen := func(p *ferry.Tensor) {
+				if hashing {
+					hashes[p] = hashGrad(p)
 				}
-				if err := l.BackwardWith(opts); err != nil {
-					return err
-				}
-				if err := upd.Err(); err != nil {
-					return err
-				}
-			} else {
-				if err := l.Backward(); err != nil {
-					return err
-				}
+			}
+			done := func() {
 				if hashing {
 					for _, p := range m.params() {
 						hashes[p] = hashGrad(p)
 					}
 				}
-				if err := opt.Step(); err != nil {
-					return err
-				}
-				opt.ZeroGrad()
+			}
+			if err := backwardAndStep(l, opt, cfg.OptimizerInBackward, seen, done); err != nil {
+				return err
 			}
 			if hashing {
 				loss = l.Item()

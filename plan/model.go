@@ -1,0 +1,47 @@
+package plan
+
+import (
+	"ferry"
+	"ferry/device"
+)
+
+// A Model is what the planner plans for: anything that can build one
+// training step on a device. The planner records that step on the meta
+// device (exact memory, time from a profile) and replays it under
+// candidate placements; it knows nothing else about the model.
+type Model interface {
+	// String describes the model and its batch for people.
+	String() string
+	// Build makes the model, its data and its optimizer on dev and returns
+	// its training step. With inBackward the step updates each parameter
+	// inside backward (optim.InBackward) instead of after it.
+	Build(dev device.Device, inBackward bool) (*Step, error)
+}
+
+// Step is one built training step.
+type Step struct {
+	// Run runs forward, loss, backward and the optimizer on tape. The
+	// planner pushes its saved-tensor hooks and sets its SegmentHooks on
+	// tape before calling it; the model marks the blocks that may be
+	// recomputed with ferry.Tape.Segment. Every Run must do the same ops.
+	Run func(tape *ferry.Tape) error
+	// Release frees what Build made.
+	Release func()
+}
+
+// Shrinker is a Model that can say which smaller versions of itself to
+// suggest when nothing fits (a smaller batch, a shorter sequence), most
+// preferable first.
+type Shrinker interface {
+	Smaller() []Variant
+}
+
+// Variant is a smaller version of a model and what was changed.
+type Variant struct {
+	Change string // "batch 4"
+	Model  Model
+}
+
+// MaxLayers bounds the depth the CLI plans for: a deeper model is refused
+// up front rather than recorded for minutes.
+const MaxLayers = 400

@@ -1,0 +1,311 @@
+package plan
+
+import (
+	"math"
+	"sort"
+
+	"ferry/device/meta"
+	"ferry/offload"
+)
+
+// The cost model and its exact solution. See docs/plan.md, "How the
+// planner chooses".
+//
+// A plan gives each unit a choice: recompute it (segments only: what it
+// saves is dropped, except its retained storages) or not, and each of its
+// candidate storages that is not dropped a placement: keep, host or disk.
+// With S the bytes the units before u no longer hold on the device and P
+// the bytes the last unit before u with saved storages moved off it
+// (backward brings them back while it runs u), the model's memory is
+//
+//	forward of u:   fwdPeak(u) + recompute's change − S        ≤ budget
+//	backward of u:  bwdPeak(u) + recompute's change − S + P    ≤ budget
+//
+// where the peaks are the recorded ones of the plain step. Its time is the
+// plain step's, plus the forward of every recomputed segment, plus for
+// each unit the transfers that do not fit under compute: the copies out
+// against the unit's forward, the copies back against the backward time
+// during which the offloader brings the unit's storages back.
+
+// problem is the cost model of one recording.
+type problem struct {
+	units      []punit
+	base       float64 // the plain step's time
+	budget     int64
+	hostBudget int64 // 0: unlimited
+	noDisk     bool
+	p          *meta.Profile
+}
+
+type punit struct {
+	segment      bool
+	storages     []pstorage
+	hasStorages  bool
+	fwdPeak      int64
+	bwdPeak      int64
+	hasBwd       bool
+	recFwdChange int64   // recomputing changes the forward peak by this much
+	recBwdChange int64   // and the backward peak by this much
+	recSeconds   float64 // the segment's forward, run again in backward
+	fwdSeconds   float64 // time the copies out can hide under
+	window       float64 // time the copies back can hide under
+}
+
+type pstorage struct {
+	bytes     int64
+	candidate bool
+	retained  bool
+}
+
+// option is one choice for one unit.
+type option struct {
+	recompute bool
+	place     []offload.Placement // per storage of the unit
+	host      int64
+	disk      int64
+	save      int64   // bytes the unit no longer holds after its forward
+	moved     int64   // host + disk
+	seconds   float64 // recomputation and stalls
+}
+
+// Ties in time go to less traffic, and then to host over disk: a
+// vanishing cost per byte moved (1 GB: 1 µs; on disk 2 µs).
+const trafficSeconds = 1e-15
+
+func (pr *problem) cost(u int, o *option) float64 {
+	pu := &pr.units[u]
+	t := 0.0
+	if o.recompute {
+		t += pu.recSeconds
+	}
+	if o.moved > 0 {
+		out := math.Max(float64(o.moved)/pr.p.D2HBytesPerSec, float64(o.disk)/pr.p.DiskWriteBytesPerSec)
+		in := math.Max(float64(o.moved)/pr.p.H2DBytesPerSec, float64(o.disk)/pr.p.DiskReadBytesPerSec)
+		t += math.Max(0, out-pu.fwdSeconds) + math.Max(0, in-pu.window)
+	}
+	return t + trafficSeconds*float64(o.moved+o.disk)
+}
+
+// fill computes an option's byte totals and cost from its choices.
+func (pr *problem) fill(u int, o *option) {
+	o.host, o.disk, o.save, o.moved = 0, 0, 0, 0
+	for i, s := range pr.units[u].storages {
+		switch {
+		case o.recompute && !s.retained:
+			o.save += s.bytes
+		case o.place[i] == offload.Host:
+			o.host += s.bytes
+		case o.place[i] == offload.Disk:
+			o.disk += s.bytes
+		}
+	}
+	o.moved = o.host + o.disk
+	o.save += o.moved
+	o.seconds = pr.cost(u, o)
+}
+
+// tiers are the placements a candidate may get.
+func (pr *problem) tiers() []offload.Placement {
+	// Without a host budget the disk tier is never faster than host memory.
+	if pr.noDisk || pr.hostBudget == 0 {
+		return []offload.Placement{offload.Keep, offload.Host}
+	}
+	return []offload.Placement{offload.Keep, offload.Host, offload.Disk}
+}
+
+// options lists the distinct choices of unit u: one per recompute setting
+// and (host, disk) byte totals, since the model depends on nothing else.
+func (pr *problem) options(u int) []option {
+	pu := &pr.units[u]
+	var out []option
+	recs := []bool{false}
+	if pu.segment {
+		recs = append(recs, true)
+	}
+	for _, rec := range recs {
+		seen := map[totals][]offload.Placement{{}: make([]offload.Placement, len(pu.storages))}
+		for i := range seen[totals{}] {
+			seen[totals{}][i] = offload.Keep
+		}
+		for i, s := range pu.storages {
+			if !s.candidate || rec && !s.retained {
+				continue
+			}
+			next := map[totals][]offload.Placement{}
+			for _, t := range sortedTotals(seen) { // the first assignment to reach a total represents it
+				pl := seen[t]
+				for _, tier := range pr.tiers() {
+					n := t
+					switch tier {
+					case offload.Host:
+						n.host += s.bytes
+					case offload.Disk:
+						n.disk += s.bytes
+					}
+					if _, ok := next[n]; ok {
+						continue
+					}
+					c := append([]offload.Placement(nil), pl...)
+					c[i] = tier
+					next[n] = c
+				}
+			}
+			seen = next
+		}
+		for _, t := range sortedTotals(seen) {
+			o := option{recompute: rec, place: seen[t]}
+			pr.fill(u, &o)
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// check applies unit u's memory constraints with S and P as above and
+// returns the unit's highest point.
+func (pr *problem) peak(u int, o *option, s, p int64) int64 {
+	pu := &pr.units[u]
+	f := pu.fwdPeak - s
+	if o.recompute {
+		f += pu.recFwdChange
+	}
+	if !pu.hasBwd {
+		return f
+	}
+	b := pu.bwdPeak - s + p
+	if o.recompute {
+		b += pu.recBwdChange
+	}
+	return max(f, b)
+}
+
+// solution is a choice for every unit.
+type solution struct {
+	choice  []option
+	seconds float64 // predicted by the model
+	peak    int64   // predicted by the model
+	host    int64
+}
+
+// evaluate runs the model over a complete choice, unit by unit.
+func (pr *problem) evaluate(choice []option) (sol solution, ok bool) {
+	var s, p, h int64
+	sol.seconds, sol.choice = pr.base, choice
+	for u := range pr.units {
+		o := &choice[u]
+		sol.peak = max(sol.peak, pr.peak(u, o, s, p))
+		s += o.save
+		h += o.host
+		if pr.units[u].hasStorages {
+			p = o.moved
+		}
+		sol.seconds += o.seconds
+	}
+	sol.host = h
+	return sol, sol.peak <= pr.budget && (pr.hostBudget == 0 || h <= pr.hostBudget)
+}
+
+// state is a partial plan over the first units: S, P as above, host bytes
+// so far, time so far.
+type state struct {
+	s, p, host int64
+	peak       int64
+	seconds    float64
+	prev       int // index in the previous front
+	opt        int // option of the last unit
+}
+
+// solve returns the fastest choice that fits, by dynamic programming over
+// the units: after each unit it keeps every partial plan that no other
+// dominates — one dominates another if it holds no more on the device
+// (S at least as large, S − P at least as large), uses no more host
+// memory and is no slower. Later units see a partial plan only through
+// S, P and host bytes, and time adds up, so the dominated ones can never
+// lead to a better plan: the result is optimal for the model.
+func (pr *problem) solve() (solution, bool) {
+	fronts := make([][]state, len(pr.units)+1)
+	fronts[0] = []state{{prev: -1, opt: -1}}
+	opts := make([][]option, len(pr.units))
+	for u := range pr.units {
+		opts[u] = pr.options(u)
+		var next []state
+		for si, st := range fronts[u] {
+			for oi := range opts[u] {
+				o := &opts[u][oi]
+				pk := pr.peak(u, o, st.s, st.p)
+				if pk > pr.budget {
+					continue
+				}
+				n := state{s: st.s + o.save, p: st.p, host: st.host + o.host, peak: max(st.peak, pk),
+					seconds: st.seconds + o.seconds, prev: si, opt: oi}
+				if pr.hostBudget > 0 && n.host > pr.hostBudget {
+					continue
+				}
+				if pr.units[u].hasStorages {
+					n.p = o.moved
+				}
+				next = append(next, n)
+			}
+		}
+		fronts[u+1] = pr.prune(next)
+		if len(fronts[u+1]) == 0 {
+			return solution{}, false
+		}
+	}
+	last := fronts[len(pr.units)]
+	best := 0
+	for i, st := range last {
+		if st.seconds < last[best].seconds || st.seconds == last[best].seconds && st.peak < last[best].peak {
+			best = i
+		}
+	}
+	choice := make([]option, len(pr.units))
+	for u, i := len(pr.units)-1, best; u >= 0; u-- {
+		st := fronts[u+1][i]
+		choice[u] = opts[u][st.opt]
+		i = st.prev
+	}
+	sol, ok := pr.evaluate(choice)
+	return sol, ok
+}
+
+// prune keeps the states no other dominates.
+func (pr *problem) prune(states []state) []state {
+	sort.SliceStable(states, func(i, j int) bool {
+		if states[i].seconds != states[j].seconds {
+			return states[i].seconds < states[j].seconds
+		}
+		return states[i].peak < states[j].peak
+	})
+	var kept []state
+	for _, st := range states {
+		dominated := false
+		for k := range kept {
+			q := &kept[k]
+			if q.s >= st.s && q.s-q.p >= st.s-st.p && (pr.hostBudget == 0 || q.host <= st.host) {
+				dominated = true
+				break
+			}
+		}
+		if !dominated {
+			kept = append(kept, st)
+		}
+	}
+	return kept
+}
+
+type totals struct{ host, disk int64 }
+
+func sortedTotals(m map[totals][]offload.Placement) []totals {
+	keys := make([]totals, 0, len(m))
+	for t := range m {
+		keys = append(keys, t)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].host != keys[j].host {
+			return keys[i].host < keys[j].host
+		}
+		return keys[i].disk < keys[j].disk
+	})
+	return keys
+}
