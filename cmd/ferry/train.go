@@ -19,6 +19,7 @@ import (
 	"ferry/nn"
 	"ferry/offload"
 	"ferry/optim"
+	"ferry/plan"
 	"ferry/trace"
 	"ferry/train"
 )
@@ -115,6 +116,9 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	}
 	if o.policy != "" && o.mode != demo.None && o.mode != demo.Offload && o.mode != demo.OffloadDisk {
 		return fmt.Errorf("--policy applies to the offloader; it cannot be combined with --mode %s", o.mode)
+	}
+	if o.policy != "" && o.mode == demo.None {
+		o.mode = demo.Offload // a policy runs through the offloader
 	}
 	if o.optimizer != "sgd" && o.optimizer != "adamw" {
 		return fmt.Errorf("--optimizer %q: want sgd or adamw", o.optimizer)
@@ -226,6 +230,8 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 
 	// Memory mode.
 	var hooks *ferry.SavedTensorHooks
+	var segments *ferry.SegmentHooks // a policy's recomputed blocks
+	inBackward := false               // a policy's optimizer inside backward
 	var off *offload.Offloader
 	switch o.mode {
 	case demo.SaveOnHost:
@@ -240,11 +246,13 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 			cfg.HostLimit = -1
 		}
 		if o.policy != "" {
-			pol, err := offload.LoadPolicy(o.policy)
+			pol, err := loadTrainPolicy(task, o)
 			if err != nil {
 				return nil, err
 			}
 			cfg.Policy = pol.Place
+			segments = pol.SegmentHooks()
+			inBackward = pol.OptimizerInBackward
 		}
 		var err error
 		if off, err = offload.New(dev, cfg); err != nil {
@@ -423,6 +431,9 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 			x, y, n := task.batch(step, micro)
 			items += int64(n)
 			err := ferry.Step(func(tape *ferry.Tape) error {
+				if segments != nil {
+					tape.SetSegmentHooks(segments)
+				}
 				xin := tape.Input(x)
 				var out *ferry.Tensor
 				fwd := func() { out = task.forward(tape, xin, recompute) }
@@ -436,6 +447,13 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 				loss += float64(l.Item()) / float64(o.accum)
 				if o.accum > 1 {
 					l = ferry.Scale(l, 1/float32(o.accum))
+				}
+				if inBackward {
+					opts, e := optim.InBackward(opt.(optim.Stepper))
+					if err := l.BackwardWith(opts); err != nil {
+						return err
+					}
+					return e.Err()
 				}
 				return l.Backward()
 			})
@@ -453,10 +471,12 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 				return nil, fmt.Errorf("step %d: %w", step, err)
 			}
 		}
-		if err := opt.Step(); err != nil {
-			return nil, fmt.Errorf("step %d: %w", step, err)
+		if !inBackward {
+			if err := opt.Step(); err != nil {
+				return nil, fmt.Errorf("step %d: %w", step, err)
+			}
+			opt.ZeroGrad()
 		}
-		opt.ZeroGrad()
 		if stopRec != nil {
 			stopRec()
 		}
@@ -539,6 +559,32 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 		sum.Plots = files
 	}
 	return sum, nil
+}
+
+// loadTrainPolicy reads a policy file and checks it against the task's
+// model, recorded on the meta device: every name, slot and shape must be
+// the model's, and disk placements need --disk-dir.
+func loadTrainPolicy(task trainTask, o *trainOptions) (*offload.Policy, error) {
+	pm, ok := task.(interface{ planModel() plan.Model })
+	if !ok {
+		return nil, fmt.Errorf("--policy: ferry plan writes policies for the GPT (train text); this model has none")
+	}
+	pol, err := offload.LoadPolicy(o.policy)
+	if err != nil {
+		return nil, err
+	}
+	info, err := plan.Record(pm.planModel())
+	if err != nil {
+		return nil, fmt.Errorf("--policy %s: recording the model on meta: %w", o.policy, err)
+	}
+	if err := pol.Validate(info, o.diskDir != "" || o.mode == demo.OffloadDisk); err != nil {
+		return nil, fmt.Errorf("--policy %s: %w", o.policy, err)
+	}
+	if pol.OptimizerInBackward && (o.clip > 0 || o.accum > 1) {
+		return nil, fmt.Errorf("--policy %s updates each parameter inside backward, which leaves no moment for --clip or --accum; "+
+			"drop those flags, or plan for a larger budget", o.policy)
+	}
+	return pol, nil
 }
 
 func ckptPathFor(c *train.Checkpointer, step int) string { return c.PathFor(step) }

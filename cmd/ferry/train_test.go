@@ -292,3 +292,32 @@ func TestTrainSIGKILLLeavesALoadableCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// A plan from ferry plan for the same GPT trains bit for bit as without
+// it, recomputing what the plan says; a policy for another model is
+// refused with every problem named.
+func TestTrainTextPolicy(t *testing.T) {
+	data := corpus(t)
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.json")
+	if _, errOut, code := runCLI(t, "plan", "--model", "gpt", "--vocab", "256", "--seq", "16", "--layers", "2", "--heads", "2",
+		"--embd", "32", "--batch", "4", "--dropout", "0.1", "--budget", "900KiB", "--profile", "cpu", "--out", policy); code != 0 {
+		t.Fatalf("plan: %s", errOut)
+	}
+	var logs []map[int]float64
+	for _, extra := range [][]string{nil, {"--policy", policy}} {
+		log := filepath.Join(dir, "run.jsonl")
+		out, errOut, code := runCLI(t, smallText(data, append([]string{"--steps", "4", "--log", log, "--json"}, extra...)...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", extra, code, out, errOut)
+		}
+		logs = append(logs, logLosses(t, log))
+	}
+	sameBits(t, "policy", logs[0], logs[1], 4)
+	// The same policy for a wider model: shapes differ.
+	args := smallText(data, "--steps", "1", "--policy", policy)
+	args[9] = "64" // --embd
+	if _, errOut, code := runCLI(t, args...); code != 1 || !strings.Contains(errOut, "--policy") || !strings.Contains(errOut, "shape") {
+		t.Errorf("a policy for another model: exit %d, %s", code, errOut)
+	}
+}

@@ -11,7 +11,9 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/internal/demo"
 	"ferry/nn"
+	"ferry/plan"
 	"ferry/train"
 )
 
@@ -59,6 +61,12 @@ func (t *textTask) describe() string {
 func (t *textTask) title() string {
 	c := t.gpt.Config
 	return fmt.Sprintf("byte-level GPT %dL %dH %dE, context %d, batch %d", c.Layers, c.Heads, c.Embd, c.Seq, t.batchSize)
+}
+
+// planModel is the same GPT and batch for the planner (ferry plan --model
+// gpt --vocab 256 … writes policies for it).
+func (t *textTask) planModel() plan.Model {
+	return demo.PlanModel(demo.Config{Model: "gpt", GPT: t.gpt.Config, Batch: t.batchSize, Seed: t.seed, LR: 1e-3})
 }
 
 func (t *textTask) model() nn.Module { return t.gpt }
