@@ -231,7 +231,7 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 	// Memory mode.
 	var hooks *ferry.SavedTensorHooks
 	var segments *ferry.SegmentHooks // a policy's recomputed blocks
-	inBackward := false               // a policy's optimizer inside backward
+	inBackward := false              // a policy's optimizer inside backward
 	var off *offload.Offloader
 	switch o.mode {
 	case demo.SaveOnHost:
