@@ -26,7 +26,7 @@ type AttentionOptions struct {
 //
 // # Memory
 //
-// On a device with device.AttentionKernels (the CPU, meta) it is one fused
+// On a device with device.AttentionKernels (the CPU, CUDA, meta) it is one fused
 // op in the FlashAttention scheme: it saves q, k, v, the output and each
 // row's log-sum-exp, and backward recomputes the attention weights from
 // them. Per GPT block that is 4·B·T·C + 4·B·H·T bytes of which q, k, v

@@ -78,48 +78,11 @@ func (v View) IsContiguous() bool {
 	return true
 }
 
-// UnaryOp is an elementwise function of one input.
-type UnaryOp uint8
-
-const (
-	Neg       UnaryOp = iota // -x
-	Exp                      // e^x
-	Log                      // ln x
-	Sqrt                     // √x
-	Square                   // x²
-	Abs                      // |x|
-	Tanh                     // tanh x
-	Sigmoid                  // 1/(1+e^-x)
-	ReLU                     // max(x, 0)
-	GELU                     // x·Φ(x), with the exact (erf) Φ
-	GELUTanh                 // x·Φ(x), Φ approximated with tanh as PyTorch's approximate="tanh"
-	Scale                    // alpha·x
-	AddScalar                // x + alpha
-	PowScalar                // x^alpha
-)
-
-var unaryNames = []string{"neg", "exp", "log", "sqrt", "square", "abs", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "scale", "add_scalar", "pow"}
-
-func (o UnaryOp) String() string { return unaryNames[o] }
-
-// BinaryOp is an elementwise function of two inputs, broadcast to the
-// output's shape by their strides.
-type BinaryOp uint8
-
-const (
-	Add          BinaryOp = iota // a + b
-	Sub                          // a - b
-	Mul                          // a · b
-	Div                          // a / b
-	ReLUGrad                     // a · [b > 0]   (a: gradient, b: ReLU output)
-	GELUGrad                     // a · GELU'(b)  (b: GELU input)
-	GELUTanhGrad                 // a · GELUTanh'(b)
-	Maximum                      // max(a, b)
-)
-
-var binaryNames = []string{"add", "sub", "mul", "div", "relu_backward", "gelu_backward", "gelu_tanh_backward", "maximum"}
-
-func (o BinaryOp) String() string { return binaryNames[o] }
+// The elementwise op enums, UnaryOp and BinaryOp, are generated with
+// their copies for the CUDA kernels and the fake driver from one list
+// (internal/opgen):
+//
+//go:generate go run ./internal/opgen
 
 // GemmParams describe a batched, strided matrix product on row-major
 // matrices: for each i < Batch,

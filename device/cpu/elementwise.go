@@ -98,13 +98,6 @@ func (k *kernels) Unary(op device.UnaryOp, dst, src device.View, alpha float32) 
 	return nil
 }
 
-const (
-	sqrt2       = 1.4142135623730951
-	sqrt2OverPi = 0.7978845608028654 // √(2/π)
-	invSqrt2Pi  = 0.3989422804014327 // 1/√(2π)
-	geluCoef    = 0.044715
-)
-
 func unaryFunc(op device.UnaryOp, alpha float32) func(float32) float32 {
 	switch op {
 	case device.Neg:

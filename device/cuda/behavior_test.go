@@ -120,8 +120,8 @@ func TestProbeFake(t *testing.T) {
 // proves it for every kernel it launches; here the declarations themselves.
 func TestEmbeddedPTX(t *testing.T) {
 	images := cuda.PTX()
-	if len(images) != 4 {
-		t.Fatalf("embedded PTX: %d files, want 4", len(images))
+	if len(images) != 5 {
+		t.Fatalf("embedded PTX: %d files, want 5", len(images))
 	}
 	n := 0
 	for name, img := range images {
@@ -135,14 +135,14 @@ func TestEmbeddedPTX(t *testing.T) {
 		for _, e := range entries {
 			n++
 			for _, size := range e.Params {
-				if size != 4 && size != 8 && size != 8*33 && size != 8*34 {
-					t.Errorf("%s: %s has a parameter of %d bytes (not an int, pointer, Strided or Reduce)", name, e.Name, size)
+				if size != 4 && size != 8 && size != 8*33 && size != 8*34 && size != 8*16 {
+					t.Errorf("%s: %s has a parameter of %d bytes (not an int, pointer, Strided, Reduce or Heads)", name, e.Name, size)
 				}
 			}
 		}
 	}
-	if n != 19 {
-		t.Errorf("%d kernels embedded, want 19", n)
+	if n != 30 {
+		t.Errorf("%d kernels embedded, want 30", n)
 	}
 }
 

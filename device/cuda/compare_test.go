@@ -183,6 +183,7 @@ func compareOps(t *testing.T, p *pair) {
 	t.Run("Softmax", func(t *testing.T) { p.t = t; compareSoftmax(p) })
 	t.Run("NLL", func(t *testing.T) { p.t = t; compareNLL(p) })
 	t.Run("Optim", func(t *testing.T) { p.t = t; compareOptim(p) })
+	t.Run("Families", func(t *testing.T) { p.t = t; compareFamilies(p) })
 }
 
 func compareGemm(p *pair, m, n, k int, tol float64) {

@@ -105,7 +105,7 @@ func (k *kernels) Fill(dst device.View, v float32) error {
 }
 
 func (k *kernels) Unary(op device.UnaryOp, dst, src device.View, alpha float32) error {
-	if op > device.PowScalar {
+	if op >= device.NumUnaryOps {
 		return fmt.Errorf("%s: unknown unary op %d", k.d.name, op)
 	}
 	n := int64(dst.Numel())
@@ -132,7 +132,7 @@ func (k *kernels) Unary(op device.UnaryOp, dst, src device.View, alpha float32) 
 }
 
 func (k *kernels) Binary(op device.BinaryOp, dst, a, b device.View) error {
-	if op > device.Maximum {
+	if op >= device.NumBinaryOps {
 		return fmt.Errorf("%s: unknown binary op %d", k.d.name, op)
 	}
 	n := int64(dst.Numel())

@@ -18,7 +18,7 @@ import (
 // writes a newer ISA and so needs a newer driver. Regenerate after changing
 // a .cu file with `go generate ./device/cuda` (needs nvcc):
 //
-//go:generate sh -c "for f in elementwise reduce optim gemm; do nvcc -ptx -arch=compute_80 --fmad=false -O3 -o kernels/${DOLLAR}f.ptx kernels/${DOLLAR}f.cu || exit 1; done"
+//go:generate sh -c "for f in kernels/*.cu; do nvcc -ptx -arch=compute_80 --fmad=false -O3 -o ${DOLLAR}{f%.cu}.ptx ${DOLLAR}f || exit 1; done"
 
 //go:embed kernels/*.ptx
 var ptxFS embed.FS

@@ -12,6 +12,7 @@ import (
 	"ferry/device/cpu"
 	"ferry/device/cuda"
 	"ferry/device/cuda/cu"
+	"ferry/device/devicetest"
 )
 
 // Tests and benchmarks on a real GPU. They skip, with a one-line reason,
@@ -63,6 +64,25 @@ func TestProbeReal(t *testing.T) {
 	if !r.Available && (real || len(r.Devices) > 0) {
 		t.Errorf("CUDA unavailable: %s", r.Reason)
 	}
+}
+
+// The device conformance suite on the real GPU, as on the fake driver: the
+// same tests for every device, the optional kernel families included.
+// Each test opens its own device (a context each; the JIT cache makes the
+// PTX cheap after the first).
+func TestRealConformance(t *testing.T) {
+	openReal(t, device.Options{}) // skips, with the reason, where there is no GPU (closed at the end)
+	drv, err := cu.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	devicetest.Run(t, func(t *testing.T, opts device.Options) device.Device {
+		d, err := cuda.Open(drv, 0, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}, devicetest.Caps{HasData: true})
 }
 
 var realSizes = sizes{m: 513, n: 1030, k: 257, rows: 300, cols: 5000, big: []int{37, 129, 513}, long: 16, tol: 1e-4}

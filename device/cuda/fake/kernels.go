@@ -142,51 +142,43 @@ func copyStrided[I index](k *launch) {
 	})
 }
 
-const (
-	sqrt2       = 1.4142135623730951
-	sqrt2OverPi = 0.7978845608028654
-	invSqrt2Pi  = 0.3989422804014327
-	geluCoef    = 0.044715
-	geluCoef3   = 0.134145
-)
-
 func nan32() float32 { return math.Float32frombits(0x7fc00000) }
 
 // unaryOp is unary_op<OP> of elementwise.cu.
 func unaryOp(op int32, x, alpha float32) float32 {
 	switch op {
-	case 0:
+	case uNeg:
 		return -x
-	case 1:
+	case uExp:
 		return float32(math.Exp(float64(x)))
-	case 2:
+	case uLog:
 		return float32(math.Log(float64(x)))
-	case 3:
+	case uSqrt:
 		return float32(math.Sqrt(float64(x)))
-	case 4:
+	case uSquare:
 		return x * x
-	case 5:
+	case uAbs:
 		return float32(math.Abs(float64(x)))
-	case 6:
+	case uTanh:
 		return float32(math.Tanh(float64(x)))
-	case 7:
+	case uSigmoid:
 		return float32(1.0 / (1.0 + math.Exp(-float64(x))))
-	case 8:
+	case uReLU:
 		if x > 0 {
 			return x
 		}
 		return 0
-	case 9:
+	case uGELU:
 		v := float64(x)
 		return float32(0.5 * v * (1.0 + math.Erf(v/sqrt2)))
-	case 10:
+	case uGELUTanh:
 		v := float64(x)
 		return float32(0.5 * v * (1.0 + math.Tanh(sqrt2OverPi*(v+geluCoef*v*v*v))))
-	case 11:
+	case uScale:
 		return alpha * x
-	case 12:
+	case uAddScalar:
 		return x + alpha
-	case 13:
+	case uPowScalar:
 		return float32(math.Pow(float64(x), float64(alpha)))
 	}
 	return nan32()
@@ -195,32 +187,32 @@ func unaryOp(op int32, x, alpha float32) float32 {
 // binaryOp is binary_op<OP> of elementwise.cu.
 func binaryOp(op int32, a, b float32) float32 {
 	switch op {
-	case 0:
+	case bAdd:
 		return a + b
-	case 1:
+	case bSub:
 		return a - b
-	case 2:
+	case bMul:
 		return a * b
-	case 3:
+	case bDiv:
 		return a / b
-	case 4:
+	case bReLUGrad:
 		if b > 0 {
 			return a
 		}
 		return 0
-	case 5:
+	case bGELUGrad:
 		v := b
 		vd := float64(v)
 		cdf := 0.5 * (1.0 + math.Erf(vd/sqrt2))
 		pdf := invSqrt2Pi * math.Exp(-0.5*vd*vd)
 		return float32(float64(a) * (cdf + vd*pdf))
-	case 6:
+	case bGELUTanhGrad:
 		v := float64(b)
 		inner := sqrt2OverPi * (v + geluCoef*v*v*v)
 		t := math.Tanh(inner)
 		d := 0.5*(1.0+t) + 0.5*v*(1.0-t*t)*sqrt2OverPi*(1.0+geluCoef3*v*v)
 		return float32(float64(a) * d)
-	case 7:
+	case bMaximum:
 		if a != a || a > b {
 			return a
 		}
@@ -230,8 +222,8 @@ func binaryOp(op int32, a, b float32) float32 {
 }
 
 // The dispatch macros of elementwise.cu run nothing for an unknown op.
-func knownUnary(op int32) bool  { return op >= 0 && op <= 13 }
-func knownBinary(op int32) bool { return op >= 0 && op <= 7 }
+func knownUnary(op int32) bool  { return op >= 0 && op < numUnary }
+func knownBinary(op int32) bool { return op >= 0 && op < numBinary }
 
 func unaryContig(k *launch) {
 	op, alpha, dst, src, n := k.i32(0), k.f32(1), mem[float32](k, 2), mem[float32](k, 3), k.i64(4)

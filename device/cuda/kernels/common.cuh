@@ -79,11 +79,4 @@ __device__ __forceinline__ void strided_offsets(const Strided& L, I i, I* off) {
   for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)(n); \
        i += (I)gridDim.x * blockDim.x)
 
-// Constants as device/cpu spells them (Go rounds each decimal once).
-#define SQRT2 1.4142135623730951
-#define SQRT2_OVER_PI 0.7978845608028654
-#define INV_SQRT_2PI 0.3989422804014327
-#define GELU_COEF 0.044715
-#define GELU_COEF3 0.134145 /* 3*GELU_COEF, folded exactly as Go folds constants */
-
 __device__ __forceinline__ float nan32() { return __int_as_float(0x7fc00000); }

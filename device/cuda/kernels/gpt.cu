@@ -1,0 +1,445 @@
+// Transformer kernels (device.EmbeddingKernels, LayerNormKernels,
+// AttentionKernels, DropoutKernels), following device/cpu/gpt.go operation
+// by operation. No float atomics: every sum runs in an order fixed by the
+// shapes (and, for the layer-norm parameter gradients, the launch's split),
+// so results repeat bit for bit.
+#include "common.cuh"
+
+#define BLOCK 256  // every kernel here is launched with 256 threads
+
+// The sum of v over the block's threads by reduce.cu's tree; every thread
+// gets it, and s may be reused at once.
+__device__ __forceinline__ double tree_sum(double* s, double v) {
+  s[threadIdx.x] = v;
+  __syncthreads();
+  for (int h = BLOCK / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) s[threadIdx.x] += s[threadIdx.x + h];
+    __syncthreads();
+  }
+  double r = s[0];
+  __syncthreads();
+  return r;
+}
+
+// The maximum of v over the block's threads (a NaN is dropped, as `>`
+// drops it).
+__device__ __forceinline__ float tree_max(float* s, float v) {
+  s[threadIdx.x] = v;
+  __syncthreads();
+  for (int h = BLOCK / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h && s[threadIdx.x + h] > s[threadIdx.x]) s[threadIdx.x] = s[threadIdx.x + h];
+    __syncthreads();
+  }
+  float r = s[0];
+  __syncthreads();
+  return r;
+}
+
+// ---- dropout: Philox-4x32-10, as device.Philox4x32 ----
+
+// A key is passed as device.DropoutKey.PhiloxKey gives it: the generator
+// key (k0, k1) and the counter's high words, the step (s0, s1).
+
+__device__ __forceinline__ uint4 philox(uint4 c, unsigned k0, unsigned k1) {
+#pragma unroll
+  for (int i = 0; i < 10; i++) {
+    unsigned hi0 = __umulhi(0xD2511F53u, c.x), lo0 = 0xD2511F53u * c.x;
+    unsigned hi1 = __umulhi(0xCD9E8D57u, c.z), lo1 = 0xCD9E8D57u * c.z;
+    c = make_uint4(hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0);
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return c;
+}
+
+// The four draws for elements 4b … 4b+3 (device.DropoutKey.DropoutBits).
+__device__ __forceinline__ uint4 dropout_bits(unsigned long long b, unsigned k0, unsigned k1, unsigned s0,
+                                              unsigned s1) {
+  return philox(make_uint4((unsigned)b, (unsigned)(b >> 32), s0, s1), k0, k1);
+}
+
+// Whether element e survives: its draw is at least thr.
+__device__ __forceinline__ bool keep(i64 e, unsigned thr, unsigned k0, unsigned k1, unsigned s0, unsigned s1) {
+  uint4 r = dropout_bits((unsigned long long)e >> 2, k0, k1, s0, s1);
+  unsigned lane = (unsigned)e & 3u;
+  unsigned bits = lane == 0 ? r.x : lane == 1 ? r.y : lane == 2 ? r.z : r.w;
+  return bits >= thr;
+}
+
+// dst[i] = src[i]*scale where element i survives, else 0; one thread per
+// four elements (one Philox call). dst may be src.
+extern "C" __global__ void ferry_dropout(float* dst, const float* src, i64 n, unsigned thr, float scale, unsigned k0,
+                                         unsigned k1, unsigned s0, unsigned s1) {
+  GRID_STRIDE_LOOP(i64, b, (n + 3) / 4) {
+    uint4 r = dropout_bits((unsigned long long)b, k0, k1, s0, s1);
+    unsigned bits[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int lane = 0; lane < 4; lane++) {
+      i64 i = 4 * b + lane;
+      if (i < n) dst[i] = bits[lane] >= thr ? src[i] * scale : 0.0f;
+    }
+  }
+}
+
+// ---- embedding ----
+
+// Note [bad indices]: an index outside [0, V) is skipped, and the smallest
+// position holding one is kept in *bad (which starts as all ones; an
+// integer minimum does not depend on the order of the atomics). The host
+// reads it back and reports the index as the CPU device does.
+
+// dst[r, c] = table[idx[r], c]; one thread per element.
+extern "C" __global__ void ferry_embedding_gather(float* dst, const float* table, const int* idx,
+                                                  unsigned long long* bad, i64 n, i64 V, i64 C) {
+  GRID_STRIDE_LOOP(i64, i, n * C) {
+    i64 r = i / C, c = i - r * C;
+    int v = idx[r];
+    if (v < 0 || v >= V) {
+      if (c == 0) atomicMin(bad, (unsigned long long)r);
+      continue;
+    }
+    dst[i] = table[(i64)v * C + c];
+  }
+}
+
+// dst[idx[r], :] += src[r, :] for r in order. One block per position r; the
+// block whose r is the first position of its index v owns dst row v and
+// adds the rows of every position r' ≥ r with idx[r'] = v, in order, each
+// thread carrying a column's sum in a register: float32 additions in the
+// order the CPU device makes them, without atomics.
+extern "C" __global__ void ferry_embedding_scatter_add(float* dst, const float* src, const int* idx,
+                                                       unsigned long long* bad, i64 n, i64 V, i64 C) {
+  __shared__ int sidx[BLOCK];
+  for (i64 r = blockIdx.x; r < n; r += gridDim.x) {
+    int v = idx[r];  // uniform over the block
+    if (v < 0 || v >= V) {
+      if (threadIdx.x == 0) atomicMin(bad, (unsigned long long)r);
+      continue;
+    }
+    int earlier = 0;
+    for (i64 j = threadIdx.x; j < r; j += BLOCK) earlier |= idx[j] == v;
+    if (__syncthreads_or(earlier)) continue;
+    float* row = dst + (i64)v * C;
+    for (i64 c0 = 0; c0 < C; c0 += BLOCK) {
+      i64 c = c0 + threadIdx.x;
+      float acc = c < C ? row[c] : 0.0f;
+      for (i64 j0 = r; j0 < n; j0 += BLOCK) {
+        __syncthreads();
+        if (j0 + threadIdx.x < n) sidx[threadIdx.x] = idx[j0 + threadIdx.x];
+        __syncthreads();
+        int m = (int)min((i64)BLOCK, n - j0);
+        if (c < C) {
+          for (int t = 0; t < m; t++) {
+            if (sidx[t] == v) acc += src[(j0 + t) * C + c];
+          }
+        }
+      }
+      if (c < C) row[c] = acc;
+    }
+  }
+}
+
+// ---- layer norm ----
+
+// One block per row: mean and biased variance in double, then
+// y = (x - mean)·rstd·w + b in float32. w and b may be null.
+extern "C" __global__ void ferry_layer_norm(float* dst, float* mean, float* rstd, const float* x, const float* w,
+                                            const float* b, i64 rows, i64 C, float eps) {
+  __shared__ double s[BLOCK];
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * C;
+    float* y = dst + r * C;
+    double acc = 0;
+    for (i64 c = threadIdx.x; c < C; c += BLOCK) acc += (double)xr[c];
+    double m = tree_sum(s, acc) / (double)C;
+    acc = 0;
+    for (i64 c = threadIdx.x; c < C; c += BLOCK) {
+      double e = (double)xr[c] - m;
+      acc += e * e;
+    }
+    double inv = 1.0 / sqrt(tree_sum(s, acc) / (double)C + (double)eps);
+    float mf = (float)m, invf = (float)inv;
+    if (threadIdx.x == 0) {
+      mean[r] = mf;
+      rstd[r] = invf;
+    }
+    for (i64 c = threadIdx.x; c < C; c += BLOCK) {
+      float v = (xr[c] - mf) * invf;
+      if (w) v *= w[c];
+      if (b) v += b[c];
+      y[c] = v;
+    }
+  }
+}
+
+// dx = rstd·(dŷ - mean(dŷ) - x̂·mean(dŷ·x̂)), dŷ = g·w; one block per row.
+extern "C" __global__ void ferry_layer_norm_backward(float* dx, const float* grad, const float* x, const float* mean,
+                                                     const float* rstd, const float* w, i64 rows, i64 C) {
+  __shared__ double s[BLOCK];
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * C;
+    const float* g = grad + r * C;
+    float* out = dx + r * C;
+    float m = mean[r], inv = rstd[r];
+    double s1 = 0, s2 = 0;
+    for (i64 c = threadIdx.x; c < C; c += BLOCK) {
+      float dy = g[c];
+      if (w) dy *= w[c];
+      float xh = (xr[c] - m) * inv;
+      s1 += (double)dy;
+      s2 += (double)(dy * xh);
+    }
+    float a = (float)(tree_sum(s, s1) / (double)C);
+    float bb = (float)(tree_sum(s, s2) / (double)C);
+    for (i64 c = threadIdx.x; c < C; c += BLOCK) {
+      float dy = g[c];
+      if (w) dy *= w[c];
+      float xh = (xr[c] - m) * inv;
+      out[c] = inv * (dy - a - xh * bb);
+    }
+  }
+}
+
+// The weight and bias gradients: one thread per column c, summing rows
+// [blockIdx.y·chunk, +chunk) in order in double. Unsplit (gridDim.y == 1)
+// the sums are final and go to dw and db (either may be null); split, they
+// go to partial[2y·C + c] and partial[(2y+1)·C + c] for
+// ferry_layer_norm_params_finish.
+extern "C" __global__ void ferry_layer_norm_params(float* dw, float* db, double* partial, const float* grad,
+                                                   const float* x, const float* mean, const float* rstd, i64 rows,
+                                                   i64 C, i64 chunk) {
+  i64 c = (i64)blockIdx.x * BLOCK + threadIdx.x;
+  if (c >= C) return;
+  i64 lo = (i64)blockIdx.y * chunk;
+  i64 hi = min(lo + chunk, rows);
+  double aw = 0, ab = 0;
+  for (i64 r = lo; r < hi; r++) {
+    float gv = grad[r * C + c];
+    aw += (double)(gv * ((x[r * C + c] - mean[r]) * rstd[r]));
+    ab += (double)gv;
+  }
+  if (gridDim.y == 1) {
+    if (dw) dw[c] = (float)aw;
+    if (db) db[c] = (float)ab;
+  } else {
+    partial[2 * (i64)blockIdx.y * C + c] = aw;
+    partial[(2 * (i64)blockIdx.y + 1) * C + c] = ab;
+  }
+}
+
+// Adds the splits' partial sums of each column in split order.
+extern "C" __global__ void ferry_layer_norm_params_finish(float* dw, float* db, const double* partial, i64 C,
+                                                          i64 splits) {
+  GRID_STRIDE_LOOP(i64, c, C) {
+    double aw = 0, ab = 0;
+    for (i64 s = 0; s < splits; s++) {
+      aw += partial[2 * s * C + c];
+      ab += partial[(2 * s + 1) * C + c];
+    }
+    if (dw) dw[c] = (float)aw;
+    if (db) db[c] = (float)ab;
+  }
+}
+
+// ---- attention ----
+
+// Heads is the geometry of attention's [B, H, T, D] operands: the sizes,
+// then the (batch, head, row) strides of q, k, v and the output's gradient
+// (their last axis has stride 1). The row stride is the CPU device's:
+// max(stride, D, 1).
+struct Heads {
+  i64 B, H, T, D;
+  i64 q[3], k[3], v[3], g[3];
+};
+
+__device__ __forceinline__ i64 head_off(const i64* st, i64 H, i64 bh) { return (bh / H) * st[0] + (bh % H) * st[1]; }
+__device__ __forceinline__ i64 row_stride(const i64* st, i64 D) { return max(st[2], max(D, (i64)1)); }
+
+// Σ_d a[d]·b[d] in float32, in order, as the reference product.
+__device__ __forceinline__ float dot(const float* a, const float* b, i64 D) {
+  float s = 0;
+  for (i64 d = 0; d < D; d++) s += a[d] * b[d];
+  return s;
+}
+
+// Dropout on the attention weights, applied only when on: element (bh, i,
+// j) of the [B, H, T, T] weights is number (bh·T + i)·T + j.
+struct AttnDrop {
+  int on;
+  unsigned thr;
+  float scale;
+  unsigned k0, k1, s0, s1;
+  __device__ __forceinline__ float apply(float p, i64 e) const {
+    if (!on) return p;
+    return keep(e, thr, k0, k1, s0, s1) ? p * scale : 0.0f;
+  }
+};
+
+// out[i] = Σ_j P'_ij·v[j] and lse[i] = log Σ_j exp(s_ij), with
+// s_ij = scale·q_i·k_j over the attended keys (j ≤ i when causal) and P'
+// the softmax weights after dropout. One block per query row: a pass for
+// the maximum, one for the sum (double), one for the output over tiles of
+// 256 keys whose weights sit in shared memory, a thread per column of the
+// output carrying its sum (columns in chunks of 256).
+extern "C" __global__ void ferry_attention(float* out, float* lse, const float* q, const float* k, const float* v,
+                                           Heads L, float scale, int causal, int drop, unsigned thr, float dscale,
+                                           unsigned k0, unsigned k1, unsigned s0, unsigned s1) {
+  __shared__ float sp[BLOCK];
+  __shared__ float sm[BLOCK];
+  __shared__ double ss[BLOCK];
+  AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1};
+  const i64 T = L.T, D = L.D, rows = L.B * L.H * T;
+  const i64 ldk = row_stride(L.k, D), ldv = row_stride(L.v, D);
+  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    i64 bh = row / T, i = row - bh * T;
+    const float* qi = q + head_off(L.q, L.H, bh) + i * row_stride(L.q, D);
+    const float* kh = k + head_off(L.k, L.H, bh);
+    const float* vh = v + head_off(L.v, L.H, bh);
+    i64 n = causal ? i + 1 : T;
+    float m = -INFINITY;
+    for (i64 j = threadIdx.x; j < n; j += BLOCK) {
+      float x = scale * dot(qi, kh + j * ldk, D);
+      if (x > m) m = x;
+    }
+    m = tree_max(sm, m);
+    double acc = 0;
+    for (i64 j = threadIdx.x; j < n; j += BLOCK) {
+      float x = scale * dot(qi, kh + j * ldk, D);
+      acc += (double)(float)exp((double)(x - m));
+    }
+    double sum = tree_sum(ss, acc);
+    float inv = (float)(1.0 / sum);
+    if (threadIdx.x == 0) lse[row] = m + (float)log(sum);
+    for (i64 d0 = 0; d0 < D; d0 += BLOCK) {
+      i64 d = d0 + threadIdx.x;
+      float o = 0;
+      for (i64 j0 = 0; j0 < n; j0 += BLOCK) {
+        i64 j = j0 + threadIdx.x;
+        if (j < n) {
+          float x = scale * dot(qi, kh + j * ldk, D);
+          float p = (float)exp((double)(x - m)) * inv;
+          sp[threadIdx.x] = dr.apply(p, (bh * T + i) * T + j);
+        }
+        __syncthreads();
+        int cnt = (int)min((i64)BLOCK, n - j0);
+        if (d < D) {
+          for (int t = 0; t < cnt; t++) o += sp[t] * vh[(j0 + t) * ldv + d];
+        }
+        __syncthreads();
+      }
+      if (d < D) out[row * D + d] = o;
+    }
+  }
+}
+
+// delta[i] = Σ_d grad[i, d]·out[i, d] (which equals Σ_j dP'_ij·P'_ij,
+// dropout or not); one thread per row.
+extern "C" __global__ void ferry_attention_delta(float* delta, const float* grad, const float* out, Heads L) {
+  const i64 T = L.T, D = L.D, ldg = row_stride(L.g, D);
+  GRID_STRIDE_LOOP(i64, row, L.B * L.H * T) {
+    i64 bh = row / T, i = row - bh * T;
+    delta[row] = dot(grad + head_off(L.g, L.H, bh) + i * ldg, out + row * D, D);
+  }
+}
+
+// The gradient of one score, recomputed: P_ij = exp(s_ij - lse_i), the
+// weight after dropout P'_ij (into *pd), and dS_ij = P_ij·(dP_ij - delta_i)
+// with dP_ij the gradient dO_i·v_j taken back through dropout.
+__device__ __forceinline__ float score_grad(const float* qi, const float* kj, const float* gi, const float* vj,
+                                            float lse_i, float delta_i, float scale, i64 D, const AttnDrop& dr,
+                                            i64 e, float* pd) {
+  float x = scale * dot(qi, kj, D);
+  float p = (float)exp((double)(x - lse_i));
+  float dp = dot(gi, vj, D);
+  *pd = dr.apply(p, e);
+  dp = dr.apply(dp, e);
+  return p * (dp - delta_i);
+}
+
+// dq[i] = scale·Σ_j dS_ij·k[j]; one block per query row, keys in tiles of
+// 256 as in ferry_attention.
+extern "C" __global__ void ferry_attention_backward_q(float* dq, const float* grad, const float* q, const float* k,
+                                                      const float* v, const float* lse, const float* delta, Heads L,
+                                                      float scale, int causal, int drop, unsigned thr, float dscale,
+                                                      unsigned k0, unsigned k1, unsigned s0, unsigned s1) {
+  __shared__ float sds[BLOCK];
+  AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1};
+  const i64 T = L.T, D = L.D, rows = L.B * L.H * T;
+  const i64 ldq = row_stride(L.q, D), ldk = row_stride(L.k, D), ldv = row_stride(L.v, D), ldg = row_stride(L.g, D);
+  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    i64 bh = row / T, i = row - bh * T;
+    const float* qi = q + head_off(L.q, L.H, bh) + i * ldq;
+    const float* gi = grad + head_off(L.g, L.H, bh) + i * ldg;
+    const float* kh = k + head_off(L.k, L.H, bh);
+    const float* vh = v + head_off(L.v, L.H, bh);
+    float li = lse[row], di = delta[row];
+    i64 n = causal ? i + 1 : T;
+    for (i64 d0 = 0; d0 < D; d0 += BLOCK) {
+      i64 d = d0 + threadIdx.x;
+      float acc = 0;
+      for (i64 j0 = 0; j0 < n; j0 += BLOCK) {
+        i64 j = j0 + threadIdx.x;
+        if (j < n) {
+          float pd;
+          sds[threadIdx.x] = score_grad(qi, kh + j * ldk, gi, vh + j * ldv, li, di, scale, D, dr, (bh * T + i) * T + j, &pd);
+        }
+        __syncthreads();
+        int cnt = (int)min((i64)BLOCK, n - j0);
+        if (d < D) {
+          for (int t = 0; t < cnt; t++) acc += sds[t] * kh[(j0 + t) * ldk + d];
+        }
+        __syncthreads();
+      }
+      if (d < D) dq[row * D + d] = scale * acc;
+    }
+  }
+}
+
+// dv[j] = Σ_i P'_ij·grad[i] and dk[j] = scale·Σ_i dS_ij·q[i]; one block per
+// key row, the queries that attend to it (i ≥ j when causal) in tiles of
+// 256.
+extern "C" __global__ void ferry_attention_backward_kv(float* dk, float* dv, const float* grad, const float* q,
+                                                       const float* k, const float* v, const float* lse,
+                                                       const float* delta, Heads L, float scale, int causal, int drop,
+                                                       unsigned thr, float dscale, unsigned k0, unsigned k1,
+                                                       unsigned s0, unsigned s1) {
+  __shared__ float sds[BLOCK];
+  __shared__ float spd[BLOCK];
+  AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1};
+  const i64 T = L.T, D = L.D, rows = L.B * L.H * T;
+  const i64 ldq = row_stride(L.q, D), ldk = row_stride(L.k, D), ldv = row_stride(L.v, D), ldg = row_stride(L.g, D);
+  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    i64 bh = row / T, j = row - bh * T;
+    const float* kj = k + head_off(L.k, L.H, bh) + j * ldk;
+    const float* vj = v + head_off(L.v, L.H, bh) + j * ldv;
+    const float* qh = q + head_off(L.q, L.H, bh);
+    const float* gh = grad + head_off(L.g, L.H, bh);
+    const float* lh = lse + bh * T;
+    const float* dh = delta + bh * T;
+    i64 first = causal ? j : 0;
+    for (i64 d0 = 0; d0 < D; d0 += BLOCK) {
+      i64 d = d0 + threadIdx.x;
+      float ak = 0, av = 0;
+      for (i64 i0 = first; i0 < T; i0 += BLOCK) {
+        i64 i = i0 + threadIdx.x;
+        if (i < T) {
+          sds[threadIdx.x] = score_grad(qh + i * ldq, kj, gh + i * ldg, vj, lh[i], dh[i], scale, D, dr,
+                                        (bh * T + i) * T + j, &spd[threadIdx.x]);
+        }
+        __syncthreads();
+        int cnt = (int)min((i64)BLOCK, T - i0);
+        if (d < D) {
+          for (int t = 0; t < cnt; t++) {
+            av += spd[t] * gh[(i0 + t) * ldg + d];
+            ak += sds[t] * qh[(i0 + t) * ldq + d];
+          }
+        }
+        __syncthreads();
+      }
+      if (d < D) {
+        dk[row * D + d] = scale * ak;
+        dv[row * D + d] = av;
+      }
+    }
+  }
+}

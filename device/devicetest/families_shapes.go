@@ -1,0 +1,234 @@
+package devicetest
+
+import (
+	"math"
+
+	"ferry/device"
+)
+
+// The optional families again on shapes that cross a GPU kernel's seams:
+// more rows, columns and keys than one block of 256 threads covers, many
+// repeated indices, heads that are strided views of a [B, T, H, D] tensor,
+// and dropout inside attention (its backward checked against an analytic
+// float64 gradient under the same mask).
+
+func init() {
+	kernelTests = append(kernelTests,
+		test{name: "EmbeddingWide", fn: testEmbeddingWide},
+		test{name: "LayerNormWide", fn: testLayerNormWide},
+		test{name: "AttentionDropoutStrided", fn: testAttentionDropoutStrided},
+		test{name: "DropoutInPlace", fn: testDropoutInPlace},
+	)
+}
+
+func testEmbeddingWide(e *env) {
+	ek := family[device.EmbeddingKernels](e, "embedding")
+	const V, C, n = 7, 300, 600
+	idx := make([]int32, n)
+	for r := range idx {
+		idx[r] = int32((r * r) % V) // every row repeated, unevenly
+	}
+	ix := e.tensor([]int{n}, int32s(idx))
+	table := seq64(V*C, -1, 1)
+	out := e.tensor([]int{n, C}, fill(n*C, float32(math.NaN())))
+	e.ok(ek.Gather(out, e.tensor([]int{V, C}, toFloat32(table)), ix), "Gather")
+	var want []float64
+	for _, i := range idx {
+		want = append(want, table[int(i)*C:int(i+1)*C]...)
+	}
+	e.near("Gather", e.read(out), want)
+
+	src := seq64(n*C, -0.5, 2)
+	dst := e.tensor([]int{V, C}, fill(V*C, 1))
+	e.ok(ek.ScatterAdd(dst, e.tensor([]int{n, C}, toFloat32(src)), ix), "ScatterAdd")
+	sum := make([]float64, V*C)
+	for i := range sum {
+		sum[i] = 1
+	}
+	for r, i := range idx {
+		for c := 0; c < C; c++ {
+			sum[int(i)*C+c] += src[r*C+c]
+		}
+	}
+	e.nearTol("ScatterAdd", e.read(dst), sum, 1e-4)
+
+	if e.caps.HasData {
+		bad := e.tensor([]int{3}, int32s([]int32{0, -1, V}))
+		if err := ek.Gather(e.tensor([]int{3, C}, nil), e.tensor([]int{V, C}, nil), bad); err == nil {
+			e.Errorf("Gather with index -1 succeeded")
+		}
+		if err := ek.ScatterAdd(e.tensor([]int{V, C}, fill(V*C, 0)), e.tensor([]int{3, C}, fill(3*C, 1)), bad); err == nil {
+			e.Errorf("ScatterAdd with index -1 succeeded")
+		}
+		// The device is still usable after a refused index.
+		e.ok(ek.Gather(out, e.tensor([]int{V, C}, toFloat32(table)), ix), "Gather after a bad index")
+		e.near("Gather after a bad index", e.read(out), want)
+	}
+}
+
+func testLayerNormWide(e *env) {
+	lk := family[device.LayerNormKernels](e, "layer norm")
+	const rows, C, eps = 70, 300, 1e-5
+	x, g := seq64(rows*C, -2, 3), seq64(rows*C, -1, 1)
+	w, b := seq64(C, 0.5, 1.5), seq64(C, -0.2, 0.2)
+	xv, gv := e.tensor([]int{rows, C}, toFloat32(x)), e.tensor([]int{rows, C}, toFloat32(g))
+	wv, bv := e.tensor([]int{C}, toFloat32(w)), e.tensor([]int{C}, toFloat32(b))
+	out, mean, rstd := e.tensor([]int{rows, C}, nil), e.tensor([]int{rows}, nil), e.tensor([]int{rows}, nil)
+	e.ok(lk.LayerNorm(out, mean, rstd, xv, wv, bv, eps), "LayerNorm")
+	want, xh := make([]float64, rows*C), make([]float64, rows*C)
+	wantDx, wantDw, wantDb := make([]float64, rows*C), make([]float64, C), make([]float64, C)
+	for r := 0; r < rows; r++ {
+		var m, v, s1, s2 float64
+		for c := 0; c < C; c++ {
+			m += x[r*C+c]
+		}
+		m /= C
+		for c := 0; c < C; c++ {
+			v += (x[r*C+c] - m) * (x[r*C+c] - m)
+		}
+		inv := 1 / math.Sqrt(v/C+eps)
+		for c := 0; c < C; c++ {
+			xh[r*C+c] = (x[r*C+c] - m) * inv
+			want[r*C+c] = xh[r*C+c]*w[c] + b[c]
+			s1 += g[r*C+c] * w[c]
+			s2 += g[r*C+c] * w[c] * xh[r*C+c]
+			wantDw[c] += g[r*C+c] * xh[r*C+c]
+			wantDb[c] += g[r*C+c]
+		}
+		for c := 0; c < C; c++ {
+			wantDx[r*C+c] = inv * (g[r*C+c]*w[c] - s1/C - xh[r*C+c]*s2/C)
+		}
+	}
+	e.nearTol("LayerNorm", e.read(out), want, 1e-5)
+	dx, dw, db := e.tensor([]int{rows, C}, nil), e.tensor([]int{C}, nil), e.tensor([]int{C}, nil)
+	e.ok(lk.LayerNormBackward(dx, dw, db, gv, xv, mean, rstd, wv), "LayerNormBackward")
+	e.nearTol("LayerNormBackward dx", e.read(dx), wantDx, 1e-4)
+	e.nearTol("LayerNormBackward dweight", e.read(dw), wantDw, 1e-4)
+	e.nearTol("LayerNormBackward dbias", e.read(db), wantDb, 1e-4)
+	// Without weight and bias: y = x̂, and only dbias asked for.
+	e.ok(lk.LayerNorm(out, mean, rstd, xv, device.View{}, device.View{}, eps), "LayerNorm without affine")
+	e.nearTol("LayerNorm without affine", e.read(out), xh, 1e-5)
+	e.ok(lk.LayerNormBackward(dx, device.View{}, db, gv, xv, mean, rstd, device.View{}), "LayerNormBackward without weight")
+	e.nearTol("LayerNormBackward without weight: dbias", e.read(db), wantDb, 1e-4)
+}
+
+// refAttentionGrad is attention with dropout and its gradients given the
+// output's gradient g, in float64, for contiguous [BH, T, D] operands.
+func refAttentionGrad(q, k, v, g []float64, BH, T, D int, scale float64, causal bool, p float32, key device.DropoutKey) (out, lse, dq, dk, dv []float64) {
+	n := BH * T * D
+	out, lse, dq, dk, dv = make([]float64, n), make([]float64, BH*T), make([]float64, n), make([]float64, n), make([]float64, n)
+	for h := 0; h < BH; h++ {
+		for i := 0; i < T; i++ {
+			cnt := T
+			if causal {
+				cnt = i + 1
+			}
+			row := func(x []float64, r int) []float64 { return x[(h*T+r)*D : (h*T+r+1)*D] }
+			P, mask := make([]float64, cnt), make([]float64, cnt)
+			m := math.Inf(-1)
+			for j := range P {
+				for d := 0; d < D; d++ {
+					P[j] += row(q, i)[d] * row(k, j)[d]
+				}
+				P[j] *= scale
+				m = math.Max(m, P[j])
+			}
+			var z float64
+			for j := range P {
+				P[j] = math.Exp(P[j] - m)
+				z += P[j]
+			}
+			lse[h*T+i] = m + math.Log(z)
+			var dot float64 // Σ_j P_j·dP_j
+			dP := make([]float64, cnt)
+			for j := range P {
+				P[j] /= z
+				if device.DropoutKeep(key, p, uint64((h*T+i)*T+j)) {
+					mask[j] = 1 / float64(1-p)
+				}
+				for d := 0; d < D; d++ {
+					row(out, i)[d] += P[j] * mask[j] * row(v, j)[d]
+					row(dv, j)[d] += P[j] * mask[j] * row(g, i)[d]
+					dP[j] += row(g, i)[d] * row(v, j)[d]
+				}
+				dP[j] *= mask[j]
+				dot += P[j] * dP[j]
+			}
+			for j := range P {
+				ds := P[j] * (dP[j] - dot) * scale
+				for d := 0; d < D; d++ {
+					row(dq, i)[d] += ds * row(k, j)[d]
+					row(dk, j)[d] += ds * row(q, i)[d]
+				}
+			}
+		}
+	}
+	return out, lse, dq, dk, dv
+}
+
+func testAttentionDropoutStrided(e *env) {
+	ak := family[device.AttentionKernels](e, "attention")
+	key := device.DropoutKey{Seed: 11, Op: 2, Step: 3}
+	for _, c := range []struct {
+		B, H, T, D int
+		causal     bool
+		p          float32
+	}{
+		{1, 2, 260, 5, true, 0.2},  // more keys than a block's tile
+		{2, 1, 3, 260, false, 0.5}, // more columns than threads
+		{1, 3, 33, 8, false, 0},
+	} {
+		B, H, T, D := c.B, c.H, c.T, c.D
+		n := B * H * T * D
+		q, k, v, g := seq64(n, -1, 1), seq64(n, 1, -0.5), seq64(n, -0.3, 0.7), seq64(n, 0.3, -0.9)
+		for i := range q {
+			q[i] = float64(float32(q[i] * math.Cos(float64(i))))
+			k[i] = float64(float32(k[i] * math.Sin(float64(i)+1)))
+		}
+		// q, k, v and g as heads of [B, T, H, D] storage, as a GPT splits them.
+		strided := func(vals []float64) device.View {
+			st := make([]float32, n)
+			for b := 0; b < B; b++ {
+				for h := 0; h < H; h++ {
+					for t := 0; t < T; t++ {
+						for d := 0; d < D; d++ {
+							st[((b*T+t)*H+h)*D+d] = float32(vals[((b*H+h)*T+t)*D+d])
+						}
+					}
+				}
+			}
+			return e.storage(st, 0, []int{B, H, T, D}, []int{T * H * D, D, H * D, 1})
+		}
+		qv, kv, vv, gv := strided(q), strided(k), strided(v), strided(g)
+		scale := float32(1 / math.Sqrt(float64(D)))
+		p := device.AttentionParams{Causal: c.causal, Scale: scale, Dropout: c.p, Key: key}
+		out, lse := e.tensor([]int{B, H, T, D}, nil), e.tensor([]int{B, H, T}, nil)
+		e.ok(ak.Attention(out, lse, qv, kv, vv, p), "Attention %v", c)
+		dq, dk, dv := e.tensor([]int{B, H, T, D}, nil), e.tensor([]int{B, H, T, D}, nil), e.tensor([]int{B, H, T, D}, nil)
+		e.ok(ak.AttentionBackward(dq, dk, dv, gv, qv, kv, vv, out, lse, p), "AttentionBackward %v", c)
+		wo, wl, wq, wk, wv := refAttentionGrad(q, k, v, g, B*H, T, D, float64(scale), c.causal, c.p, key)
+		e.nearTol("Attention", e.read(out), wo, 1e-4)
+		e.nearTol("Attention log-sum-exp", e.read(lse), wl, 1e-5)
+		e.nearTol("dq", e.read(dq), wq, 1e-4)
+		e.nearTol("dk", e.read(dk), wk, 1e-4)
+		e.nearTol("dv", e.read(dv), wv, 1e-4)
+	}
+}
+
+func testDropoutInPlace(e *env) {
+	dk := family[device.DropoutKernels](e, "dropout")
+	const n = 4099
+	key := device.DropoutKey{Seed: 1 << 40, Op: 77, Step: 1<<33 + 5} // high words of seed and step in use
+	x := e.tensor([]int{n}, seq(n, -1, 1))
+	src := seq64(n, -1, 1)
+	e.ok(dk.Dropout(x, x, 0.25, key), "Dropout in place")
+	want := make([]float64, n)
+	for i := range want {
+		if device.DropoutKeep(key, 0.25, uint64(i)) {
+			want[i] = float64(float32(src[i]) * (1 / (1 - float32(0.25))))
+		}
+	}
+	e.nearTol("Dropout in place", e.read(x), want, 0)
+	e.ok(dk.Dropout(x, x, 1, key), "Dropout p=1")
+	e.nearTol("Dropout p=1", e.read(x), make([]float64, n), 0)
+}
