@@ -15,6 +15,7 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/device/cpu"
 	"ferry/internal/demo"
 	"ferry/nn"
 	"ferry/offload"
@@ -105,6 +106,15 @@ func (o *trainOptions) validate(set map[string]bool) error {
 		"stop-after": o.stopAfter}); err != nil {
 		return err
 	}
+	if set["warmup"] && o.warmup < 0 {
+		return fmt.Errorf("--warmup must be ≥ 0, got %d", o.warmup)
+	}
+	if set["min-lr"] && !(o.minLR >= 0) {
+		return fmt.Errorf("--min-lr must be ≥ 0, got %v", o.minLR)
+	}
+	if o.batch > maxTrainDim || o.steps > maxTrainDim || o.accum > maxTrainDim {
+		return fmt.Errorf("--batch, --steps and --accum must be at most %d", maxTrainDim)
+	}
 	if o.offload {
 		if set["mode"] && o.mode != demo.Offload {
 			return fmt.Errorf("--offload and --mode %s disagree; give one", o.mode)
@@ -151,6 +161,10 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	}
 	return nil
 }
+
+// maxTrainDim bounds sizes and counts given on the command line, so that
+// products of them cannot overflow before the memory checks see them.
+const maxTrainDim = 1 << 24
 
 func contains(list []string, s string) bool {
 	for _, x := range list {
@@ -296,6 +310,12 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 	}
 	if first > o.steps {
 		return nil, fmt.Errorf("the checkpoint is at step %d, and this run has --steps %d: nothing left to train (give more --steps)", first-1, o.steps)
+	}
+
+	if o.plotDir != "" { // fail now, not after the run
+		if err := os.MkdirAll(o.plotDir, 0o755); err != nil {
+			return nil, fmt.Errorf("--plot: %w", err)
+		}
 	}
 
 	// Logging.
@@ -703,4 +723,32 @@ func (s *trainSummary) initialVal() (float64, bool) {
 		return s.history.Val[0].Value, true
 	}
 	return 0, false
+}
+
+// preflight refuses a run whose least memory cannot fit, before anything
+// large is allocated: parameters with their gradients and optimizer state
+// (stateCopies per parameter: 1 for SGD with momentum, 2 for AdamW) plus
+// minStepBytes of activations on the device, and hostBytes of batch data on
+// the Go heap. The estimates are lower bounds, so a refused run could not
+// have run; the device's own limit still catches the rest, with an error.
+func preflight(dev device.Device, params int64, stateCopies int, minStepBytes, hostBytes int64, advice string) error {
+	need := params*4*int64(2+stateCopies) + minStepBytes
+	if c := dev.Allocator().Stats().Capacity; c > 0 && need > c {
+		return fmt.Errorf("this run needs at least %s on %s (%d parameters with gradients and optimizer state: %s; activations: %s), "+
+			"and the device holds %s: %s",
+			device.FormatBytes(need), dev.Name(), params, device.FormatBytes(params*4*int64(2+stateCopies)),
+			device.FormatBytes(minStepBytes), device.FormatBytes(c), advice)
+	}
+	if avail := cpu.AvailableMemory(); avail > 0 && hostBytes > avail/4 {
+		return fmt.Errorf("one batch needs %s of host memory, and the machine has %s free: %s",
+			device.FormatBytes(hostBytes), device.FormatBytes(avail), advice)
+	}
+	return nil
+}
+
+func stateCopies(optimizer string) int {
+	if optimizer == "sgd" {
+		return 1
+	}
+	return 2
 }

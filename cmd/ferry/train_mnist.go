@@ -183,7 +183,7 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	fs.IntVar(&o.evalEvery, "eval-every", 0, "steps between test-set evaluations (default: each epoch)")
 	return func(out io.Writer, asJSON bool) error {
 		set := setFlags(fs)
-		if err := positive(set, map[string]int{"depth": *depth, "width": *width, "epochs": *epochs}); err != nil {
+		if err := positive(set, map[string]int{"width": *width, "epochs": *epochs}); err != nil {
 			return err
 		}
 		if *depth < 0 {
@@ -198,8 +198,8 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if o.accum != 1 {
 			return fmt.Errorf("--accum is for train text; give mnist a larger --batch")
 		}
-		if *width > 1<<16 || *depth > 1000 {
-			return fmt.Errorf("--width %d --depth %d is larger than an MNIST MLP needs (at most 65536 and 1000)", *width, *depth)
+		if *depth > 1000 {
+			return fmt.Errorf("--depth %d: at most 1000 hidden layers", *depth)
 		}
 		o.unit = "samples"
 		ds, err := train.LoadMNIST(*data)
@@ -214,6 +214,15 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return err
 		}
 		defer dev.Close()
+		w, d, pix := int64(*width), int64(*depth), int64(ds.Pixels())
+		params := (pix+1)*w + (d-1)*(w+1)*w + (w+1)*10
+		if d == 0 {
+			params = (pix + 1) * 10
+		}
+		if err := preflight(dev, params, stateCopies(o.optimizer), int64(o.batch)*w*d*4*2, int64(o.batch)*pix*4*2,
+			"lower --width, --depth or --batch"); err != nil {
+			return err
+		}
 		task, err := newMNISTTask(dev, ds, *depth, *width, o.batch, o.seed)
 		if err != nil {
 			return err

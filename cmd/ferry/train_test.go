@@ -321,3 +321,66 @@ func TestTrainTextPolicy(t *testing.T) {
 		t.Errorf("a policy for another model: exit %d, %s", code, errOut)
 	}
 }
+
+// Hostile values get a clear error and exit 1 or 2, never a panic, and
+// leave no files behind.
+func TestTrainBadInput(t *testing.T) {
+	data := corpus(t)
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.txt")
+	os.WriteFile(empty, nil, 0o644)
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("x"), 0o644)
+	text := func(extra ...string) []string { return smallText(data, extra...) }
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{text("--steps", "0"), "--steps must be a positive integer"},
+		{text("--steps", "-3"), "--steps must be a positive integer"},
+		{text("--steps", "abc"), "invalid value"},
+		{text("--batch", "9223372036854775807"), "at most 16777216"},
+		{text("--accum", "0"), "--accum must be"},
+		{text("--lr", "NaN", "--steps", "1"), "learning rate must be positive"},
+		{text("--lr", "-1", "--steps", "1"), "learning rate must be positive"},
+		{text("--clip", "NaN"), "--clip must be"},
+		{text("--dropout", "1"), "--dropout must be in [0, 1)"},
+		{text("--warmup", "-5"), "--warmup must be"},
+		{text("--momentum", "1", "--optimizer", "sgd"), "--momentum must be below 1"},
+		{text("--optimizer", "lion"), "want sgd or adamw"},
+		{text("--mode", "bogus"), "is not one of"},
+		{text("--offload", "--mode", "recompute"), "disagree"},
+		{text("--resume"), "need --checkpoint-dir"},
+		{text("--policy", filepath.Join(dir, "missing.json"), "--steps", "1"), "no such file"},
+		{text("--mode", "recompute", "--policy", file), "cannot be combined"},
+		{text("--log", filepath.Join(dir, "no", "such", "dir.jsonl"), "--steps", "1"), "--log"},
+		{text("--log", "/dev/full", "--steps", "1"), "no space left"},
+		{text("--plot", filepath.Join(file, "sub"), "--steps", "1"), "--plot"},
+		{text("--checkpoint-dir", file, "--steps", "1"), "not a directory"},
+		{text("--layers", "9223372036854775807"), "at most 65536"},
+		{text("--embd", "65536", "--layers", "1000", "--heads", "1"), "lower --batch"},
+		{text("--heads", "3"), "not a multiple"},
+		{text("--seq", "100000"), "too little"},
+		{smallText(empty), "too little"},
+		{smallText(filepath.Join(dir, "missing")), "no such file"},
+		{[]string{"train", "mnist", "--data", dir}, "lacks train-images"},
+		{[]string{"train", "mnist", "--epochs", "0"}, "--epochs must be"},
+		{[]string{"train", "mnist", "--steps", "5", "--epochs", "2"}, "not both"},
+		{[]string{"train", "text", "--device", "meta"}, "computes no values"},
+		{[]string{"train", "text", "--device", "cuda:99"}, "ferry doctor"},
+		{[]string{"sample"}, "give --checkpoint-dir"},
+		{[]string{"sample", "--checkpoint-dir", dir}, "holds no checkpoint"},
+		{[]string{"sample", "--checkpoint-dir", dir, "--top-k", "0"}, "--top-k"},
+		{[]string{"train"}, "usage: ferry train"},
+		{[]string{"train", "imagenet"}, "unknown command"},
+	}
+	for _, c := range cases {
+		out, errOut, code := runCLI(t, c.args...)
+		if (code != 1 && code != 2) || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "panic") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 or 2 and %q", c.args, code, firstLine(out), errOut, c.want)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("files left in %s: %v", dir, ents)
+	}
+}

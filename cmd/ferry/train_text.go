@@ -200,6 +200,11 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if err := o.validate(set); err != nil {
 			return err
 		}
+		for name, v := range map[string]int{"layers": *layers, "heads": *heads, "embd": *embd, "seq": *seq, "val-batches": *valBatches} {
+			if v > 1<<16 && name != "seq" || v > maxTrainDim {
+				return fmt.Errorf("--%s %d is beyond what ferry train text runs (at most %d)", name, v, map[bool]int{true: maxTrainDim, false: 1 << 16}[name == "seq"])
+			}
+		}
 		if !(*dropout >= 0 && *dropout < 1) {
 			return fmt.Errorf("--dropout must be in [0, 1), got %v", *dropout)
 		}
@@ -224,6 +229,14 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return err
 		}
 		defer dev.Close()
+		// Activations, at least: the logits with their softmax and
+		// gradient, and a dozen [batch, seq, embd] tensors per block.
+		tokens := int64(o.batch) * int64(*seq)
+		minStep := tokens*int64(cfg.Vocab)*4*3 + int64(*layers)*tokens*int64(*embd)*4*12
+		if err := preflight(dev, cfg.ParameterCount(), stateCopies(o.optimizer), minStep, tokens*8*int64(max(1, *valBatches)),
+			"lower --batch, --seq, --embd or --layers (or offload: --mode offload)"); err != nil {
+			return err
+		}
 		task, err := newTextTask(dev, text, cfg, o.batch, *valBatches, o.seed)
 		if err != nil {
 			return err
