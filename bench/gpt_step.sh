@@ -60,8 +60,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 med='function med(a, n,   i, j, x) { for (i = 1; i < n; i++) { x = a[i]; for (j = i - 1; j >= 0 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
   return n % 2 ? a[int(n / 2)] : (a[n / 2 - 1] + a[n / 2]) / 2 }'
-awk "$med"' {p[n++] = $2} END {printf "median over %d rounds: pytorch %.4f s\n", n, med(p, n)}' "$tmp/py"
+awk "$med"' BEGIN {n = 0} {p[n++] = $2} END {printf "median over %d rounds: pytorch %.4f s\n", n, med(p, n)}' "$tmp/py"
 for c in "${ferry[@]}"; do
-  awk -v c="$c" "$med"' $1 == c {r[n] = $2; f[n] = $3; p[n++] = $4}
+  awk -v c="$c" "$med"' BEGIN {n = 0} $1 == c {r[n] = $2; f[n] = $3; p[n++] = $4}
     END {printf "median over %d rounds: ferry(%s) / pytorch = %.3f   (ferry %.4f s, pytorch %.4f s)\n", n, c, med(r, n), med(f, n), med(p, n)}' "$tmp/ratios"
 done
