@@ -230,7 +230,8 @@ func (pr *problem) solve() (solution, bool) {
 	opts := make([][]option, len(pr.units))
 	for u := range pr.units {
 		opts[u] = pr.options(u)
-		next := make([]state, 0, len(fronts[u])*len(opts[u]))
+		var next []state
+		seen := map[[2]int64]int{}
 		for si, st := range fronts[u] {
 			for oi := range opts[u] {
 				o := &opts[u][oi]
@@ -245,6 +246,17 @@ func (pr *problem) solve() (solution, bool) {
 				}
 				if pr.units[u].hasStorages {
 					n.p = o.moved
+				}
+				if pr.hostBudget == 0 {
+					// Only the best state of each (S, P) can matter.
+					k := [2]int64{n.s, n.p}
+					if i, ok := seen[k]; ok {
+						if stateCmp(n, next[i]) < 0 {
+							next[i] = n
+						}
+						continue
+					}
+					seen[k] = len(next)
 				}
 				next = append(next, n)
 			}
@@ -271,22 +283,27 @@ func (pr *problem) solve() (solution, bool) {
 	return sol, ok
 }
 
+// stateCmp orders states by time, then peak; the previous state and the
+// option tell any two apart, so that the order is total and nothing
+// depends on a sort's stability.
+func stateCmp(a, b state) int {
+	if c := cmp.Compare(a.seconds, b.seconds); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.peak, b.peak); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.prev, b.prev); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.opt, b.opt)
+}
+
 // prune keeps the states no other dominates.
 func (pr *problem) prune(states []state) []state {
 	// A total order (the previous state and the option tell any two
 	// apart), so the result does not depend on the sort's stability.
-	slices.SortFunc(states, func(a, b state) int {
-		if c := cmp.Compare(a.seconds, b.seconds); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.peak, b.peak); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.prev, b.prev); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.opt, b.opt)
-	})
+	slices.SortFunc(states, stateCmp)
 	if pr.hostBudget == 0 {
 		return pruneFast(states)
 	}
