@@ -85,12 +85,13 @@ func runGPT(p *meta.Profile, g nn.GPTConfig, batch, rounds, steps int, frac floa
 		}
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tpredicted s\tmeasured s (median)\tmeasured range\terror\tpredicted peak\tmeasured peak\t")
+	fmt.Fprintln(tw, "mode\tpredicted s\tmeasured s (median)\tmeasured range\terror\t× none predicted\t× none measured\tpredicted peak\tmeasured peak\t")
+	noneP, noneM := predicted[demo.None].StepSeconds, demo.Median(measured[demo.None])
 	for _, mode := range gptModes {
 		m := slices.Sorted(slices.Values(measured[mode]))
 		med := demo.Median(m)
-		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.3f–%.3f\t%+.1f%%\t%s\t%s\t\n", mode, predicted[mode].StepSeconds, med, m[0], m[len(m)-1],
-			100*(predicted[mode].StepSeconds-med)/med, device.FormatBytes(predicted[mode].PeakStepBytes), device.FormatBytes(peaks[mode]))
+		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.3f–%.3f\t%+.1f%%\t%.2f\t%.2f\t%s\t%s\t\n", mode, predicted[mode].StepSeconds, med, m[0], m[len(m)-1],
+			100*(predicted[mode].StepSeconds-med)/med, predicted[mode].StepSeconds/noneP, med/noneM, device.FormatBytes(predicted[mode].PeakStepBytes), device.FormatBytes(peaks[mode]))
 	}
 	tw.Flush()
 	fmt.Printf("(the plan's own prediction for mode policy: step %.4f s, peak %s)\n", pl.Predicted.StepSeconds, device.FormatBytes(pl.Predicted.PeakBytes))

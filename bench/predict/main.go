@@ -42,7 +42,7 @@ func main() {
 	flag.IntVar(&g.Seq, "seq", 64, "gpt: sequence length")
 	flag.IntVar(&g.Vocab, "vocab", 256, "gpt: vocabulary")
 	gptBatch := flag.Int("gpt-batch", 16, "gpt: batch")
-	frac := flag.Float64("budget-frac", 0.5, "gpt: plan at this fraction of the way from the smaller of all-recompute and all-offload's peaks to the unlimited peak")
+	frac := flag.Float64("budget-frac", 0.3, "gpt: plan at this fraction of the way from the smaller of all-recompute and all-offload's peaks to the unlimited peak")
 	flag.Parse()
 	if *model != "mlp" && *model != "gpt" {
 		log.Fatalf("-model %q: mlp or gpt", *model)
