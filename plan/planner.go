@@ -183,6 +183,15 @@ func Make(opts Options) (*Plan, error) {
 		return nil, err
 	}
 	if best == nil {
+		// The smallest plans are the last resort: one may fit where the
+		// cost model found nothing.
+		if sm, err := pl.smallest(); err != nil {
+			return nil, err
+		} else if pl.fits(sm.out) {
+			best = sm
+		}
+	}
+	if best == nil {
 		return pl.explainNoFit(p)
 	}
 	pr := pl.problem(best.ib, opts.Budget, opts.HostBudget)
@@ -566,10 +575,11 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 
 // explainNoFit fills in why nothing fits and what would.
 func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
-	smallest, err := pl.smallest()
+	sm, err := pl.smallest()
 	if err != nil {
 		return nil, err
 	}
+	smallest := sm.out
 	p.Predicted = smallest
 	p.ShortBy = max(0, smallest.PeakBytes-pl.opts.Budget)
 	params := pl.parameterBytes()
@@ -599,11 +609,12 @@ func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
 				if err := sub.recordAll(); err != nil {
 					return nil, err
 				}
-				out, err := sub.smallest()
+				sm, err := sub.smallest()
 				pl.replays += sub.replays
 				if err != nil {
 					return nil, err
 				}
+				out := sm.out
 				if out.PeakBytes <= pl.opts.Budget {
 					p.Suggestions = append(p.Suggestions, fmt.Sprintf("%s fits (smallest plan: peak %s)", v.Change, device.FormatBytes(out.PeakBytes)))
 					break
@@ -621,12 +632,12 @@ func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
 // inside backward — and returns the least peak of them. Recomputing and
 // moving everything is not always the smallest: a recomputed segment's
 // working set in backward can outweigh the bytes its saves held.
-func (pl *planner) smallest() (Outcome, error) {
+func (pl *planner) smallest() (*replayed, error) {
 	tier := offload.Host
 	if !pl.opts.NoDisk && pl.opts.HostBudget > 0 {
 		tier = offload.Disk
 	}
-	var best Outcome
+	var best *replayed
 	for i, how := range []struct{ recompute, move bool }{{true, true}, {false, true}, {true, false}} {
 		pr := pl.problem(true, pl.opts.Budget, pl.opts.HostBudget)
 		c := pr.allKeep()
@@ -641,10 +652,10 @@ func (pl *planner) smallest() (Outcome, error) {
 		}
 		out, err := pl.replay(c, true)
 		if err != nil {
-			return Outcome{}, err
+			return nil, err
 		}
-		if i == 0 || out.PeakBytes < best.PeakBytes {
-			best = out
+		if i == 0 || out.PeakBytes < best.out.PeakBytes {
+			best = &replayed{choice: c, ib: true, out: out}
 		}
 	}
 	return best, nil
