@@ -70,6 +70,8 @@ type Baseline struct {
 	Fits                bool   `json:"fits"`
 	OptimizerInBackward bool   `json:"optimizer_in_backward"`
 	Counts              Counts `json:"placements"`
+
+	choice []option
 }
 
 // Plan is the planner's answer.
@@ -127,6 +129,9 @@ type planner struct {
 	plain   [2]*recording // by optimizer in backward
 	rec     [2]*recording
 	replays int
+	// slack is how much the cost model overestimates the fixed plans'
+	// (all-recompute, all-offload) peaks at most, against their replays.
+	slack int64
 }
 
 // Make chooses the fastest plan that fits opts.Budget.
@@ -173,48 +178,134 @@ func Make(opts Options) (*Plan, error) {
 		p.policy = pl.policy(pl.problem(false, opts.Budget, 0), keepAll, false, p)
 		return p, nil
 	}
-	// Solve the model; replay the best; if the replay overshoots what the
-	// model predicted, tighten the model's budgets by the overshoot and
-	// solve again.
-	budget, host := opts.Budget, opts.HostBudget
-	for try := 0; try < 8; try++ {
-		var best *solution
-		bestIB := false
-		for _, ib := range []bool{false, true} {
-			pr := pl.problem(ib, budget, host)
-			if sol, ok := pr.solve(); ok && (best == nil || sol.seconds < best.seconds) {
-				best, bestIB = &sol, ib
+	best, err := pl.search(p)
+	if err != nil {
+		return nil, err
+	}
+	if best == nil {
+		// The smallest plans are the last resort: one may fit where the
+		// cost model found nothing.
+		if sm, err := pl.smallest(); err != nil {
+			return nil, err
+		} else if pl.fits(sm.out) {
+			best = sm
+		}
+	}
+	if best == nil {
+		return pl.explainNoFit(p)
+	}
+	pr := pl.problem(best.ib, opts.Budget, opts.HostBudget)
+	model, _ := pr.evaluate(best.choice)
+	p.Fits, p.OptimizerInBackward, p.Predicted = true, best.ib, best.out
+	p.ModelPeakBytes, p.ModelStepSeconds = model.peak, model.seconds
+	p.Slowdown = best.out.StepSeconds / unl.StepSeconds
+	p.Counts = pr.counts(best.choice)
+	p.policy = pl.policy(pr, best.choice, best.ib, p)
+	return p, nil
+}
+
+// replayed is a choice and its replay on the meta device.
+type replayed struct {
+	choice []option
+	ib     bool
+	out    Outcome
+}
+
+// fits says whether a replay meets the budgets.
+func (pl *planner) fits(out Outcome) bool {
+	return out.PeakBytes <= pl.opts.Budget && (pl.opts.HostBudget == 0 || out.HostPeakBytes <= pl.opts.HostBudget)
+}
+
+// better says whether a replay that fits is preferable to best: faster,
+// or as fast with a lower peak.
+func better(c, best *replayed) bool {
+	return best == nil || c.out.StepSeconds < best.out.StepSeconds ||
+		c.out.StepSeconds == best.out.StepSeconds && c.out.PeakBytes < best.out.PeakBytes
+}
+
+// search returns the fastest replayed choice that fits, or nil.
+//
+// The cost model's memory is an estimate — conservative where the
+// offloader brings fewer tensors back ahead of time than the model
+// assumes, optimistic where allocation order differs — and the replay is
+// the truth. So the model's budget is searched for: solve, replay; a
+// replay over the budget lowers the model's budget by the overshoot, a
+// replay with room to spare raises it by the room (a model that found
+// nothing starts from the budget plus how far it overestimated the fixed
+// plans), between the highest budget known to fit and the lowest known
+// to overshoot. Every replay that fits is a candidate, and so are the
+// all-recompute and all-offload plans: the plan is never slower than
+// either where it fits.
+func (pl *planner) search(p *Plan) (*replayed, error) {
+	var best *replayed
+	for _, b := range []Baseline{p.AllRecompute, p.AllOffload} {
+		if b.Fits {
+			c := &replayed{choice: b.choice, ib: b.OptimizerInBackward, out: b.Outcome}
+			if better(c, best) {
+				best = c
 			}
 		}
-		if best == nil {
+	}
+	budget, host := pl.opts.Budget, pl.opts.HostBudget
+	lo, hi := int64(-1), int64(-1) // model budgets known to fit, to overshoot
+	for try := 0; try < 8; try++ {
+		if lo >= 0 && hi >= 0 && hi-lo <= 1<<10 {
 			break
 		}
-		out, err := pl.replay(best.choice, bestIB)
+		var sol *solution
+		solIB := false
+		for _, ib := range []bool{false, true} {
+			pr := pl.problem(ib, budget, host)
+			if s, ok := pr.solve(); ok && (sol == nil || s.seconds < sol.seconds) {
+				sol, solIB = &s, ib
+			}
+		}
+		if sol == nil {
+			if try > 0 || pl.slack <= 0 {
+				break
+			}
+			// The model found nothing; it overestimates the fixed plans'
+			// peaks by up to pl.slack, so look as far above the budget.
+			budget += pl.slack
+			continue
+		}
+		out, err := pl.replay(sol.choice, solIB)
 		if err != nil {
 			return nil, err
 		}
-		over := out.PeakBytes - opts.Budget
-		hostOver := int64(0)
-		if opts.HostBudget > 0 {
-			hostOver = out.HostPeakBytes - opts.HostBudget
+		over := out.PeakBytes - pl.opts.Budget
+		if pl.fits(out) {
+			if c := (&replayed{choice: sol.choice, ib: solIB, out: out}); better(c, best) {
+				best = c
+			}
+			lo = max(lo, budget)
+			next := budget - over // room to spare: let the model use it
+			if hi >= 0 && next >= hi {
+				next = lo + (hi-lo)/2
+			}
+			if next <= budget {
+				break
+			}
+			budget = next
+			continue
 		}
-		if over <= 0 && hostOver <= 0 {
-			pr := pl.problem(bestIB, budget, host)
-			p.Fits, p.OptimizerInBackward, p.Predicted = true, bestIB, out
-			p.ModelPeakBytes, p.ModelStepSeconds = best.peak, best.seconds
-			p.Slowdown = out.StepSeconds / unl.StepSeconds
-			p.Counts = pr.counts(best.choice)
-			p.policy = pl.policy(pr, best.choice, bestIB, p)
-			return p, nil
+		if pl.opts.HostBudget > 0 && out.HostPeakBytes > pl.opts.HostBudget {
+			host -= out.HostPeakBytes - pl.opts.HostBudget
 		}
 		if over > 0 {
-			budget -= over
-		}
-		if hostOver > 0 {
-			host -= hostOver
+			if hi < 0 || budget < hi {
+				hi = budget
+			}
+			next := budget - over
+			if lo >= 0 && next <= lo {
+				if next = lo + (hi-lo)/2; next <= lo {
+					break
+				}
+			}
+			budget = next
 		}
 	}
-	return pl.explainNoFit(p)
+	return best, nil
 }
 
 func (pl *planner) recordAll() error {
@@ -378,8 +469,10 @@ func (pl *planner) baseline(build func(pr *problem) []option) (Baseline, error) 
 		if err != nil {
 			return Baseline{}, err
 		}
-		b := Baseline{Outcome: out, OptimizerInBackward: ib, Counts: pr.counts(choice),
-			Fits: out.PeakBytes <= pl.opts.Budget && (pl.opts.HostBudget == 0 || out.HostPeakBytes <= pl.opts.HostBudget)}
+		b := Baseline{Outcome: out, OptimizerInBackward: ib, Counts: pr.counts(choice), Fits: pl.fits(out), choice: choice}
+		if model, _ := pr.evaluate(choice); model.peak > out.PeakBytes {
+			pl.slack = max(pl.slack, model.peak-out.PeakBytes)
+		}
 		if !ib || b.Fits && (!best.Fits || b.StepSeconds < best.StepSeconds) || !b.Fits && !best.Fits && b.PeakBytes < best.PeakBytes {
 			best = b
 		}
@@ -482,10 +575,11 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 
 // explainNoFit fills in why nothing fits and what would.
 func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
-	smallest, err := pl.smallest(pl)
+	sm, err := pl.smallest()
 	if err != nil {
 		return nil, err
 	}
+	smallest := sm.out
 	p.Predicted = smallest
 	p.ShortBy = max(0, smallest.PeakBytes-pl.opts.Budget)
 	params := pl.parameterBytes()
@@ -500,8 +594,8 @@ func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
 		p.Why = fmt.Sprintf("the parameters alone take %s, more than the budget of %s; plans move activations, not parameters",
 			device.FormatBytes(params), device.FormatBytes(pl.opts.Budget))
 	default:
-		p.Why = fmt.Sprintf("even with every saved tensor moved off the device, every segment recomputed and the optimizer updating inside backward, "+
-			"the step peaks at %s, %s over the budget (parameters: %s)", device.FormatBytes(smallest.PeakBytes),
+		p.Why = fmt.Sprintf("even with every saved tensor moved off the device, every segment recomputed, or both, and the optimizer updating inside backward, "+
+			"the step peaks at %s at least, %s over the budget (parameters: %s)", device.FormatBytes(smallest.PeakBytes),
 			device.FormatBytes(p.ShortBy), device.FormatBytes(params))
 	}
 	if p.ShortBy > 0 {
@@ -515,11 +609,12 @@ func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
 				if err := sub.recordAll(); err != nil {
 					return nil, err
 				}
-				out, err := sub.smallest(sub)
+				sm, err := sub.smallest()
 				pl.replays += sub.replays
 				if err != nil {
 					return nil, err
 				}
+				out := sm.out
 				if out.PeakBytes <= pl.opts.Budget {
 					p.Suggestions = append(p.Suggestions, fmt.Sprintf("%s fits (smallest plan: peak %s)", v.Change, device.FormatBytes(out.PeakBytes)))
 					break
@@ -531,25 +626,39 @@ func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
 	return p, nil
 }
 
-// smallest replays the plan that holds least on the device: every
-// segment recomputed, every candidate moved (to disk when the host budget
-// is limited and a disk tier is allowed), the optimizer inside backward.
-func (pl *planner) smallest(sub *planner) (Outcome, error) {
-	pr := sub.problem(true, sub.opts.Budget, sub.opts.HostBudget)
-	c := pr.allRecompute()
+// smallest replays the plans that hold least on the device — every
+// candidate moved (to disk when the host budget is limited and a disk
+// tier is allowed), every segment recomputed, or both, the optimizer
+// inside backward — and returns the least peak of them. Recomputing and
+// moving everything is not always the smallest: a recomputed segment's
+// working set in backward can outweigh the bytes its saves held.
+func (pl *planner) smallest() (*replayed, error) {
 	tier := offload.Host
-	if !sub.opts.NoDisk && sub.opts.HostBudget > 0 {
+	if !pl.opts.NoDisk && pl.opts.HostBudget > 0 {
 		tier = offload.Disk
 	}
-	for u := range c {
-		for i, s := range pr.units[u].storages {
-			if s.candidate {
-				c[u].place[i] = tier
+	var best *replayed
+	for i, how := range []struct{ recompute, move bool }{{true, true}, {false, true}, {true, false}} {
+		pr := pl.problem(true, pl.opts.Budget, pl.opts.HostBudget)
+		c := pr.allKeep()
+		for u := range c {
+			c[u].recompute = how.recompute && pr.units[u].segment
+			for j, s := range pr.units[u].storages {
+				if how.move && s.candidate {
+					c[u].place[j] = tier
+				}
 			}
+			pr.fill(u, &c[u])
 		}
-		pr.fill(u, &c[u])
+		out, err := pl.replay(c, true)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 || out.PeakBytes < best.out.PeakBytes {
+			best = &replayed{choice: c, ib: true, out: out}
+		}
 	}
-	return sub.replay(c, true)
+	return best, nil
 }
 
 // parameterBytes is what the plain step held before its forward: the

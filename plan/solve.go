@@ -1,7 +1,9 @@
 package plan
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"sort"
 
 	"ferry/device/meta"
@@ -229,6 +231,7 @@ func (pr *problem) solve() (solution, bool) {
 	for u := range pr.units {
 		opts[u] = pr.options(u)
 		var next []state
+		seen := map[[2]int64]int{}
 		for si, st := range fronts[u] {
 			for oi := range opts[u] {
 				o := &opts[u][oi]
@@ -243,6 +246,17 @@ func (pr *problem) solve() (solution, bool) {
 				}
 				if pr.units[u].hasStorages {
 					n.p = o.moved
+				}
+				if pr.hostBudget == 0 {
+					// Only the best state of each (S, P) can matter.
+					k := [2]int64{n.s, n.p}
+					if i, ok := seen[k]; ok {
+						if stateCmp(n, next[i]) < 0 {
+							next[i] = n
+						}
+						continue
+					}
+					seen[k] = len(next)
 				}
 				next = append(next, n)
 			}
@@ -269,26 +283,80 @@ func (pr *problem) solve() (solution, bool) {
 	return sol, ok
 }
 
+// stateCmp orders states by time, then peak; the previous state and the
+// option tell any two apart, so that the order is total and nothing
+// depends on a sort's stability.
+func stateCmp(a, b state) int {
+	if c := cmp.Compare(a.seconds, b.seconds); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.peak, b.peak); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.prev, b.prev); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.opt, b.opt)
+}
+
 // prune keeps the states no other dominates.
 func (pr *problem) prune(states []state) []state {
-	sort.SliceStable(states, func(i, j int) bool {
-		if states[i].seconds != states[j].seconds {
-			return states[i].seconds < states[j].seconds
-		}
-		return states[i].peak < states[j].peak
-	})
+	// A total order (the previous state and the option tell any two
+	// apart), so the result does not depend on the sort's stability.
+	slices.SortFunc(states, stateCmp)
+	if pr.hostBudget == 0 {
+		return pruneFast(states)
+	}
 	var kept []state
 	for _, st := range states {
 		dominated := false
 		for k := range kept {
 			q := &kept[k]
-			if q.s >= st.s && q.s-q.p >= st.s-st.p && (pr.hostBudget == 0 || q.host <= st.host) {
+			if q.s >= st.s && q.s-q.p >= st.s-st.p && q.host <= st.host {
 				dominated = true
 				break
 			}
 		}
 		if !dominated {
 			kept = append(kept, st)
+		}
+	}
+	return kept
+}
+
+// pruneFast is prune without a host budget, for states sorted by time:
+// a state is dominated when a state kept before it has S and S − P at
+// least as large. The kept states' largest S − P for each S and above is
+// a Fenwick tree over the distinct values of S, largest first, so each
+// state costs O(log n) rather than a pass over every state kept.
+func pruneFast(states []state) []state {
+	ss := make([]int64, len(states))
+	for i, st := range states {
+		ss[i] = st.s
+	}
+	slices.Sort(ss)
+	ss = slices.Compact(ss)
+	rank := func(s int64) int { // 1 for the largest S
+		i, _ := slices.BinarySearch(ss, s)
+		return len(ss) - i
+	}
+	tree := make([]int64, len(ss)+1)
+	for i := range tree {
+		tree[i] = math.MinInt64
+	}
+	var kept []state
+	for _, st := range states {
+		r := rank(st.s)
+		best := int64(math.MinInt64) // the largest S − P kept with S ≥ st.s
+		for i := r; i > 0; i -= i & -i {
+			best = max(best, tree[i])
+		}
+		if best >= st.s-st.p {
+			continue
+		}
+		kept = append(kept, st)
+		for i := r; i < len(tree); i += i & -i {
+			tree[i] = max(tree[i], st.s-st.p)
 		}
 	}
 	return kept

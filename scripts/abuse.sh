@@ -48,6 +48,17 @@ probe err plan --budget 2.6GiB --out ""
 probe err plan --budget 3GiB --host-budget NaN
 probe err plan --budget 3GiB --layers 9000000000 --out ""
 probe err plan --budget 3GiB --layers 100000 --out ""
+G="plan --model gpt --budget 1GiB --out """
+for f in layers embd heads seq vocab batch; do
+  for v in 0 -3 abc 1.5 99999999999999999999 1000000000 4611686018427387904; do probe err $G --$f "$v"; done
+done
+probe err $G --heads 5
+probe err $G --heads 7 --embd 64
+probe err $G --dropout 1
+probe err $G --dropout NaN
+probe err $G --width 64
+probe err plan --model gpt --budget 1KiB --layers 1 --embd 8 --heads 2 --seq 4 --vocab 8 --batch 1 --out ""
+probe ok plan --model gpt --budget 1GiB --layers 2 --embd 32 --heads 2 --seq 16 --vocab 64 --batch 2 --out ""
 for f in width batch layers steps max-in-flight lookahead; do
   for v in -5 0 abc 1.5 99999999999999999999; do probe err demo $M --$f "$v"; done
 done

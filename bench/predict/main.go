@@ -2,10 +2,13 @@
 // measured ones on this machine: it calibrates the CPU device (or loads a
 // profile), predicts each demo mode on the meta device, then measures each
 // mode on the CPU device in alternating rounds and prints both side by side
-// with the error.
+// with the error. With -model gpt it does the same for a small GPT in
+// modes none, recompute, recompute-offload and a plan's policy, with the
+// peaks beside the times.
 //
 //	go run ./bench/predict                    # 40 × 1024, batch 256, 3 rounds
 //	go run ./bench/predict -profile cpu -rounds 5
+//	go run ./bench/predict -profile cpu -model gpt
 package main
 
 import (
@@ -20,6 +23,7 @@ import (
 	_ "ferry/device/cpu"
 	"ferry/device/meta"
 	"ferry/internal/demo"
+	"ferry/nn"
 	"ferry/plan"
 )
 
@@ -30,7 +34,24 @@ func main() {
 	rounds := flag.Int("rounds", 3, "measurement rounds (each runs every mode)")
 	steps := flag.Int("steps", 5, "timed steps per mode and round")
 	profile := flag.String("profile", "", "profile to predict with (default: calibrate now)")
+	model := flag.String("model", "mlp", "mlp: the origin model; gpt: a small GPT")
+	g := nn.GPTConfig{Bias: true, Seed: 1}
+	flag.IntVar(&g.Layers, "gpt-layers", 4, "gpt: blocks")
+	flag.IntVar(&g.Heads, "heads", 4, "gpt: attention heads")
+	flag.IntVar(&g.Embd, "embd", 128, "gpt: embedding width")
+	flag.IntVar(&g.Seq, "seq", 64, "gpt: sequence length")
+	flag.IntVar(&g.Vocab, "vocab", 256, "gpt: vocabulary")
+	gptBatch := flag.Int("gpt-batch", 16, "gpt: batch")
+	frac := flag.Float64("budget-frac", 0.3, "gpt: plan at this fraction of the way from the smaller of all-recompute and all-offload's peaks to the unlimited peak")
 	flag.Parse()
+	if *model != "mlp" && *model != "gpt" {
+		log.Fatalf("-model %q: mlp or gpt", *model)
+	}
+	if *model == "gpt" {
+		if err := g.Validate(); err != nil {
+			log.Fatal(err)
+		}
+	}
 
 	var p *meta.Profile
 	var err error
@@ -49,6 +70,10 @@ func main() {
 	fmt.Printf("profile: %s: matmul %.1f GFLOP/s, elementwise %.1f GB/s, link %.1f/%.1f GB/s, disk %.1f/%.1f GB/s\n",
 		p.Name, p.MatmulFLOPS/1e9, p.MemoryBytesPerSec/1e9, p.D2HBytesPerSec/1e9, p.H2DBytesPerSec/1e9,
 		p.DiskWriteBytesPerSec/1e9, p.DiskReadBytesPerSec/1e9)
+	if *model == "gpt" {
+		runGPT(p, g, *gptBatch, *rounds, *steps, *frac)
+		return
+	}
 
 	cfg := demo.DefaultConfig("meta")
 	cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps = *layers, *width, *batch, 1

@@ -77,6 +77,9 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			if cfg.GPT.Layers > plan.MaxLayers {
 				return fmt.Errorf("plan: %d layers is more than the %d the planner takes", cfg.GPT.Layers, plan.MaxLayers)
 			}
+			if err := gptSizes(cfg.GPT, cfg.Batch); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("--model %q: choose mlp or gpt", *model)
 		}
@@ -118,6 +121,35 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		return nil
 	}
+}
+
+// maxTokens bounds batch × sequence: the planner's step makes its token
+// ids on the host, 4 bytes each, whatever the device.
+const maxTokens = 1 << 28
+
+// gptSizes refuses, before anything is built, a GPT whose tensors no
+// device could hold or whose tokens would not fit this machine.
+func gptSizes(g nn.GPTConfig, batch int) error {
+	for _, t := range []struct {
+		what  string
+		shape []int
+	}{
+		{"tokens", []int{batch, g.Seq}},
+		{"logits", []int{batch, g.Seq, g.Vocab}},
+		{"attention scores", []int{batch, g.Heads, g.Seq, g.Seq}},
+		{"MLP hidden layer", []int{batch, g.Seq, g.Embd, 4}},
+		{"token embeddings", []int{g.Vocab, g.Embd}},
+		{"position embeddings", []int{g.Seq, g.Embd}},
+		{"block weights", []int{g.Embd, g.Embd, 12}},
+	} {
+		if _, _, err := device.ShapeBytes(t.shape, 4); err != nil {
+			return fmt.Errorf("plan: the GPT's %s (shape %v): %w", t.what, t.shape, err)
+		}
+	}
+	if n, _, _ := device.ShapeBytes([]int{batch, g.Seq}, 1); n > maxTokens {
+		return fmt.Errorf("plan: batch %d × sequence %d is %d tokens, more than the %d the planner takes", batch, g.Seq, n, maxTokens)
+	}
+	return nil
 }
 
 // replayCommand is the ferry demo command that replays the plan on meta.
