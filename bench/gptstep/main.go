@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -35,9 +36,20 @@ func main() {
 	steps := flag.Int("steps", 5, "timed steps, after -warmup untimed ones")
 	warmup := flag.Int("warmup", 2, "untimed steps first")
 	backend := flag.String("backend", "auto", "matrix products: auto, blas (OpenBLAS), go (pure Go)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the timed steps to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gptstep:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	if err := run(cfg, *batch, *steps, *warmup, *backend); err != nil {
 		fmt.Fprintln(os.Stderr, "gptstep:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

@@ -129,7 +129,10 @@ func unaryFunc(op device.UnaryOp, alpha float32) func(float32) float32 {
 			return float32(0.5 * v * (1 + math.Erf(v/sqrt2)))
 		}
 	case device.GELUTanh:
-		return geluTanh
+		return func(x float32) float32 {
+			v := float64(x)
+			return float32(0.5 * v * (1 + math.Tanh(sqrt2OverPi*(v+geluCoef*v*v*v))))
+		}
 	case device.Scale:
 		return func(x float32) float32 { return alpha * x }
 	case device.AddScalar:
@@ -220,7 +223,13 @@ func binaryFunc(op device.BinaryOp) func(a, b float32) float32 {
 			return float32(float64(g) * (cdf + v*pdf))
 		}
 	case device.GELUTanhGrad:
-		return geluTanhGrad
+		return func(g, x float32) float32 {
+			v := float64(x)
+			inner := sqrt2OverPi * (v + geluCoef*v*v*v)
+			t := math.Tanh(inner)
+			d := 0.5*(1+t) + 0.5*v*(1-t*t)*sqrt2OverPi*(1+3*geluCoef*v*v)
+			return float32(float64(g) * d)
+		}
 	}
 	panic("cpu: unknown binary op " + op.String())
 }
