@@ -119,8 +119,8 @@ run() {
     --modes none,naive,save_on_cpu,offload,recompute,recompute_offload --json "$out/torch-mlp.json"
   step torch-gpt python3 bench/torch_gpu.py --model gpt --layers 12 --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch 8 --steps 2 \
     --modes none,save_on_cpu,offload,recompute,recompute_offload --json "$out/torch-gpt.json"
-  step bandwidth "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealCopy' -test.benchtime 20x
-  step launch "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealLaunch' -test.benchtime 20000x
+  step bandwidth "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealCopy' -test.benchtime 20x -test.v
+  step launch "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealLaunch' -test.benchtime 20000x -test.v
 
   local lim
   lim=$(limit summary)
@@ -138,7 +138,9 @@ run() {
 # loader cannot find one: the CUDA toolkit's, or the one in PyTorch's
 # nvidia wheels (python3's query is held to LIMIT seconds).
 find_cublas() {
-  if ldconfig -p 2>/dev/null | grep -qE 'libcublas\.so\.1[123]'; then
+  # Not grep -q: under pipefail, ldconfig killed by SIGPIPE when grep
+  # stops early would fail the test.
+  if ldconfig -p 2>/dev/null | grep -E 'libcublas\.so\.1[123]' >/dev/null; then
     echo "cuBLAS: registered with the dynamic loader"
     return
   fi

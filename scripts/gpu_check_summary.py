@@ -49,7 +49,16 @@ def steps(out):
     for line in (read(out, "steps.tsv") or "").splitlines()[1:]:
         f = line.split("\t")
         if len(f) == 4:
-            rows.append({"name": f[0], "limit_s": int(f[1]), "seconds": int(f[2]), "verdict": f[3]})
+            row = {"name": f[0], "limit_s": int(f[1]), "seconds": int(f[2]), "verdict": f[3]}
+            if f[3].startswith(("failed", "timed out")):
+                # Why: the step's first line of errors (a traceback's last),
+                # else the last line of its output.
+                err = [x.strip() for x in (read(out, f[0] + ".err") or "").splitlines() if x.strip()]
+                txt = [x.strip() for x in (read(out, f[0] + ".txt") or "").splitlines() if x.strip()]
+                why = (err[-1] if err[0].startswith("Traceback") else err[0]) if err else (txt[-1] if txt else "")
+                if why:
+                    row["why"] = why[:200]
+            rows.append(row)
     return rows
 
 
@@ -160,6 +169,12 @@ def config(name, ferry_docs, torch_doc, bw):
             "torch_version": (torch_doc or {}).get("torch")}
 
 
+def skipped(out, name):
+    """ (why) where a benchmark's -test.v output says why it skipped."""
+    m = re.search(r"^\s*\S+\.go:\d+: (.*)$", read(out, name) or "", re.M)
+    return f" ({m.group(1)})" if m else ""
+
+
 def fmt(x, spec, none="—"):
     return none if x is None else format(x, spec)
 
@@ -181,7 +196,8 @@ def text(s):
     L.append(f"steps (limit s, took s, verdict); their limits sum to {sum(x['limit_s'] for x in s['steps'])} s, "
              "the summary's own limit is the rest of the budget")
     for x in s["steps"]:
-        L.append(f"  {x['name']:<15} {x['limit_s']:>4} {x['seconds']:>4}  {x['verdict']}")
+        why = f": {x['why']}" if x.get("why") else ""
+        L.append(f"  {x['name']:<15} {x['limit_s']:>4} {x['seconds']:>4}  {x['verdict']}{why}")
     L.append("")
     cf = s.get("conformance")
     if cf is None:
@@ -199,8 +215,8 @@ def text(s):
         if d + "_gbps" in b:
             frac = f" ({b[d + '_of_pcie_peak']:.2f} of the link's peak)" if d + "_of_pcie_peak" in b else ""
             parts.append(f"{d} {b[d + '_gbps']:.1f} GB/s{frac}")
-    L.append("pinned copies: " + (", ".join(parts) if parts else "no figures"))
-    L.append("kernel launch: " + (f"{b['launch_us']:.2f} µs" if "launch_us" in b else "no figure"))
+    L.append("pinned copies: " + (", ".join(parts) if parts else "no figures" + skipped(s["out"], "bandwidth.txt")))
+    L.append("kernel launch: " + (f"{b['launch_us']:.2f} µs" if "launch_us" in b else "no figure" + skipped(s["out"], "launch.txt")))
     for cfg in s["configs"]:
         L.append("")
         L.append(f"== {cfg['name']}: {cfg.get('description') or ''}".rstrip(": "))
