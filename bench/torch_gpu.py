@@ -1,40 +1,62 @@
 #!/usr/bin/env python3
 """PyTorch baselines for `ferry demo` on a GPU, at the same configuration.
 
-L layers of Linear(W, W) + ReLU at batch B, MSE loss against a target kept
-on the host until forward ends, plain SGD (lr 1e-3), gradients dropped after
-each step: the step `ferry demo` times (internal/demo). For each mode it
-measures memory as the original user did (torch.cuda.memory_allocated before
-and after forward, max_memory_allocated during forward) and the median time
-of whole steps (forward, backward, optimizer, synchronised), after one
-warm-up step.
+Two models, as `ferry demo --model` has them (internal/demo):
+
+  mlp  L layers of Linear(W, W) + ReLU at batch B, MSE loss against a target
+       kept on the host until forward ends, plain SGD (lr 1e-3), gradients
+       dropped after each step.
+  gpt  nanoGPT's GPT (bench/nanogpt_model.py) on random tokens, cross-entropy
+       against random targets, AdamW (model.py's configure_optimizers,
+       lr 1e-3); GPT-2 124M is --layers 12 --heads 12 --embd 768 --seq 1024
+       --vocab 50257 --batch 8.
+
+For each mode it measures memory as the original user did
+(torch.cuda.memory_allocated before and after forward, max_memory_allocated
+during forward, and during the whole step) and the median time of whole
+steps (forward, backward, optimizer, synchronised), after one warm-up step.
 
 Modes:
-  none         no offloading
-  naive        the origin: each layer input copied with .to('cpu',
-               non_blocking=True) and the copy thrown away (saves nothing)
-  save_on_cpu  torch.autograd.graph.save_on_cpu(pin_memory=True)
-  offload      a stream-based offloader in the style of torchtune's
-               OffloadActivations: a side copy stream with events, the GPU
-               tensor kept alive until its copy has finished, parameters
-               skipped (by storage, so the weight.t() view addmm saves is
-               skipped too), tensors under 1 KiB kept, no deduplication, and
-               during backward each unpack prefetches the tensor the next
-               one will need.
+  none               no offloading
+  naive              (mlp) the origin: each layer input copied with
+                     .to('cpu', non_blocking=True) and the copy thrown away
+                     (saves nothing)
+  save_on_cpu        torch.autograd.graph.save_on_cpu(pin_memory=True)
+  offload            a stream-based offloader in the style of torchtune's
+                     OffloadActivations: a side copy stream with events, the
+                     GPU tensor kept alive until its copy has finished,
+                     parameters skipped (by storage, so the weight.t() view
+                     addmm saves is skipped too), tensors under 1 KiB kept, no
+                     deduplication, and during backward each unpack
+                     prefetches the tensor the next one will need.
+  recompute          torch.utils.checkpoint (reentrant) around each layer or
+                     block: only its input is kept (the MLP's first layer is
+                     not checkpointed: a reentrant checkpoint needs an input
+                     that requires grad)
+  recompute_offload  recompute under save_on_cpu: the kept inputs go to the
+                     host
 
-Usage: python3 bench/torch_gpu.py [--layers 40 --width 4096 --batch 1024
-       --steps 3 --modes none,naive,save_on_cpu,offload --json FILE]
-Prints one table; with --json also writes the numbers as JSON.
+Usage: python3 bench/torch_gpu.py [--model mlp --layers 40 --width 4096
+       --batch 1024 --steps 3 --modes none,naive,save_on_cpu,offload --json FILE]
+Prints one table; with --json also writes the numbers as JSON (after each
+mode, so a run cut short keeps the modes it finished). Exits 3 when torch
+cannot be imported, 2 when it sees no GPU.
 """
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+except ImportError as err:
+    print(f"torch_gpu.py: skipped, cannot import torch: {err}", file=sys.stderr)
+    sys.exit(3)
 
 MiB = 1 << 20
 
@@ -156,24 +178,67 @@ class StreamOffloader:
         return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
 
 
-def run_mode(mode, args, dev):
-    torch.manual_seed(1)
-    layers = [torch.nn.Linear(args.width, args.width, device=dev) for _ in range(args.layers)]
-    params = [p for l in layers for p in l.parameters()]
-    opt = torch.optim.SGD(params, lr=1e-3)
-    x = torch.randn(args.batch, args.width, device=dev)
-    target = torch.randn(args.batch, args.width)  # on the host until forward ends
-    counter = Counter()
-    off = StreamOffloader(params, counter) if mode == "offload" else None
+class MLP:
+    """The origin model: Linear(W, W) + ReLU layers, MSE loss, SGD."""
 
-    def forward(h):
-        for l in layers:
+    def __init__(self, args, dev):
+        self.layers = [torch.nn.Linear(args.width, args.width, device=dev) for _ in range(args.layers)]
+        self.params = [p for l in self.layers for p in l.parameters()]
+        self.opt = torch.optim.SGD(self.params, lr=1e-3)
+        self.x = torch.randn(args.batch, args.width, device=dev)
+        self.target = torch.randn(args.batch, args.width)  # on the host until forward ends
+        self.dev = dev
+
+    def forward(self, mode):
+        h = self.x
+        for i, l in enumerate(self.layers):
             prev = h
-            h = F.relu(l(h))
+            if mode.startswith("recompute") and i > 0:
+                h = checkpoint(lambda h, l=l: F.relu(l(h)), h, use_reentrant=True)
+            else:
+                h = F.relu(l(h))
             if mode == "naive":
                 prev.to("cpu", non_blocking=True)  # the copy is thrown away
         return h
 
+    def loss(self, y):
+        return F.mse_loss(y, self.target.to(self.dev))
+
+
+class GPTWorkload:
+    """nanoGPT's GPT on random tokens, cross-entropy, AdamW."""
+
+    def __init__(self, args, dev):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from nanogpt_model import GPT, GPTConfig
+
+        cfg = GPTConfig(vocab=args.vocab, seq=args.seq, layers=args.layers, heads=args.heads, embd=args.embd, dropout=0.0)
+        self.model = GPT(cfg).to(dev).train()
+        self.params = list(self.model.parameters())
+        self.opt = self.model.optimizer(lr=1e-3)
+        self.idx = torch.randint(0, args.vocab, (args.batch, args.seq), device=dev)
+        self.targets = torch.randint(0, args.vocab, (args.batch, args.seq), device=dev)
+
+    def forward(self, mode):
+        if mode == "naive":
+            raise ValueError("gpt has no naive mode")
+        tr = self.model.transformer
+        pos = torch.arange(0, self.idx.size(1), dtype=torch.long, device=self.idx.device)
+        x = tr.drop(tr.wte(self.idx) + tr.wpe(pos))
+        for block in tr.h:
+            x = checkpoint(block, x, use_reentrant=True) if mode.startswith("recompute") else block(x)
+        logits = self.model.lm_head(tr.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), self.targets.view(-1))
+
+    def loss(self, y):
+        return y
+
+
+def run_mode(mode, args, dev):
+    torch.manual_seed(1)
+    w = GPTWorkload(args, dev) if args.model == "gpt" else MLP(args, dev)
+    counter = Counter()
+    off = StreamOffloader(w.params, counter) if mode == "offload" else None
     res = {"mode": mode, "step_seconds_all": []}
     for step in range(args.steps + 1):
         torch.cuda.synchronize()
@@ -181,22 +246,22 @@ def run_mode(mode, args, dev):
         counter.bytes = 0
         before = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-        if mode == "save_on_cpu":
+        if mode in ("save_on_cpu", "recompute_offload"):
             with save_on_cpu_hooks(counter):
-                y = forward(x)
+                y = w.forward(mode)
         elif mode == "offload":
             off.reset()
             with off.hooks():
-                y = forward(x)
+                y = w.forward(mode)
         else:
-            y = forward(x)
+            y = w.forward(mode)
         after = torch.cuda.memory_allocated()
         peak = torch.cuda.max_memory_allocated()
-        loss = F.mse_loss(y, target.to(dev))
+        loss = w.loss(y)
         del y
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        w.opt.step()
+        w.opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
         if step == 0:
@@ -206,16 +271,21 @@ def run_mode(mode, args, dev):
         res.update(before_forward_bytes=before, after_forward_bytes=after, peak_forward_bytes=peak,
                    peak_step_bytes=torch.cuda.max_memory_allocated(), offloaded_bytes=counter.bytes)
     res["step_seconds"] = statistics.median(res["step_seconds_all"])
-    del layers, params, opt, x, off
+    del w, off, loss
     torch.cuda.empty_cache()
     return res
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="mlp", choices=["mlp", "gpt"])
     ap.add_argument("--layers", type=int, default=40)
     ap.add_argument("--width", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=1024)
+    ap.add_argument("--heads", type=int, default=12, help="gpt")
+    ap.add_argument("--embd", type=int, default=768, help="gpt")
+    ap.add_argument("--seq", type=int, default=1024, help="gpt")
+    ap.add_argument("--vocab", type=int, default=50257, help="gpt")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--modes", default="none,naive,save_on_cpu,offload")
     ap.add_argument("--json", help="also write the results to this file")
@@ -227,23 +297,31 @@ def main():
     head = {
         "torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0),
         "allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "layers": args.layers, "width": args.width, "batch": args.batch, "steps": args.steps,
-        "activation_bytes": args.batch * args.width * 4,
-        "parameter_bytes": args.layers * (args.width * args.width + args.width) * 4,
+        "model": args.model, "layers": args.layers, "batch": args.batch, "steps": args.steps,
     }
+    if args.model == "gpt":
+        head.update(heads=args.heads, embd=args.embd, seq=args.seq, vocab=args.vocab)
+        what = (f"GPT ({args.layers} layers, {args.heads} heads, embedding {args.embd}, sequence {args.seq}, "
+                f"vocabulary {args.vocab}), AdamW")
+    else:
+        head.update(width=args.width, activation_bytes=args.batch * args.width * 4,
+                    parameter_bytes=args.layers * (args.width * args.width + args.width) * 4)
+        what = f"{args.layers} x Linear({args.width}, {args.width}) + ReLU, SGD"
     print(f"PyTorch {head['torch']} (CUDA {head['cuda']}) on {head['gpu']}, allow_tf32={head['allow_tf32']}: "
-          f"{args.layers} x Linear({args.width}, {args.width}) + ReLU, batch {args.batch}, "
-          f"median of {args.steps} steps after a warm-up")
+          f"{what}, batch {args.batch}, median of {args.steps} steps after a warm-up", flush=True)
     runs = []
     for mode in args.modes.split(","):
         runs.append(run_mode(mode.strip(), args, dev))
-    print(f"{'mode':<12} {'before MiB':>11} {'after MiB':>10} {'peak MiB':>9} {'step ms':>8} {'to host MiB/step':>17}")
+        print(f"{runs[-1]['mode']}: {runs[-1]['step_seconds'] * 1e3:.1f} ms/step", flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({**head, "runs": runs}, f, indent=1)
+    print(f"{'mode':<17} {'before MiB':>11} {'after MiB':>10} {'peak MiB':>9} {'step peak MiB':>14} {'step ms':>8} "
+          f"{'to host MiB/step':>17}")
     for r in runs:
-        print(f"{r['mode']:<12} {r['before_forward_bytes'] / MiB:>11.2f} {r['after_forward_bytes'] / MiB:>10.2f} "
-              f"{r['peak_forward_bytes'] / MiB:>9.2f} {r['step_seconds'] * 1e3:>8.1f} {r['offloaded_bytes'] / MiB:>17.1f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({**head, "runs": runs}, f, indent=1)
+        print(f"{r['mode']:<17} {r['before_forward_bytes'] / MiB:>11.2f} {r['after_forward_bytes'] / MiB:>10.2f} "
+              f"{r['peak_forward_bytes'] / MiB:>9.2f} {r['peak_step_bytes'] / MiB:>14.2f} {r['step_seconds'] * 1e3:>8.1f} "
+              f"{r['offloaded_bytes'] / MiB:>17.1f}")
     return 0
 
 

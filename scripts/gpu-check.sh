@@ -4,19 +4,28 @@
 #   scripts/gpu-check.sh build   on any machine with Go: static binaries in ./out
 #                                (CGO_ENABLED=0: ferry, cuda.test)
 #   scripts/gpu-check.sh run     on the GPU machine (no Go needed), in one go:
-#     0. probe: driver, cuBLAS, GPUs (as `ferry doctor` will show them)
-#     a. op-by-op correctness of the CUDA device against the CPU device on
-#        fresh random data (FP32 rel. error < 1e-4, TF32 < 1e-2), a training
-#        step, an asynchronous side-stream copy
-#     b. ferry demo at the origin configuration, text and --json
-#     c. python3 bench/torch_gpu.py: PyTorch's numbers at the same configuration
-#     d. pinned host<->device copy bandwidth each way, and kernel launch cost
+#     probe         nvidia-smi, cuBLAS, `ferry doctor --json`
+#     conformance   the device conformance suite on the GPU (FP32, then the
+#                   matrix products in TF32), a training step against the CPU
+#     mlp-demo      ferry demo at the origin configuration (40 x 4096 x 1024),
+#                   every mode, text and --json
+#     gpt-demo      ferry demo --model gpt, GPT-2 124M at batch 8 x 1024,
+#                   every mode, --json (two runs, so a timeout loses half)
+#     torch-*       python3 bench/torch_gpu.py: PyTorch at both configurations
+#     bandwidth     pinned host<->device copy bandwidth each way, launch cost
 #   scripts/gpu-check.sh         both (build, then run)
 #
-# Outputs go to $OUT if set (else ./out/gpu-check), one file per step plus
-# summary.txt. Each step has a time limit and the whole run a budget of
-# about 8 minutes (GPU_CHECK_BUDGET seconds); a failed step does not stop
-# the others; the exit status is non-zero if any failed.
+# Outputs go to $OUT (default ./out/gpu-check): one file per step, steps.tsv
+# (name, limit, seconds, verdict), and one summary, summary.txt and
+# summary.json (scripts/gpu_check_summary.py). Binaries are taken from
+# $GPU_CHECK_BIN (default ./out).
+#
+# Time: the whole run fits GPU_CHECK_BUDGET seconds (default 480). Each step
+# has a time limit, a fixed share of the budget (the shares sum to the
+# budget), enforced with timeout(1) including its kill grace; a failed or
+# timed-out step does not stop the others. Where cuBLAS is missing, ferry's
+# fallback matrix product is several times slower, so the demos time fewer
+# steps. The exit status is non-zero if any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,12 +37,115 @@ build() {
   ls -la out/ferry out/cuda.test
 }
 
-# find_cublas puts a libcublas on LD_LIBRARY_PATH when the dynamic loader
-# cannot find one: the CUDA toolkit's, or the one in PyTorch's nvidia wheels.
+# Shares of a 480 s budget. They sum to 480: the limits always fit the
+# budget, whatever the budget is.
+declare -A SHARE=(
+  [nvidia-smi]=5 [cublas]=10 [doctor]=15
+  [conformance]=90
+  [mlp-demo]=50 [mlp-demo-json]=50
+  [gpt-demo-1]=55 [gpt-demo-2]=35
+  [torch-mlp]=50 [torch-gpt]=75
+  [bandwidth]=25 [launch]=10
+  [summary]=10
+)
+
+run() {
+  local out="${OUT:-$PWD/out/gpu-check}" bin="${GPU_CHECK_BIN:-./out}"
+  mkdir -p "$out"
+  local budget="${GPU_CHECK_BUDGET:-480}" start=$SECONDS failed=0
+  local steps="$out/steps.tsv"
+  printf 'name\tlimit_s\tseconds\tverdict\n' >"$steps"
+
+  # limit NAME: the step's share of the budget, in whole seconds (at least
+  # 2; under a budget too small for that, the steps that come last find
+  # the budget spent and are skipped).
+  limit() {
+    local l=$((budget * SHARE[$1] / 480))
+    ((l < 2)) && l=2
+    echo "$l"
+  }
+  # step NAME CMD...: runs CMD under its limit (kill grace included; never
+  # past what is left of the budget), stdout to $out/NAME.txt and stderr
+  # to $out/NAME.err, and records the verdict in steps.tsv.
+  step() {
+    local name=$1 lim
+    shift
+    lim=$(limit "$name")
+    local left=$((budget - (SECONDS - start)))
+    ((lim > left)) && lim=$left
+    if ((lim < 2)); then
+      printf '%s\t%d\t0\tskipped: budget spent\n' "$name" 0 >>"$steps"
+      echo "== $name: skipped, the ${budget}s budget is spent"
+      failed=1
+      return
+    fi
+    local grace=$((lim >= 10 ? 2 : 1))
+    local t0=$SECONDS
+    timeout --kill-after="$grace" "$((lim - grace))" "$@" >"$out/$name.txt" 2>"$out/$name.err"
+    local rc=$?
+    local verdict=ok
+    if ((rc == 124 || rc == 137)); then verdict="timed out"; elif ((rc != 0)); then verdict="failed (exit $rc)"; fi
+    ((rc != 0)) && failed=1
+    printf '%s\t%d\t%d\t%s\n' "$name" "$lim" "$((SECONDS - t0))" "$verdict" >>"$steps"
+    echo "== $name: $verdict in $((SECONDS - t0))s (limit ${lim}s)"
+  }
+
+  [[ -x $bin/cuda.test && -x $bin/ferry ]] || { echo "no binaries in $bin: run '$0 build' first"; exit 2; }
+
+  step nvidia-smi nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv,noheader
+  # Not in a pipeline nor under step: find_cublas exports LD_LIBRARY_PATH
+  # into this shell.
+  find_cublas "$(limit cublas)" >"$out/cublas.txt"
+  printf '%s\t%d\t%d\t%s\n' cublas "$(limit cublas)" 0 "$(head -1 "$out/cublas.txt")" >>"$steps"
+  step doctor "$bin/ferry" doctor --json
+  export FERRY_CUDA_REAL=1
+
+  # Fewer timed steps where the matrix products run on ferry's fallback
+  # kernel (no cuBLAS), so that every mode still fits its limit.
+  local mlp_steps=3 gpt_steps=2
+  if ! grep -q '"cublas_library": *"[^"]' "$out/doctor.txt" 2>/dev/null; then
+    mlp_steps=1 gpt_steps=1
+    echo "== no cuBLAS for ferry: the demos time $mlp_steps step per mode"
+  fi
+
+  step conformance "$bin/cuda.test" -test.run '^(TestProbeReal|TestRealGPUConformance|TestRealTraining)$' -test.v -test.timeout "$(($(limit conformance) * 9 / 10))s"
+  local mlp=(--device cuda --layers 40 --width 4096 --batch 1024 --steps "$mlp_steps")
+  step mlp-demo "$bin/ferry" demo "${mlp[@]}"
+  step mlp-demo-json "$bin/ferry" demo "${mlp[@]}" --json
+  local gpt=(--device cuda --model gpt --layers 12 --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch 8 --steps "$gpt_steps" --json)
+  step gpt-demo-1 "$bin/ferry" demo "${gpt[@]}" --modes none,offload,recompute,recompute-offload
+  step gpt-demo-2 "$bin/ferry" demo "${gpt[@]}" --modes none,save-on-host,offload-disk
+  step torch-mlp python3 bench/torch_gpu.py --layers 40 --width 4096 --batch 1024 --steps 3 \
+    --modes none,naive,save_on_cpu,offload,recompute,recompute_offload --json "$out/torch-mlp.json"
+  step torch-gpt python3 bench/torch_gpu.py --model gpt --layers 12 --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch 8 --steps 2 \
+    --modes none,save_on_cpu,offload,recompute,recompute_offload --json "$out/torch-gpt.json"
+  step bandwidth "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealCopy' -test.benchtime 20x -test.v
+  step launch "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealLaunch' -test.benchtime 20000x -test.v
+
+  local lim
+  lim=$(limit summary)
+  if ! timeout --kill-after=1 "$((lim > 1 ? lim - 1 : 1))" python3 scripts/gpu_check_summary.py "$out" "$budget" "$((SECONDS - start))"; then
+    # No python3: the verdicts alone.
+    { echo "gpu-check: no summary (python3 failed); step verdicts:"; cat "$steps"; } >"$out/summary.txt"
+    failed=1
+  fi
+  echo
+  cat "$out/summary.txt"
+  return $failed
+}
+
+# find_cublas LIMIT puts a libcublas on LD_LIBRARY_PATH when the dynamic
+# loader cannot find one: the CUDA toolkit's, or the one in PyTorch's
+# nvidia wheels (python3's query is held to LIMIT seconds).
 find_cublas() {
-  if ldconfig -p 2>/dev/null | grep -qE 'libcublas\.so\.1[123]'; then return; fi
+  # Not grep -q: under pipefail, ldconfig killed by SIGPIPE when grep
+  # stops early would fail the test.
+  if ldconfig -p 2>/dev/null | grep -E 'libcublas\.so\.1[123]' >/dev/null; then
+    echo "cuBLAS: registered with the dynamic loader"
+    return
+  fi
   local d
-  for d in $(python3 - 2>/dev/null <<'PY'
+  for d in $(timeout --kill-after=1 "$(($1 > 1 ? $1 - 1 : 1))" python3 - 2>/dev/null <<'PY'
 import importlib, os
 for mod in ("nvidia.cublas", "torch"):
     try:
@@ -52,61 +164,6 @@ PY
     fi
   done
   echo "cuBLAS: not found; matrix products will use ferry's fallback kernel"
-}
-
-run() {
-  local out="${OUT:-$PWD/out/gpu-check}"
-  mkdir -p "$out"
-  local budget="${GPU_CHECK_BUDGET:-480}" start=$SECONDS failed=0
-  local summary="$out/summary.txt"
-  : >"$summary"
-  # step NAME LIMIT CMD...: runs CMD with a time limit (never past the
-  # budget), output to the terminal and $out/NAME.txt.
-  step() {
-    local name=$1 limit=$2
-    shift 2
-    local left=$((budget - (SECONDS - start)))
-    if ((left < 10)); then
-      echo "== $name: skipped, the ${budget}s budget is spent" | tee -a "$summary"
-      failed=1
-      return
-    fi
-    ((limit > left)) && limit=$left
-    echo "== $name (limit ${limit}s): $*"
-    local t0=$SECONDS
-    timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$out/$name.txt"
-    local rc=${PIPESTATUS[0]}
-    local verdict=ok
-    if ((rc == 124 || rc == 137)); then verdict="TIMED OUT"; elif ((rc != 0)); then verdict="FAILED (exit $rc)"; fi
-    ((rc != 0)) && failed=1
-    echo "== $name: $verdict in $((SECONDS - t0))s" | tee -a "$summary"
-  }
-
-  [[ -x out/cuda.test && -x out/ferry ]] || { echo "no binaries in ./out: run '$0 build' first"; exit 2; }
-  { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || true; } | tee "$out/nvidia-smi.txt"
-  # Not in a pipeline: a pipeline runs find_cublas in a subshell, and the
-  # LD_LIBRARY_PATH it exports would be lost.
-  find_cublas >"$out/cublas.txt"
-  tee -a "$summary" <"$out/cublas.txt"
-  export FERRY_CUDA_REAL=1
-
-  step 0-probe 60 ./out/cuda.test -test.run 'TestProbeReal' -test.v
-  step a-correctness 200 ./out/cuda.test -test.run 'TestReal' -test.v -test.timeout 190s
-  local demo=(--device cuda --layers 40 --width 4096 --batch 1024 --modes none,naive,save-on-host,offload,offload-disk --steps 3)
-  step b-demo 120 ./out/ferry demo "${demo[@]}"
-  step b-demo-json 120 bash -c 'set -o pipefail; ./out/ferry demo "$@" --json | tee "$0"' "$out/demo.json" "${demo[@]}"
-  if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    step c-torch 150 python3 bench/torch_gpu.py --layers 40 --width 4096 --batch 1024 --steps 3 --json "$out/torch.json"
-  else
-    echo "== c-torch: skipped, python3 cannot import torch with CUDA" | tee -a "$summary"
-  fi
-  step d-bandwidth 60 ./out/cuda.test -test.run '^$' -test.bench 'BenchmarkRealCopy' -test.benchtime 20x -test.v
-  step d-launch 30 ./out/cuda.test -test.run '^$' -test.bench 'BenchmarkRealLaunch' -test.benchtime 20000x -test.v
-
-  echo
-  echo "== summary ($((SECONDS - start))s; outputs in $out)"
-  cat "$summary"
-  return $failed
 }
 
 case "${1:-all}" in

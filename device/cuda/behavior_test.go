@@ -13,6 +13,7 @@ import (
 	"ferry/device/cuda"
 	"ferry/device/cuda/cu"
 	"ferry/device/cuda/fake"
+	"ferry/device/devicetest"
 )
 
 // What the CUDA device does beyond the conformance suite, on the fake
@@ -255,8 +256,9 @@ func TestWithoutCUBLAS(t *testing.T) {
 	if !strings.Contains(d.MatmulBackend(), "fallback") && !strings.Contains(d.MatmulBackend(), "ferry's tiled SGEMM") {
 		t.Errorf("MatmulBackend() = %q", d.MatmulBackend())
 	}
-	p := newPair(t, d, fakeSizes, 2)
-	compareGemm(p, 40, 33, 20, 1e-5)
+	ref := openCPU(t)
+	defer ref.Close()
+	devicetest.CompareGemm(t, d, ref, 40, 33, 20, 1e-5, 2)
 	if d.Allocator().Stats().ByCategory[device.Workspace].Current != 0 {
 		t.Errorf("a workspace was allocated without cuBLAS")
 	}
@@ -272,10 +274,10 @@ func TestTF32(t *testing.T) {
 	if d.MatmulBackend() != "cuBLAS (TF32)" {
 		t.Errorf("MatmulBackend() = %q", d.MatmulBackend())
 	}
-	p := newPair(t, d, fakeSizes, 3)
-	compareGemm(p, 30, 20, 64, 1e-2)
-	if p.worst < 1e-5 {
-		t.Errorf("TF32 products agree with FP32 to %.2g: TF32 was not used", p.worst)
+	ref := openCPU(t)
+	defer ref.Close()
+	if worst := devicetest.CompareGemm(t, d, ref, 30, 20, 64, 1e-2, 3); worst < 1e-5 {
+		t.Errorf("TF32 products agree with FP32 to %.2g: TF32 was not used", worst)
 	}
 	if err := d.SetTF32(false); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,13 @@
 package cuda_test
 
 import (
+	"encoding/binary"
+	"math"
 	"testing"
 	"time"
 
 	"ferry/device"
+	"ferry/device/cpu"
 	"ferry/device/cuda"
 	"ferry/device/cuda/fake"
 	"ferry/device/devicetest"
@@ -31,8 +34,9 @@ func openFake(t testing.TB, fo fake.Options, opts device.Options) (*cuda.Device,
 }
 
 // The device conformance suite, on the CUDA device over the fake driver:
-// every kernel against the suite's reference, streams and events, copies
-// between device and pinned host, the allocator through the device.
+// every kernel against the suite's reference and against the CPU device,
+// streams and events, copies between device and pinned host, the allocator
+// through the device.
 func TestConformanceFake(t *testing.T) {
 	devicetest.Run(t, func(t *testing.T, opts device.Options) device.Device {
 		fo := fake.Options{}
@@ -60,7 +64,43 @@ func TestConformanceFake(t *testing.T) {
 			}
 		})
 		return d
-	}, devicetest.Caps{HasData: true, SlowCopy: map[string]string{"copy_delay": "50ms"}})
+	}, devicetest.Caps{HasData: true, SlowCopy: map[string]string{"copy_delay": "50ms"}, Reference: openCPU, Seed: 1})
+}
+
+// openCPU opens the CPU device, the reference the suite compares with.
+func openCPU(t *testing.T) device.Device {
+	t.Helper()
+	c, err := cpu.New(device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func fakeOpts() fake.Options { return fake.Options{SMs: 4} }
+
+func bytesOf(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.NativeEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func floatsOf(b []byte) []float32 {
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.NativeEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
+
+// read downloads n elements of v from d.
+func read(t *testing.T, d device.Device, v device.View, n int) []float32 {
+	t.Helper()
+	b := make([]byte, 4*n)
+	if err := d.Kernels().Download(b, v); err != nil {
+		t.Fatal(err)
+	}
+	return floatsOf(b)
+}

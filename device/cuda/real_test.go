@@ -20,11 +20,13 @@ import (
 // (so that `go test ./...` on a GPU machine stays quick). scripts/gpu-check.sh
 // runs them.
 
-func openReal(t testing.TB, opts device.Options) *cuda.Device {
+// realDriver loads libcuda.so.1, or skips t saying why there is nothing to
+// test on.
+func realDriver(t testing.TB) cu.Driver {
 	t.Helper()
 	drv, err := cu.Load()
 	if err != nil {
-		t.Skip(strings.SplitN(err.Error(), "\n", 2)[0])
+		t.Skip("no CUDA driver: " + strings.SplitN(err.Error(), "\n", 2)[0])
 	}
 	if n, _ := drv.DeviceCount(); n == 0 {
 		t.Skip("no CUDA device: " + drv.Info().InitError)
@@ -32,7 +34,12 @@ func openReal(t testing.TB, opts device.Options) *cuda.Device {
 	if os.Getenv("FERRY_CUDA_REAL") != "1" {
 		t.Skip("a GPU is present; set FERRY_CUDA_REAL=1 to test on it")
 	}
-	d, err := cuda.Open(drv, 0, opts)
+	return drv
+}
+
+func openReal(t testing.TB, opts device.Options) *cuda.Device {
+	t.Helper()
+	d, err := cuda.Open(realDriver(t), 0, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,53 +73,51 @@ func TestProbeReal(t *testing.T) {
 	}
 }
 
-// The device conformance suite on the real GPU, as on the fake driver: the
-// same tests for every device, the optional kernel families included.
-// Each test opens its own device (a context each; the JIT cache makes the
-// PTX cheap after the first).
-func TestRealConformance(t *testing.T) {
-	openReal(t, device.Options{}) // skips, with the reason, where there is no GPU (closed at the end)
-	drv, err := cu.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	devicetest.Run(t, func(t *testing.T, opts device.Options) device.Device {
+// TestRealGPUConformance runs the device conformance suite on the real GPU
+// in full: every kernel against the suite's float64 references and, on
+// large random inputs, against the CPU device (FP32: relative error below
+// 1e-4), the optional kernel families the device implements, streams,
+// events, pinned copies and the allocator. Then, in TF32 mode, the matrix
+// products again (relative error below 1e-2, and visibly not FP32).
+// scripts/gpu-check.sh runs it.
+func TestRealGPUConformance(t *testing.T) {
+	drv := realDriver(t)
+	open := func(t *testing.T, opts device.Options) device.Device {
 		d, err := cuda.Open(drv, 0, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d
-	}, devicetest.Caps{HasData: true})
+	}
+	s := seed()
+	fp32 := devicetest.Caps{HasData: true, Tol: 1e-4, Reference: openCPU, Large: true, Seed: s}
+	t.Run("FP32", func(t *testing.T) {
+		d := openReal(t, device.Options{})
+		t.Logf("%s (%s), seed %d", d.Props().Name, d.MatmulBackend(), s)
+		devicetest.Run(t, open, fp32)
+	})
+	t.Run("TF32", func(t *testing.T) {
+		d := openReal(t, device.Options{Params: map[string]string{"tf32": "true"}})
+		if strings.Contains(d.MatmulBackend(), "ferry's") {
+			t.Skip("no cuBLAS: " + d.MatmulBackend())
+		}
+		tf32 := fp32
+		tf32.GemmTol = 1e-2
+		devicetest.RunKernels(t, func(t *testing.T, opts device.Options) device.Device {
+			opts.Params = map[string]string{"tf32": "true"}
+			return open(t, opts)
+		}, tf32, "Gemm", "CompareGemm")
+		ref := openCPU(t)
+		defer ref.Close()
+		worst := devicetest.CompareGemm(t, d, ref, 1024, 768, 1024, 1e-2, s)
+		t.Logf("TF32 largest relative error: %.3g", worst)
+		if worst < 1e-6 {
+			t.Errorf("TF32 products agree with FP32 to %.2g: TF32 was not used", worst)
+		}
+	})
 }
-
-var realSizes = sizes{m: 513, n: 1030, k: 257, rows: 300, cols: 5000, big: []int{37, 129, 513}, long: 16, tol: 1e-4}
 
 func seed() uint64 { return uint64(time.Now().UnixNano()) }
-
-// Every kernel against the CPU device on fresh random data: FP32 relative
-// error below 1e-4.
-func TestRealCompareWithCPU(t *testing.T) {
-	d := openReal(t, device.Options{})
-	s := seed()
-	t.Logf("%s (%s), seed %d", d.Props().Name, d.MatmulBackend(), s)
-	p := newPair(t, d, realSizes, s)
-	compareOps(t, p)
-	t.Logf("largest relative error: %.3g (%s)", p.worst, p.worstOp)
-}
-
-// TF32 products: relative error below 1e-2, and visibly not FP32.
-func TestRealTF32(t *testing.T) {
-	d := openReal(t, device.Options{Params: map[string]string{"tf32": "true"}})
-	if strings.Contains(d.MatmulBackend(), "ferry's") {
-		t.Skip("no cuBLAS: " + d.MatmulBackend())
-	}
-	p := newPair(t, d, realSizes, seed())
-	compareGemm(p, 1024, 768, 1024, 1e-2)
-	t.Logf("TF32 largest relative error: %.3g (%s)", p.worst, p.worstOp)
-	if p.worst < 1e-6 {
-		t.Errorf("TF32 products agree with FP32 to %.2g: TF32 was not used", p.worst)
-	}
-}
 
 // A few training steps give the CPU device's losses, gradients and
 // parameters.
@@ -128,51 +133,6 @@ func TestRealTraining(t *testing.T) {
 	for i := range want.grads {
 		closeTo(t, fmt.Sprintf("gradient %d", i), got.grads[i], want.grads[i], 1e-4)
 		closeTo(t, fmt.Sprintf("parameter %d", i), got.params[i], want.params[i], 1e-4)
-	}
-}
-
-// A copy on a side stream overlaps compute and is ordered by events.
-func TestRealSideStreamCopy(t *testing.T) {
-	d := openReal(t, device.Options{})
-	const n = 64 << 20 // floats: 256 MiB
-	src, err := d.Allocator().Alloc(4*n, device.Activation)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Allocator().Free(src)
-	v := device.View{Block: src, Shape: []int{n}, Strides: []int{1}}
-	if err := d.Kernels().Fill(v, 3); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Kernels().Unary(device.Scale, v, v, 2); err != nil {
-		t.Fatal(err)
-	}
-	side, err := d.NewStream("d2h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	side.Wait(d.Compute().Record())
-	hb, err := d.Host().Allocator().Alloc(4*n, device.Activation)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Host().Allocator().Free(hb)
-	start := time.Now()
-	if err := d.Copy(side, device.Whole(hb), device.Whole(src)); err != nil {
-		t.Fatal(err)
-	}
-	e := side.Record()
-	enqueued := time.Since(start)
-	if err := e.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(start)
-	t.Logf("256 MiB device→host on a side stream: enqueued in %v, done in %v (%.1f GB/s)", enqueued, took, 4*n/took.Seconds()/1e9)
-	got := floatsOf(cpuBytes(hb)[:4*n])
-	for _, i := range []int{0, n / 2, n - 1} {
-		if got[i] != 6 {
-			t.Fatalf("host[%d] = %v, want 6", i, got[i])
-		}
 	}
 }
 

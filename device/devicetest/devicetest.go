@@ -15,9 +15,11 @@
 //
 // It covers the allocator as seen through the device (statistics, capacity
 // and out-of-memory errors, RecordStream, poisoning), streams and events,
-// copies between the device and its host, and every Kernels method against
-// a reference written here. It works on blocks, views and spans directly:
-// it tests devices, not tensors.
+// copies between the device and its host, every Kernels method against a
+// reference written here, the optional kernel families the device
+// implements, and, given Caps.Reference, every required kernel against
+// another device (the CPU device) on large random inputs. It works on
+// blocks, views and spans directly: it tests devices, not tensors.
 package devicetest
 
 import (
@@ -45,8 +47,23 @@ type Caps struct {
 	// that need one.
 	SlowCopy map[string]string
 	// Tol is the relative tolerance of kernel results against the
-	// reference (absolute below 1); 0 means 1e-5.
+	// reference (absolute below 1); 0 means 1e-5. A real GPU: 1e-4. Tests
+	// with a looser tolerance of their own keep theirs.
 	Tol float64
+	// GemmTol is the tolerance of matrix products; 0 means Tol. A device
+	// in TF32 mode: 1e-2.
+	GemmTol float64
+	// Reference opens a device with data that the Compare tests run every
+	// required kernel against on the same random inputs (the CPU device);
+	// the suite closes it. Nil skips those tests.
+	Reference func(t *testing.T) device.Device
+	// Large makes the Compare tests and the large side-stream copy use
+	// shapes big enough to span many thread blocks and split reductions
+	// (hundreds of MiB in all): for a real GPU.
+	Large bool
+	// Seed is the Compare tests' random seed; 0 takes one from the clock
+	// (each test logs the seed it used).
+	Seed uint64
 }
 
 // Run runs the conformance suite. open must return a fresh device opened
@@ -54,6 +71,14 @@ type Caps struct {
 // closes every device it opens and checks that Close succeeds.
 func Run(t *testing.T, open func(t *testing.T, opts device.Options) device.Device, caps Caps) {
 	runGroups(t, open, caps, []string{"Memory", "Streams", "Kernels"}, nil)
+}
+
+// gemmTol is the tolerance of matrix products.
+func (e *env) gemmTol() float64 {
+	if e.caps.GemmTol != 0 {
+		return e.caps.GemmTol
+	}
+	return e.caps.Tol
 }
 
 // runGroups runs the named groups of tests, or, given only, the tests of
@@ -77,6 +102,9 @@ func runGroups(t *testing.T, open func(t *testing.T, opts device.Options) device
 					if tc.needsSlowCopy && caps.SlowCopy == nil {
 						t.Skip("no way to make a copy slow (Caps.SlowCopy is nil)")
 					}
+					if tc.needsReference && (caps.Reference == nil || !caps.HasData) {
+						t.Skip("no reference device to compare with (Caps.Reference is nil)")
+					}
 					tc.fn(s.env(t, device.Options{}))
 				})
 			}
@@ -85,10 +113,11 @@ func runGroups(t *testing.T, open func(t *testing.T, opts device.Options) device
 }
 
 type test struct {
-	name          string
-	fn            func(e *env)
-	needsData     bool
-	needsSlowCopy bool
+	name           string
+	fn             func(e *env)
+	needsData      bool
+	needsSlowCopy  bool
+	needsReference bool
 }
 
 type suite struct {
@@ -215,6 +244,7 @@ func (e *env) readOn(d device.Device, v device.View, n ...int) []float32 {
 
 // near checks got against want to the suite's tolerance; NaNs must match
 // NaNs and infinities must match exactly. Nothing is checked without data.
+// nearTol checks to tol, or to Caps.Tol where that is looser.
 func (e *env) near(what string, got []float32, want []float64) {
 	e.Helper()
 	e.nearTol(what, got, want, e.caps.Tol)
@@ -225,6 +255,7 @@ func (e *env) nearTol(what string, got []float32, want []float64, tol float64) {
 	if !e.caps.HasData {
 		return
 	}
+	tol = max(tol, e.caps.Tol)
 	if len(got) != len(want) {
 		e.Fatalf("%s: %d values, want %d", what, len(got), len(want))
 	}

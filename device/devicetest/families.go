@@ -7,7 +7,7 @@ import (
 )
 
 // The optional kernel families (device.EmbeddingKernels, LayerNormKernels,
-// AttentionKernels, DropoutKernels): each test runs when the device
+// AttentionKernels, DropoutKernels, FusedKernels): each test runs when the device
 // implements the family and skips, saying so, when it does not (the tensor
 // layer then composes the op, or reports the family missing).
 
@@ -16,6 +16,7 @@ var familyTests = []test{
 	{name: "LayerNorm", fn: testLayerNorm},
 	{name: "Attention", fn: testAttention},
 	{name: "Dropout", fn: testDropout},
+	{name: "Fused", fn: testFused},
 }
 
 func init() { kernelTests = append(kernelTests, familyTests...) }
@@ -223,6 +224,66 @@ func testDropout(e *env) {
 		}
 	}
 	e.nearTol("Dropout", e.read(dst), want, 1e-6)
+}
+
+// testFused: BiasReLU against max(src + bias, 0), in place too, NaN
+// propagated; ReLUBackwardSum against grad·[out > 0], its row sum with the
+// bits the device's own Binary(ReLUGrad) and Sum give. A small case and
+// one large enough to be split across workers.
+func testFused(e *env) {
+	fk := family[device.FusedKernels](e, "fused Linear+ReLU")
+	for _, sh := range [][2]int{{5, 7}, {50, 1001}} {
+		rows, cols := sh[0], sh[1]
+		n := rows * cols
+		src, bias := seq(n, -2, 2), seq(cols, -0.5, 0.5)
+		src[3] = float32(math.NaN())
+		sv, bv := e.tensor([]int{rows, cols}, src), e.tensor([]int{cols}, bias)
+		dst := e.tensor([]int{rows, cols}, nil)
+		e.ok(fk.BiasReLU(dst, sv, bv), "BiasReLU %dx%d", rows, cols)
+		want := make([]float64, n)
+		for i := range want {
+			x := float64(src[i] + bias[i%cols])
+			if math.IsNaN(x) {
+				want[i] = x
+			} else {
+				want[i] = math.Max(x, 0)
+			}
+		}
+		e.near("BiasReLU", e.read(dst), want)
+		e.ok(fk.BiasReLU(sv, sv, bv), "BiasReLU in place")
+		e.near("BiasReLU in place", e.read(sv), want)
+
+		src[3] = 1
+		out := e.tensor([]int{rows, cols}, src) // some zero, some negative: masked
+		grad := seq(n, -1, 1)
+		gv := e.tensor([]int{rows, cols}, grad)
+		dx, sum := e.tensor([]int{rows, cols}, nil), e.tensor([]int{cols}, nil)
+		e.ok(fk.ReLUBackwardSum(dx, sum, gv, out), "ReLUBackwardSum %dx%d", rows, cols)
+		wantDx, wantSum := make([]float64, n), make([]float64, cols)
+		for i := range wantDx {
+			if src[i] > 0 {
+				wantDx[i] = float64(grad[i])
+			}
+			wantSum[i%cols] += wantDx[i]
+		}
+		e.near("ReLUBackwardSum dst", e.read(dx), wantDx)
+		e.nearTol("ReLUBackwardSum sum", e.read(sum), wantSum, 1e-5*float64(rows))
+		// The same bits as the unfused kernels.
+		dx2, sum2 := e.tensor([]int{rows, cols}, nil), e.tensor([]int{1, cols}, nil)
+		e.ok(e.k.Binary(device.ReLUGrad, dx2, gv, out), "Binary ReLUGrad")
+		e.ok(e.k.Sum(sum2, dx2, 1), "Sum")
+		if got, ref := e.read(sum), e.read(sum2); got != nil {
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(ref[i]) {
+					e.Errorf("ReLUBackwardSum sum[%d] = %v, Binary+Sum give %v: not the same bits", i, got[i], ref[i])
+					break
+				}
+			}
+		}
+		// Without a sum.
+		e.ok(fk.ReLUBackwardSum(gv, device.View{}, gv, out), "ReLUBackwardSum in place, no sum")
+		e.near("ReLUBackwardSum in place", e.read(gv), wantDx)
+	}
 }
 
 // seq64 is seq as float64 values (exactly the float32 ones).

@@ -139,7 +139,7 @@ func testGemm(e *env) {
 			p.A, p.B, p.C = va.Block, vb.Block, vc.Block
 			e.ok(e.k.Gemm(p), "Gemm %s", name)
 			// Elements outside C's rows (padding, offset) keep their values.
-			e.nearTol("Gemm "+name, e.read(vc), refGemm(p, a, b, c), e.caps.Tol*math.Max(1, float64(sh.k)/16))
+			e.nearTol("Gemm "+name, e.read(vc), refGemm(p, a, b, c), e.gemmTol()*math.Max(1, float64(sh.k)/16))
 		}
 	}
 }

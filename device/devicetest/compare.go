@@ -1,49 +1,99 @@
-package cuda_test
+package devicetest
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"ferry/device"
-	"ferry/device/cpu"
 )
 
-// Op by op against the CPU device: every Kernels method on the same random
-// inputs, results compared by normwise relative error,
-// max|gpu-cpu| / max|cpu|. compareOps runs on the fake driver in every test
-// run (small shapes) and on a real GPU under FERRY_CUDA_REAL=1 (larger
-// ones; see real_test.go).
+// The comparison tests run every required kernel on the device under test
+// and on Caps.Reference (the CPU device) with the same random inputs, and
+// compare the results by normwise relative error,
+// max|got-ref| / max|ref|. The reference tests above check small,
+// hand-picked cases against float64; these check shapes large enough (with
+// Caps.Large) to span many thread blocks, split reductions and tile
+// matrix products the way a real GPU does.
 
+var compareTests = []test{
+	{name: "CompareGemm", fn: compareGemmTest, needsReference: true},
+	{name: "CompareCopy", fn: compareCopy, needsReference: true},
+	{name: "CompareUnary", fn: compareUnary, needsReference: true},
+	{name: "CompareBinary", fn: compareBinary, needsReference: true},
+	{name: "CompareSum", fn: compareSum, needsReference: true},
+	{name: "CompareSoftmax", fn: compareSoftmax, needsReference: true},
+	{name: "CompareNLL", fn: compareNLL, needsReference: true},
+	{name: "CompareOptim", fn: compareOptim, needsReference: true},
+	{name: "CompareFamilies", fn: compareFamilies, needsReference: true},
+}
+
+func init() { kernelTests = append(kernelTests, compareTests...) }
+
+// sizes are the shapes of one comparison run.
 type sizes struct {
 	m, n, k int // matrix products
 	rows    int // softmax, NLL rows
 	cols    int
 	big     []int // a 3-d shape for elementwise ops and sums
 	long    int   // a whole-tensor sum covers long times big's elements
-	tol     float64
 }
 
-var fakeSizes = sizes{m: 37, n: 29, k: 53, rows: 11, cols: 300, big: []int{5, 33, 70}, long: 40, tol: 1e-5}
+var (
+	smallSizes = sizes{m: 37, n: 29, k: 53, rows: 11, cols: 300, big: []int{5, 33, 70}, long: 40}
+	largeSizes = sizes{m: 513, n: 1030, k: 257, rows: 300, cols: 5000, big: []int{37, 129, 513}, long: 16}
+)
 
+// pair is one comparison's two devices: the one under test and the
+// reference, with the random source both are fed from. worst records the
+// largest relative error seen, for the log.
 type pair struct {
-	t        *testing.T
-	gpu, cpu device.Device
+	*testing.T
+	dev, ref device.Device
 	rng      *rand.Rand
 	sz       sizes
+	tol      float64
 	worst    float64
 	worstOp  string
 }
 
-func newPair(t *testing.T, gpu device.Device, sz sizes, seed uint64) *pair {
-	c, err := cpu.New(device.Options{})
-	if err != nil {
-		t.Fatal(err)
+// both is one tensor on the device under test and its twin on the
+// reference.
+type both struct{ d, r device.View }
+
+func (e *env) pair() *pair {
+	e.Helper()
+	ref := e.s.caps.Reference(e.T)
+	e.Cleanup(func() { ref.Close() })
+	seed := e.caps.Seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
 	}
-	t.Cleanup(func() { c.Close() })
-	return &pair{t: t, gpu: gpu, cpu: c, rng: rand.New(rand.NewPCG(seed, 7)), sz: sz}
+	e.Logf("seed %d (Caps.Seed repeats it)", seed)
+	sz := smallSizes
+	if e.caps.Large {
+		sz = largeSizes
+	}
+	p := &pair{T: e.T, dev: e.dev, ref: ref, rng: rand.New(rand.NewPCG(seed, 7)), sz: sz, tol: e.caps.Tol}
+	e.Cleanup(func() {
+		if p.worstOp != "" {
+			e.Logf("largest relative error %.3g (%s)", p.worst, p.worstOp)
+		}
+	})
+	return p
+}
+
+// CompareGemm runs batched matrix products of m×k by k×n, in every
+// transposition, on dev and ref with the same random inputs, fails t where
+// the normwise relative error passes tol, and returns the largest error
+// seen: a TF32 test checks that it is visibly above FP32's.
+func CompareGemm(t *testing.T, dev, ref device.Device, m, n, k int, tol float64, seed uint64) float64 {
+	t.Helper()
+	p := &pair{T: t, dev: dev, ref: ref, rng: rand.New(rand.NewPCG(seed, 7)), tol: tol}
+	p.gemm(m, n, k, tol)
+	return p.worst
 }
 
 func (p *pair) randoms(n int, lo, hi float32) []float32 {
@@ -54,57 +104,37 @@ func (p *pair) randoms(n int, lo, hi float32) []float32 {
 	return v
 }
 
-func bytesOf(v []float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.NativeEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
-}
-
-func floatsOf(b []byte) []float32 {
-	v := make([]float32, len(b)/4)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.NativeEndian.Uint32(b[4*i:]))
-	}
-	return v
-}
-
-// both is one tensor on the GPU and its twin on the CPU.
-type both struct{ g, c device.View }
-
 // storage puts vals on both devices and views them with shape, strides and
-// element offset.
+// element offset. The blocks are freed when the test ends.
 func (p *pair) storage(vals []float32, off int, shape, strides []int) both {
-	p.t.Helper()
+	p.Helper()
 	var out both
-	for i, d := range []device.Device{p.gpu, p.cpu} {
+	for i, d := range []device.Device{p.dev, p.ref} {
 		b, err := d.Allocator().Alloc(int64(max(len(vals), 1)*4), device.Activation)
 		if err != nil {
-			p.t.Fatal(err)
+			p.Fatalf("%s: %v", d.Name(), err)
 		}
-		p.t.Cleanup(func() { d.Allocator().Free(b) })
-		v := device.View{Block: b, Off: off, Shape: shape, Strides: strides}
+		p.Cleanup(func() { d.Allocator().Free(b) })
 		if len(vals) > 0 {
-			if err := d.Kernels().Upload(device.View{Block: b}, bytesOf(vals)); err != nil {
-				p.t.Fatal(err)
+			if err := d.Kernels().Upload(device.View{Block: b}, floatBytes(vals)); err != nil {
+				p.Fatalf("%s: Upload: %v", d.Name(), err)
 			}
 		}
+		v := device.View{Block: b, Off: off, Shape: shape, Strides: strides}
 		if i == 0 {
-			out.g = v
+			out.d = v
 		} else {
-			out.c = v
+			out.r = v
 		}
 	}
 	return out
 }
 
+// tensor is a contiguous tensor holding vals, or NaN when vals is nil so
+// that elements a kernel leaves unwritten show.
 func (p *pair) tensor(shape []int, vals []float32) both {
 	if vals == nil {
-		vals = make([]float32, device.Numel(shape))
-		for i := range vals {
-			vals[i] = float32(math.NaN()) // outputs start as NaN: unwritten elements show
-		}
+		vals = fill(device.Numel(shape), float32(math.NaN()))
 	}
 	return p.storage(vals, 0, shape, device.Contiguous(shape))
 }
@@ -113,47 +143,41 @@ func (p *pair) rand(shape []int, lo, hi float32) both {
 	return p.tensor(shape, p.randoms(device.Numel(shape), lo, hi))
 }
 
-func read(t *testing.T, d device.Device, v device.View, n int) []float32 {
+// run calls f on each device's kernels with the matching views.
+func (p *pair) run(what string, f func(k device.Kernels, pick func(both) device.View) error) {
+	p.Helper()
+	if err := f(p.dev.Kernels(), func(x both) device.View { return x.d }); err != nil {
+		p.Fatalf("%s on %s: %v", what, p.dev.Name(), err)
+	}
+	if err := f(p.ref.Kernels(), func(x both) device.View { return x.r }); err != nil {
+		p.Fatalf("%s on %s (the reference): %v", what, p.ref.Name(), err)
+	}
+}
+
+func download(t *testing.T, d device.Device, v device.View, n int) []float32 {
 	t.Helper()
 	b := make([]byte, 4*n)
 	if err := d.Kernels().Download(b, v); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: Download: %v", d.Name(), err)
 	}
-	return floatsOf(b)
+	return bytesFloat(b)
 }
 
-// run calls f on each device's kernels with the matching views.
-func (p *pair) run(what string, f func(k device.Kernels, pick func(both) device.View) error) {
-	p.t.Helper()
-	if err := f(p.gpu.Kernels(), func(x both) device.View { return x.g }); err != nil {
-		p.t.Fatalf("%s on %s: %v", what, p.gpu.Name(), err)
-	}
-	if err := f(p.cpu.Kernels(), func(x both) device.View { return x.c }); err != nil {
-		p.t.Fatalf("%s on cpu: %v", what, err)
-	}
-}
-
-// check compares the first n elements of x (its numel when n is 0).
+// check compares the first n elements of x (its numel when n is omitted).
+// NaNs and infinities must match.
 func (p *pair) check(what string, x both, tol float64, n ...int) {
-	p.t.Helper()
-	m := x.g.Numel()
+	p.Helper()
+	m := x.d.Numel()
 	if len(n) > 0 {
 		m = n[0]
 	}
-	g, c := read(p.t, p.gpu, x.g, m), read(p.t, p.cpu, x.c, m)
+	g, c := download(p.T, p.dev, x.d, m), download(p.T, p.ref, x.r, m)
 	var scale, diff float64
 	for i := range c {
 		cv, gv := float64(c[i]), float64(g[i])
-		if math.IsNaN(cv) || math.IsNaN(gv) {
-			if math.IsNaN(cv) != math.IsNaN(gv) {
-				p.t.Errorf("%s[%d]: %s gives %v, cpu %v", what, i, p.gpu.Name(), gv, cv)
-				return
-			}
-			continue
-		}
-		if math.IsInf(cv, 0) || math.IsInf(gv, 0) {
-			if cv != gv {
-				p.t.Errorf("%s[%d]: %s gives %v, cpu %v", what, i, p.gpu.Name(), gv, cv)
+		if math.IsNaN(cv) || math.IsNaN(gv) || math.IsInf(cv, 0) || math.IsInf(gv, 0) {
+			if cv != gv && !(math.IsNaN(cv) && math.IsNaN(gv)) {
+				p.Errorf("%s[%d]: %s gives %v, %s %v", what, i, p.dev.Name(), gv, p.ref.Name(), cv)
 				return
 			}
 			continue
@@ -169,24 +193,16 @@ func (p *pair) check(what string, x both, tol float64, n ...int) {
 		p.worst, p.worstOp = rel, what
 	}
 	if rel > tol {
-		p.t.Errorf("%s: relative error %.3g > %.0g (max |diff| %.3g, max |cpu| %.3g)", what, rel, tol, diff, scale)
+		p.Errorf("%s: relative error %.3g > %.0g (max |diff| %.3g, max |%s| %.3g)", what, rel, tol, diff, p.ref.Name(), scale)
 	}
 }
 
-func compareOps(t *testing.T, p *pair) {
-	sz := p.sz
-	t.Run("Gemm", func(t *testing.T) { p.t = t; compareGemm(p, sz.m, sz.n, sz.k, sz.tol) })
-	t.Run("Copy", func(t *testing.T) { p.t = t; compareCopy(p) })
-	t.Run("Unary", func(t *testing.T) { p.t = t; compareUnary(p) })
-	t.Run("Binary", func(t *testing.T) { p.t = t; compareBinary(p) })
-	t.Run("Sum", func(t *testing.T) { p.t = t; compareSum(p) })
-	t.Run("Softmax", func(t *testing.T) { p.t = t; compareSoftmax(p) })
-	t.Run("NLL", func(t *testing.T) { p.t = t; compareNLL(p) })
-	t.Run("Optim", func(t *testing.T) { p.t = t; compareOptim(p) })
-	t.Run("Families", func(t *testing.T) { p.t = t; compareFamilies(p) })
+func compareGemmTest(e *env) {
+	p := e.pair()
+	p.gemm(p.sz.m, p.sz.n, p.sz.k, e.gemmTol())
 }
 
-func compareGemm(p *pair, m, n, k int, tol float64) {
+func (p *pair) gemm(m, n, k int, tol float64) {
 	for _, ta := range []bool{false, true} {
 		for _, tb := range []bool{false, true} {
 			for _, batch := range []int{1, 3} {
@@ -221,16 +237,17 @@ func compareGemm(p *pair, m, n, k int, tol float64) {
 	}
 }
 
-func compareCopy(p *pair) {
+func compareCopy(e *env) {
+	p := e.pair()
 	s := p.sz.big
 	n := device.Numel(s)
 	src := p.storage(p.randoms(n+5, -1, 1), 5, []int{s[2], s[0], s[1]}, []int{1, s[1] * s[2], s[2]}) // permuted
-	dst := p.tensor(src.g.Shape, nil)
+	dst := p.tensor(src.d.Shape, nil)
 	p.run("copy permuted", func(k device.Kernels, pick func(both) device.View) error { return k.Copy(pick(dst), pick(src)) })
 	p.check("copy permuted", dst, 0)
 
 	row := p.storage(p.randoms(s[2], -1, 1), 0, []int{s[0] * s[1], s[2]}, []int{0, 1}) // broadcast
-	dst2 := p.tensor(row.g.Shape, nil)
+	dst2 := p.tensor(row.d.Shape, nil)
 	p.run("copy broadcast", func(k device.Kernels, pick func(both) device.View) error { return k.Copy(pick(dst2), pick(row)) })
 	p.check("copy broadcast", dst2, 0)
 
@@ -253,7 +270,8 @@ func unaryRange(op device.UnaryOp) (lo, hi float32) {
 	return -4, 4
 }
 
-func compareUnary(p *pair) {
+func compareUnary(e *env) {
+	p := e.pair()
 	s := p.sz.big
 	for op := device.UnaryOp(0); op <= device.PowScalar; op++ {
 		lo, hi := unaryRange(op)
@@ -262,20 +280,21 @@ func compareUnary(p *pair) {
 		p.run(op.String(), func(k device.Kernels, pick func(both) device.View) error {
 			return k.Unary(op, pick(y), pick(x), 1.7)
 		})
-		p.check(op.String()+" contiguous", y, p.sz.tol)
+		p.check(op.String()+" contiguous", y, p.tol)
 		// A transposed input (strided kernel).
 		xt := x
-		xt.g.Shape, xt.g.Strides = []int{s[0], s[2], s[1]}, []int{s[1] * s[2], 1, s[2]}
-		xt.c.Shape, xt.c.Strides = xt.g.Shape, xt.g.Strides
-		yt := p.tensor(xt.g.Shape, nil)
+		xt.d.Shape, xt.d.Strides = []int{s[0], s[2], s[1]}, []int{s[1] * s[2], 1, s[2]}
+		xt.r.Shape, xt.r.Strides = xt.d.Shape, xt.d.Strides
+		yt := p.tensor(xt.d.Shape, nil)
 		p.run(op.String()+" transposed", func(k device.Kernels, pick func(both) device.View) error {
 			return k.Unary(op, pick(yt), pick(xt), 1.7)
 		})
-		p.check(op.String()+" transposed", yt, p.sz.tol)
+		p.check(op.String()+" transposed", yt, p.tol)
 	}
 }
 
-func compareBinary(p *pair) {
+func compareBinary(e *env) {
+	p := e.pair()
 	s := p.sz.big
 	for op := device.BinaryOp(0); op <= device.Maximum; op++ {
 		a := p.rand(s, -3, 3)
@@ -288,23 +307,24 @@ func compareBinary(p *pair) {
 		p.run(op.String(), func(k device.Kernels, pick func(both) device.View) error {
 			return k.Binary(op, pick(y), pick(a), pick(b))
 		})
-		p.check(op.String()+" contiguous", y, p.sz.tol)
+		p.check(op.String()+" contiguous", y, p.tol)
 		// b broadcast along the middle axis, as a bias row.
 		bb := p.storage(p.randoms(s[0]*s[2], lo, hi), 0, s, []int{s[2], 0, 1})
 		p.run(op.String()+" broadcast", func(k device.Kernels, pick func(both) device.View) error {
 			return k.Binary(op, pick(y), pick(a), pick(bb))
 		})
-		p.check(op.String()+" broadcast", y, p.sz.tol)
-		// In place, a += b broadcast over rows.
+		p.check(op.String()+" broadcast", y, p.tol)
+		// In place, a op= b broadcast over rows.
 		row := p.storage(p.randoms(s[2], lo, hi), 0, s, []int{0, 0, 1})
 		p.run(op.String()+" in place", func(k device.Kernels, pick func(both) device.View) error {
 			return k.Binary(op, pick(a), pick(a), pick(row))
 		})
-		p.check(op.String()+" in place", a, p.sz.tol)
+		p.check(op.String()+" in place", a, p.tol)
 	}
 }
 
-func compareSum(p *pair) {
+func compareSum(e *env) {
+	p := e.pair()
 	s := p.sz.big
 	x := p.rand(s, -1, 1)
 	for _, axes := range [][]int{{0}, {1}, {2}, {0, 1}, {0, 2}, {1, 2}, {0, 1, 2}} {
@@ -315,25 +335,26 @@ func compareSum(p *pair) {
 		y := p.tensor(keep, nil)
 		name := fmt.Sprintf("sum over %v of %v", axes, s)
 		p.run(name, func(k device.Kernels, pick func(both) device.View) error { return k.Sum(pick(y), pick(x), 0.5) })
-		p.check(name, y, p.sz.tol)
+		p.check(name, y, p.tol)
 	}
 	// A transposed source, and a long whole-tensor sum.
 	xt := x
-	xt.g.Shape, xt.g.Strides = []int{s[2], s[1], s[0]}, []int{1, s[2], s[1] * s[2]}
-	xt.c.Shape, xt.c.Strides = xt.g.Shape, xt.g.Strides
+	xt.d.Shape, xt.d.Strides = []int{s[2], s[1], s[0]}, []int{1, s[2], s[1] * s[2]}
+	xt.r.Shape, xt.r.Strides = xt.d.Shape, xt.d.Strides
 	y := p.tensor([]int{s[2], 1, s[0]}, nil)
 	p.run("sum transposed", func(k device.Kernels, pick func(both) device.View) error { return k.Sum(pick(y), pick(xt), 1) })
-	p.check("sum transposed", y, p.sz.tol)
+	p.check("sum transposed", y, p.tol)
 	n := p.sz.long * device.Numel(s)
 	long := p.rand([]int{n}, -1, 1)
 	one := p.tensor([]int{1}, nil)
 	p.run("sum all", func(k device.Kernels, pick func(both) device.View) error {
 		return k.Sum(pick(one), pick(long), 1/float32(n))
 	})
-	p.check("sum all", one, p.sz.tol)
+	p.check("sum all", one, p.tol)
 }
 
-func compareSoftmax(p *pair) {
+func compareSoftmax(e *env) {
+	p := e.pair()
 	shape := []int{p.sz.rows, p.sz.cols}
 	for _, log := range []bool{false, true} {
 		name := "softmax"
@@ -343,17 +364,18 @@ func compareSoftmax(p *pair) {
 		x := p.rand(shape, -8, 8)
 		y := p.tensor(shape, nil)
 		p.run(name, func(k device.Kernels, pick func(both) device.View) error { return k.Softmax(pick(y), pick(x), log) })
-		p.check(name, y, p.sz.tol)
+		p.check(name, y, p.tol)
 		g := p.rand(shape, -1, 1)
 		dx := p.tensor(shape, nil)
 		p.run(name+" backward", func(k device.Kernels, pick func(both) device.View) error {
 			return k.SoftmaxBackward(pick(dx), pick(g), pick(y), log)
 		})
-		p.check(name+" backward", dx, p.sz.tol)
+		p.check(name+" backward", dx, p.tol)
 	}
 }
 
-func compareNLL(p *pair) {
+func compareNLL(e *env) {
+	p := e.pair()
 	rows, cols := p.sz.rows, p.sz.cols
 	logp := p.rand([]int{rows, cols}, -6, 0)
 	targets := make([]int32, rows)
@@ -363,25 +385,22 @@ func compareNLL(p *pair) {
 			targets[i] = -1 // ignored
 		}
 	}
-	tv := make([]float32, rows)
-	for i, x := range targets {
-		tv[i] = math.Float32frombits(uint32(x))
-	}
-	tg := p.tensor([]int{rows}, tv)
+	tg := p.tensor([]int{rows}, int32s(targets))
 	loss := p.tensor([]int{1}, nil)
 	p.run("nll", func(k device.Kernels, pick func(both) device.View) error {
 		return k.NLL(pick(loss), pick(logp), pick(tg))
 	})
-	p.check("nll", loss, p.sz.tol)
+	p.check("nll", loss, p.tol)
 	grad := p.tensor([]int{1}, []float32{0.75})
 	dx := p.tensor([]int{rows, cols}, nil)
 	p.run("nll backward", func(k device.Kernels, pick func(both) device.View) error {
 		return k.NLLBackward(pick(dx), pick(grad), pick(tg))
 	})
-	p.check("nll backward", dx, p.sz.tol)
+	p.check("nll backward", dx, p.tol)
 }
 
-func compareOptim(p *pair) {
+func compareOptim(e *env) {
+	p := e.pair()
 	n := device.Numel(p.sz.big)
 	w, g, buf := p.rand([]int{n}, -1, 1), p.rand([]int{n}, -1, 1), p.tensor([]int{n}, make([]float32, n))
 	for step, sp := range []device.SGDParams{
@@ -394,8 +413,8 @@ func compareOptim(p *pair) {
 		p.run(name, func(k device.Kernels, pick func(both) device.View) error {
 			return k.SGDStep(pick(w), pick(g), pick(buf), sp)
 		})
-		p.check(name+" param", w, p.sz.tol)
-		p.check(name+" momentum", buf, p.sz.tol)
+		p.check(name+" param", w, p.tol)
+		p.check(name+" momentum", buf, p.tol)
 	}
 	m, v := p.tensor([]int{n}, make([]float32, n)), p.tensor([]int{n}, make([]float32, n))
 	for step := 1; step <= 3; step++ {
@@ -404,15 +423,8 @@ func compareOptim(p *pair) {
 		p.run(name, func(k device.Kernels, pick func(both) device.View) error {
 			return k.AdamWStep(pick(w), pick(g), pick(m), pick(v), ap)
 		})
-		p.check(name+" param", w, p.sz.tol)
-		p.check(name+" exp_avg", m, p.sz.tol)
-		p.check(name+" exp_avg_sq", v, p.sz.tol)
+		p.check(name+" param", w, p.tol)
+		p.check(name+" exp_avg", m, p.tol)
+		p.check(name+" exp_avg_sq", v, p.tol)
 	}
-}
-
-func TestCompareWithCPUFake(t *testing.T) {
-	d, _ := openFake(t, fakeOpts(), device.Options{})
-	p := newPair(t, d, fakeSizes, 1)
-	compareOps(t, p)
-	t.Logf("largest relative error: %.3g (%s)", p.worst, p.worstOp)
 }
