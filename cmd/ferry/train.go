@@ -277,14 +277,17 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 	}
 	recompute := o.mode == demo.Recompute || o.mode == demo.RecomputeOffload
 
-	// Checkpoints and resume.
+	// Checkpoints and resume. A checkpoint resumes only a run of the same
+	// model, data and optimizer.
+	identity := task.identity()
+	identity["optimizer"] = o.optimizer
 	var ckpt *train.Checkpointer
 	hist := &history{}
 	first := 1
 	if o.checkpointDir != "" {
 		ckpt = &train.Checkpointer{Dir: o.checkpointDir, Keep: o.keep}
 		if o.resume {
-			meta, path, err := ckpt.Resume(model, opt, task.identity())
+			meta, path, err := ckpt.Resume(model, opt, identity)
 			if err != nil {
 				return nil, err
 			}
@@ -358,7 +361,7 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 			return nil
 		}
 		extra, _ := json.Marshal(hist)
-		path, err := ckpt.Save(model, opt, train.Meta{Step: step, Seed: o.seed, Identity: task.identity(), Extra: extra,
+		path, err := ckpt.Save(model, opt, train.Meta{Step: step, Seed: o.seed, Identity: identity, Extra: extra,
 			DataPosition: map[string]any{"step": step, "note": "batches are drawn from generators keyed by (seed, step)"}})
 		if err != nil {
 			return err
