@@ -107,6 +107,10 @@ func (c *Checkpointer) Save(model nn.Module, opt optim.Stateful, meta Meta) (pat
 	defer func() {
 		if err != nil {
 			os.RemoveAll(tmp)
+			if errors.Is(err, syscall.ENOSPC) {
+				err = fmt.Errorf("%w (the disk holding %s is full: free space, lower --keep, or give another --checkpoint-dir; "+
+					"the previous checkpoint is intact)", err, c.Dir)
+			}
 		}
 	}()
 	if err := nn.SaveSafetensors(filepath.Join(tmp, modelFile), model); err != nil {
