@@ -116,7 +116,14 @@ func TestStandInConformance(t *testing.T) {
 	devicetest.Run(t, func(t *testing.T, opts device.Options) device.Device {
 		l.SetCopyDelay(0)
 		return openCUDA(t, l, opts)
-	}, devicetest.Caps{HasData: true, SlowCopy: map[string]string{"copy_delay": "50ms"}})
+	}, devicetest.Caps{HasData: true, SlowCopy: map[string]string{"copy_delay": "50ms"}, Seed: 1,
+		Reference: func(t *testing.T) device.Device { // the Compare* tests run against the CPU device
+			c, err := cpu.New(device.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}})
 	if l.Counter("launches_run") == 0 || l.Counter("sgemms") == 0 || l.Counter("copies") == 0 {
 		t.Errorf("kernels %d, sgemms %d, copies %d: the suite did not reach the stand-in",
 			l.Counter("launches_run"), l.Counter("sgemms"), l.Counter("copies"))
