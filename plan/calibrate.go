@@ -19,6 +19,9 @@ type CalibrateOptions struct {
 	// timed training steps on dev (the planner knows no model of its own;
 	// internal/demo's FitProfile times the origin model).
 	Fit func(dev device.Device, p *meta.Profile, o CalibrateOptions) error
+	// FitOn says in the profile's Source what Fit times ("" = training
+	// steps of 8 such layers, as internal/demo's FitProfile does).
+	FitOn string
 }
 
 // Calibrate measures dev and returns a profile for the meta device's cost
@@ -158,8 +161,12 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 			return nil, err
 		}
 	}
+	fitOn := o.FitOn
+	if fitOn == "" {
+		fitOn = "training steps of 8 such layers"
+	}
 	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, 64 MiB host copies, a 256 MiB file; "+
-		"elementwise rate and copy share fitted to training steps of 8 such layers", dev.Name(), w, b)
+		"elementwise rate and copy share fitted to %s", dev.Name(), w, b, fitOn)
 	return p, p.Validate()
 }
 

@@ -47,6 +47,8 @@ var builtin = map[string]meta.Profile{
 	// device and its host; disk = page-cache writes and reads, as the
 	// offloader does them.
 	"cpu": cpuProfile,
+	// The same machine, fitted on a small GPT's training steps (ferry calibrate --model gpt).
+	"cpu-gpt": cpuGPTProfile,
 }
 
 // Profiles lists the built-in profiles' names.

@@ -9,6 +9,7 @@
 //	go run ./bench/predict                    # 40 × 1024, batch 256, 3 rounds
 //	go run ./bench/predict -profile cpu -rounds 5
 //	go run ./bench/predict -profile cpu -model gpt
+//	go run ./bench/predict -profile cpu-gpt -model gpt   # fitted on this GPT (ferry calibrate --model gpt)
 package main
 
 import (

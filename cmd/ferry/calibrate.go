@@ -10,6 +10,7 @@ import (
 
 	"ferry/device"
 	"ferry/internal/demo"
+	"ferry/nn"
 	"ferry/plan"
 )
 
@@ -19,24 +20,65 @@ func init() {
 
 func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 	dev := fs.String("device", "cpu", "device to measure")
-	width := fs.Int("width", 1024, "Linear layer width whose matrix products are timed")
-	batch := fs.Int("batch", 256, "batch size for those products")
+	model := fs.String("model", "mlp", "what the elementwise rate and copy share are fitted to: mlp, training steps of 8 Linear+ReLU layers; "+
+		"gpt, training steps of a GPT (as bench/predict -model gpt runs it)")
+	width := fs.Int("width", 1024, "mlp: Linear layer width whose matrix products are timed")
+	batch := fs.Int("batch", 0, "mlp: batch size for those products (default 256); gpt: the GPT's batch (default 16)")
+	layers := fs.Int("layers", 4, "gpt: blocks")
+	heads := fs.Int("heads", 4, "gpt: attention heads")
+	embd := fs.Int("embd", 128, "gpt: embedding width (the products are timed as Linear(embd) at batch × seq rows)")
+	seq := fs.Int("seq", 64, "gpt: sequence length")
+	vocab := fs.Int("vocab", 256, "gpt: vocabulary size")
 	diskDir := fs.String("disk-dir", "", "directory for the disk test (default: the system's temporary directory)")
 	seconds := fs.Float64("seconds", 0.5, "time spent on each figure")
 	save := fs.String("save", "", "also write the profile as JSON to this file (for ferry plan --profile)")
 	return func(out io.Writer, asJSON bool) error {
-		if err := positive(setFlags(fs), map[string]int{"width": *width, "batch": *batch}); err != nil {
+		set := setFlags(fs)
+		if err := positive(set, map[string]int{"width": *width, "batch": *batch, "layers": *layers, "heads": *heads,
+			"embd": *embd, "seq": *seq, "vocab": *vocab}); err != nil {
 			return err
 		}
 		if !(*seconds > 0 && *seconds <= 600) {
 			return fmt.Errorf("--seconds must be a number in (0, 600], got %v", *seconds)
+		}
+		opts := plan.CalibrateOptions{Width: *width, Batch: 256, DiskDir: *diskDir, Seconds: *seconds, Fit: demo.FitProfile}
+		if set["batch"] {
+			opts.Batch = *batch
+		}
+		switch *model {
+		case "mlp":
+			for _, f := range []string{"layers", "heads", "embd", "seq", "vocab"} {
+				if set[f] {
+					return fmt.Errorf("--%s sizes a GPT; add --model gpt", f)
+				}
+			}
+		case "gpt":
+			if set["width"] {
+				return fmt.Errorf("--width sizes the MLP; a GPT's is --embd")
+			}
+			g := nn.GPTConfig{Vocab: *vocab, Seq: *seq, Layers: *layers, Heads: *heads, Embd: *embd, Bias: true, Seed: 1}
+			b := 16
+			if set["batch"] {
+				b = *batch
+			}
+			if err := g.Validate(); err != nil {
+				return err
+			}
+			if err := gptSizes(g, b); err != nil {
+				return err
+			}
+			opts.Width, opts.Batch, opts.Fit = g.Embd, b*g.Seq, demo.FitGPTProfile(g, b)
+			opts.FitOn = fmt.Sprintf("training steps of a GPT (%d layers, %d heads, embedding %d, sequence %d, vocabulary %d), batch %d, AdamW, "+
+				"in modes none and offload (recompute, recompute-offload and planned policies not fitted)", g.Layers, g.Heads, g.Embd, g.Seq, g.Vocab, b)
+		default:
+			return fmt.Errorf("--model %q: choose mlp or gpt", *model)
 		}
 		d, err := device.Open(*dev, device.Options{})
 		if err != nil {
 			return err
 		}
 		defer d.Close()
-		p, err := plan.Calibrate(d, plan.CalibrateOptions{Width: *width, Batch: *batch, DiskDir: *diskDir, Seconds: *seconds, Fit: demo.FitProfile})
+		p, err := plan.Calibrate(d, opts)
 		if err != nil {
 			return err
 		}

@@ -176,3 +176,24 @@ func TestDemoGPT(t *testing.T) {
 		t.Errorf("--embd without --model gpt: exit %d, %s", code, errOut)
 	}
 }
+
+// ferry calibrate --model gpt refuses bad sizes before it measures anything.
+func TestCalibrateGPTFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", "gpt", "--heads", "3"}, "not a multiple"},
+		{[]string{"--model", "gpt", "--embd", "0"}, "--embd must be a positive integer"},
+		{[]string{"--model", "gpt", "--seq", "-4"}, "--seq must be a positive integer"},
+		{[]string{"--model", "gpt", "--batch", "0"}, "--batch must be a positive integer"},
+		{[]string{"--model", "gpt", "--width", "512"}, "a GPT's is --embd"},
+		{[]string{"--heads", "2"}, "add --model gpt"},
+		{[]string{"--model", "bert"}, "choose mlp or gpt"},
+	} {
+		_, errOut, code := runCLI(t, append([]string{"calibrate"}, c.args...)...)
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("calibrate %v: exit %d, %q; want an error with %q", c.args, code, errOut, c.want)
+		}
+	}
+}

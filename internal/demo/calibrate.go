@@ -6,6 +6,7 @@ import (
 
 	"ferry/device"
 	"ferry/device/meta"
+	"ferry/nn"
 	"ferry/offload"
 	"ferry/plan"
 )
@@ -26,6 +27,43 @@ func FitProfile(dev device.Device, p *meta.Profile, o plan.CalibrateOptions) err
 		cfg.Modes = []string{None, Offload, None, Offload}
 	}
 	cfg.Steps = max(3, int(o.Seconds/0.1))
+	return fitSteps(dev, p, cfg)
+}
+
+// FitGPTProfile returns a plan.CalibrateOptions.Fit that does what
+// FitProfile does on training steps of a GPT of g at batch batch (AdamW,
+// as bench/predict runs it): the elementwise rate is fitted to steps in
+// mode none, the copy share to steps in mode offload (every save moved to
+// the host), three of each, alternating. Whatever the GPT spends beyond
+// its matrix products at the rate Calibrate measured (attention, softmax,
+// layer norm, GELU, the optimizer, the tensor layer's own work) is
+// charged to the elementwise rate. Modes recompute and recompute-offload
+// and planned policies are not fitted: they are the held-out test of the
+// profile. Calibrate should time products at the GPT's own shapes:
+// Width g.Embd, Batch batch·g.Seq.
+func FitGPTProfile(g nn.GPTConfig, batch int) func(device.Device, *meta.Profile, plan.CalibrateOptions) error {
+	return func(dev device.Device, p *meta.Profile, o plan.CalibrateOptions) error {
+		if err := g.Validate(); err != nil {
+			return err
+		}
+		if batch < 1 {
+			return fmt.Errorf("calibrate: GPT batch must be positive, got %d", batch)
+		}
+		cfg := DefaultConfig(dev.Name())
+		cfg.Model, cfg.GPT, cfg.Batch, cfg.LR = "gpt", g, batch, 3e-4
+		cfg.Modes = []string{None}
+		if device.HasData(dev) {
+			cfg.Modes = []string{None, Offload, None, Offload, None, Offload}
+		}
+		cfg.Steps = max(3, int(o.Seconds/0.1))
+		return fitSteps(dev, p, cfg)
+	}
+}
+
+// fitSteps times cfg's modes on dev (none, and offload where dev holds
+// data), then fits p.MemoryBytesPerSec to the median step of mode none and
+// p.CopyComputeShare to that of mode offload.
+func fitSteps(dev device.Device, p *meta.Profile, cfg Config) error {
 	cfg.Open = func(string, device.Options) (device.Device, error) { return unclosable{dev}, nil }
 	res, err := Execute(cfg)
 	if err != nil {
@@ -52,7 +90,8 @@ func FitProfile(dev device.Device, p *meta.Profile, o plan.CalibrateOptions) err
 	// Bisect on the logarithm of the rate: the prediction falls as it grows.
 	keep := &offload.Policy{Version: 1, Default: offload.Keep}
 	measured := Median(times[None])
-	lo, hi := 1e6, 1e15
+	const rateLo, rateHi = 1e6, 1e15
+	lo, hi := rateLo, rateHi
 	for i := 0; i < 60; i++ {
 		q := *p
 		q.MemoryBytesPerSec = math.Sqrt(lo * hi)
@@ -66,7 +105,12 @@ func FitProfile(dev device.Device, p *meta.Profile, o plan.CalibrateOptions) err
 			hi = q.MemoryBytesPerSec
 		}
 	}
-	p.MemoryBytesPerSec = math.Sqrt(lo * hi)
+	fitted := math.Sqrt(lo * hi)
+	if fitted > rateHi/2 || fitted < 2*rateLo {
+		return fmt.Errorf("calibrate: no elementwise rate in [%g, %g] B/s predicts the measured step of %.4g s "+
+			"(the matrix products and per-kernel costs alone are predicted to take longer, or far shorter)", rateLo, rateHi, measured)
+	}
+	p.MemoryBytesPerSec = fitted
 	if len(times[Offload]) == 0 {
 		return nil
 	}
