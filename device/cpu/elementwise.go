@@ -64,11 +64,14 @@ func (k *kernels) Fill(dst device.View, v float32) error {
 
 func (k *kernels) Unary(op device.UnaryOp, dst, src device.View, alpha float32) error {
 	n := dst.Numel()
-	if src.IsContiguous() && (op == device.ReLU || op == device.Scale) {
+	if src.IsContiguous() && (op == device.ReLU || op == device.Scale || op == device.GELUTanh) {
 		d, s := floats(dst)[:n], floats(src)[:n]
-		if op == device.ReLU {
+		switch op {
+		case device.ReLU:
 			parallelFor(n, elementGrain, func(lo, hi int) { vecReLU(d[lo:hi], s[lo:hi]) })
-		} else {
+		case device.GELUTanh:
+			parallelFor(n, elementGrain, func(lo, hi int) { vecGELUTanh(d[lo:hi], s[lo:hi]) })
+		default:
 			parallelFor(n, elementGrain, func(lo, hi int) { vecScale(d[lo:hi], s[lo:hi], alpha) })
 		}
 		return nil
@@ -129,10 +132,7 @@ func unaryFunc(op device.UnaryOp, alpha float32) func(float32) float32 {
 			return float32(0.5 * v * (1 + math.Erf(v/sqrt2)))
 		}
 	case device.GELUTanh:
-		return func(x float32) float32 {
-			v := float64(x)
-			return float32(0.5 * v * (1 + math.Tanh(sqrt2OverPi*(v+geluCoef*v*v*v))))
-		}
+		return geluTanh
 	case device.Scale:
 		return func(x float32) float32 { return alpha * x }
 	case device.AddScalar:
@@ -145,11 +145,14 @@ func unaryFunc(op device.UnaryOp, alpha float32) func(float32) float32 {
 
 func (k *kernels) Binary(op device.BinaryOp, dst, a, b device.View) error {
 	n := dst.Numel()
-	if (op == device.Add || op == device.ReLUGrad) && a.IsContiguous() && b.IsContiguous() {
+	if (op == device.Add || op == device.ReLUGrad || op == device.GELUTanhGrad) && a.IsContiguous() && b.IsContiguous() {
 		d, x, y := floats(dst)[:n], floats(a)[:n], floats(b)[:n]
-		if op == device.Add {
+		switch op {
+		case device.Add:
 			parallelFor(n, elementGrain, func(lo, hi int) { vecAdd(d[lo:hi], x[lo:hi], y[lo:hi]) })
-		} else {
+		case device.GELUTanhGrad:
+			parallelFor(n, elementGrain, func(lo, hi int) { vecGELUTanhGrad(d[lo:hi], x[lo:hi], y[lo:hi]) })
+		default:
 			parallelFor(n, elementGrain, func(lo, hi int) { vecReLUGrad(d[lo:hi], x[lo:hi], y[lo:hi]) })
 		}
 		return nil
@@ -223,13 +226,7 @@ func binaryFunc(op device.BinaryOp) func(a, b float32) float32 {
 			return float32(float64(g) * (cdf + v*pdf))
 		}
 	case device.GELUTanhGrad:
-		return func(g, x float32) float32 {
-			v := float64(x)
-			inner := sqrt2OverPi * (v + geluCoef*v*v*v)
-			t := math.Tanh(inner)
-			d := 0.5*(1+t) + 0.5*v*(1-t*t)*sqrt2OverPi*(1+3*geluCoef*v*v)
-			return float32(float64(g) * d)
-		}
+		return geluTanhGrad
 	}
 	panic("cpu: unknown binary op " + op.String())
 }
