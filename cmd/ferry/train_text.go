@@ -4,10 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
-	"sort"
 
 	"ferry"
 	"ferry/device"
@@ -119,62 +117,6 @@ func (t *textTask) release() {
 	nn.Release(t.gpt)
 }
 
-// sample continues prompt by n bytes (temperature, top-k), one forward pass
-// per byte over the last Seq bytes.
-func sampleText(g *nn.GPT, dev device.Device, prompt []byte, n int, temperature float64, topK int, rng *rand.Rand) (string, error) {
-	g.SetTraining(false)
-	defer g.SetTraining(true)
-	out := append([]byte(nil), prompt...)
-	if len(out) == 0 {
-		out = []byte{'\n'}
-	}
-	for range n {
-		ctx := out[max(0, len(out)-g.Config.Seq):]
-		ids := make([]int32, len(ctx))
-		for i, b := range ctx {
-			ids[i] = int32(b)
-		}
-		var logits []float32
-		err := ferry.Step(func(tape *ferry.Tape) error {
-			tape.NoGrad(func() {
-				x := tape.Adopt(ferry.FromInt32s(dev, ids, 1, len(ids)))
-				all := g.Forward(x).Float32s()
-				logits = all[(len(ids)-1)*g.Config.Vocab:]
-			})
-			return nil
-		})
-		if err != nil {
-			return "", err
-		}
-		out = append(out, pickByte(logits, temperature, topK, rng))
-	}
-	return string(out), nil
-}
-
-// pickByte samples from the top k of softmax(logits / temperature).
-func pickByte(logits []float32, temperature float64, k int, rng *rand.Rand) byte {
-	idx := make([]int, len(logits))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool { return logits[idx[a]] > logits[idx[b]] })
-	k = max(1, min(k, len(idx)))
-	idx = idx[:k]
-	p := make([]float64, k)
-	var sum float64
-	for i, j := range idx {
-		p[i] = math.Exp((float64(logits[j]) - float64(logits[idx[0]])) / temperature)
-		sum += p[i]
-	}
-	u := rng.Float64() * sum
-	for i := range p {
-		if u -= p[i]; u <= 0 {
-			return byte(idx[i])
-		}
-	}
-	return byte(idx[k-1])
-}
-
 func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	var o trainOptions
 	o.register(fs, 2e-3, "adamw")
@@ -265,7 +207,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			sum.Metrics["initial_val_loss"] = first
 		}
 		if *sample > 0 && !sum.Interrupted {
-			s, err := sampleText(task.gpt, dev, []byte(*prompt), *sample, 0.8, 20, rand.New(rand.NewPCG(o.seed, 5)))
+			s, err := train.Generate(task.gpt, dev, []byte(*prompt), *sample, 0.8, 20, rand.New(rand.NewPCG(o.seed, 5)))
 			if err != nil {
 				return err
 			}

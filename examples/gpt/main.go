@@ -13,16 +13,9 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io/fs"
 	"log"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"sort"
-	"strings"
 	"time"
 
 	"ferry"
@@ -32,6 +25,7 @@ import (
 	"ferry/nn"
 	"ferry/offload"
 	"ferry/optim"
+	"ferry/train"
 )
 
 func main() {
@@ -60,17 +54,16 @@ func main() {
 	if !(*lr > 0) || !(*dropout >= 0 && *dropout < 1) || *sample < 0 {
 		log.Fatal("-lr must be positive, -dropout in [0, 1), -sample not negative")
 	}
-	text, src, err := load(*data, *maxBytes)
+	text, err := train.LoadText(*data, *maxBytes, 0.1)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if len(text) < 20*(*seq+1) {
-		log.Fatalf("%s: %d bytes of text is too little for sequences of %d", src, len(text), *seq)
+	if err := text.Check(*seq); err != nil {
+		log.Fatal(err)
 	}
-	split := len(text) * 9 / 10
-	train, val := text[:split], text[split:]
-	fmt.Printf("text: %s, %d bytes (%d for training, %d held out)\n", src, len(text), len(train), len(val))
-	fmt.Printf("unigram entropy of the training text: %.3f nats per byte (what a model blind to context reaches)\n", unigramEntropy(train))
+	trainText, val := text.Train, text.Val
+	fmt.Printf("text: %s, %d bytes for training, %d held out\n", text.Source, len(trainText), len(val))
+	fmt.Printf("unigram entropy of the training text: %.3f nats per byte (what a model blind to context reaches)\n", train.UnigramEntropy(trainText))
 
 	dev, err := device.Open(*devName, device.Options{})
 	if err != nil {
@@ -99,16 +92,7 @@ func main() {
 		hooks = off.Hooks()
 	}
 
-	batchOf := func(text []byte, r *rand.Rand, n int) (x, y *ferry.Tensor) {
-		xs, ys := make([]int32, n**seq), make([]int32, n**seq)
-		for b := 0; b < n; b++ {
-			at := r.IntN(len(text) - *seq - 1)
-			for i := 0; i < *seq; i++ {
-				xs[b**seq+i], ys[b**seq+i] = int32(text[at+i]), int32(text[at+i+1])
-			}
-		}
-		return ferry.FromInt32s(dev, xs, n, *seq), ferry.FromInt32s(dev, ys, n, *seq)
-	}
+	batchOf := func(text []byte, r *rand.Rand, n int) (x, y *ferry.Tensor) { return train.Batch(dev, text, r, n, *seq) }
 	evalRng := rand.New(rand.NewPCG(*seed, 99))
 	evalX, evalY := make([]*ferry.Tensor, 8), make([]*ferry.Tensor, 8) // fixed validation batches
 	for i := range evalX {
@@ -144,7 +128,7 @@ func main() {
 		}
 		opt.LR = float32(*lr * f)
 		model.SetStep(uint64(step))
-		x, y := batchOf(train, rng, *batch)
+		x, y := batchOf(trainText, rng, *batch)
 		var loss float32
 		err := ferry.Step(func(tape *ferry.Tape) error {
 			var logits *ferry.Tensor
@@ -178,117 +162,10 @@ func main() {
 	}
 	if *sample > 0 {
 		fmt.Printf("\nsample (temperature 0.8, top-k 20), after the prompt \"func \":\n\n")
-		fmt.Println(generate(model, dev, []byte("func "), *sample, rand.New(rand.NewPCG(*seed, 5))))
-	}
-}
-
-// generate continues prompt by n bytes, one forward pass per byte over the
-// last Seq bytes.
-func generate(model *nn.GPT, dev device.Device, prompt []byte, n int, rng *rand.Rand) string {
-	model.SetTraining(false)
-	out := append([]byte(nil), prompt...)
-	for range n {
-		ctx := out[max(0, len(out)-model.Config.Seq):]
-		ids := make([]int32, len(ctx))
-		for i, b := range ctx {
-			ids[i] = int32(b)
-		}
-		var logits []float32
-		err := ferry.Step(func(tape *ferry.Tape) error {
-			tape.NoGrad(func() {
-				x := tape.Adopt(ferry.FromInt32s(dev, ids, 1, len(ids)))
-				all := model.Forward(x).Float32s()
-				logits = all[(len(ids)-1)*256:]
-			})
-			return nil
-		})
+		out, err := train.Generate(model, dev, []byte("func "), *sample, 0.8, 20, rand.New(rand.NewPCG(*seed, 5)))
 		if err != nil {
 			log.Fatal(err)
 		}
-		out = append(out, pick(logits, 0.8, 20, rng))
+		fmt.Println(out)
 	}
-	return string(out)
-}
-
-// pick samples from the top k of softmax(logits / temperature).
-func pick(logits []float32, temperature float64, k int, rng *rand.Rand) byte {
-	idx := make([]int, len(logits))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool { return logits[idx[a]] > logits[idx[b]] })
-	idx = idx[:k]
-	p := make([]float64, k)
-	var sum float64
-	for i, j := range idx {
-		p[i] = math.Exp((float64(logits[j]) - float64(logits[idx[0]])) / temperature)
-		sum += p[i]
-	}
-	u := rng.Float64() * sum
-	for i := range p {
-		if u -= p[i]; u <= 0 {
-			return byte(idx[i])
-		}
-	}
-	return byte(idx[k-1])
-}
-
-// load reads the text: a file, a directory's .go files in path order, or
-// by default the Go distribution's sources.
-func load(path string, limit int) ([]byte, string, error) {
-	if path == "" {
-		root := runtime.GOROOT()
-		if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil {
-			root = strings.TrimSpace(string(out))
-		}
-		path = filepath.Join(root, "src")
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, "", err
-	}
-	if !st.IsDir() {
-		b, err := os.ReadFile(path)
-		if len(b) > limit {
-			b = b[:limit]
-		}
-		return b, path, err
-	}
-	var files []string
-	filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.Contains(p, "testdata") {
-			files = append(files, p)
-		}
-		return nil
-	})
-	sort.Strings(files)
-	// Every 7th file, so that the text spans many packages.
-	var text []byte
-	for i := 0; i < len(files) && len(text) < limit; i += 7 {
-		b, err := os.ReadFile(files[i])
-		if err != nil {
-			continue
-		}
-		text = append(text, b...)
-	}
-	if len(text) > limit {
-		text = text[:limit]
-	}
-	return text, path + " (*.go)", nil
-}
-
-// unigramEntropy is the entropy of the byte distribution, in nats.
-func unigramEntropy(b []byte) float64 {
-	var counts [256]float64
-	for _, c := range b {
-		counts[c]++
-	}
-	var h float64
-	for _, c := range counts {
-		if c > 0 {
-			p := c / float64(len(b))
-			h -= p * math.Log(p)
-		}
-	}
-	return h
 }
