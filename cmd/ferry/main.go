@@ -69,10 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "  %-12s %s\n", c.name, c.summary)
 			}
 		}
-		if len(args) == 1 {
-			return 2
+		if args[len(args)-1] == "-h" || args[len(args)-1] == "--help" || args[len(args)-1] == "help" {
+			return 0
 		}
-		return 0
+		return 2
 	}
 	for _, c := range commands {
 		words := strings.Fields(c.name)
