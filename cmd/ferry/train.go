@@ -546,7 +546,7 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 		}
 	}
 	p.done()
-	if (sum.Interrupted || sum.Stopped) && ckpt != nil && sum.Steps >= first && sum.Checkpoint != ckptPathFor(ckpt, sum.Steps) {
+	if (sum.Interrupted || sum.Stopped) && ckpt != nil && sum.Steps >= first && sum.Checkpoint != ckpt.PathFor(sum.Steps) {
 		if err := saveCheckpoint(sum.Steps); err != nil {
 			return nil, fmt.Errorf("writing the final checkpoint: %w", err)
 		}
@@ -609,8 +609,6 @@ func loadTrainPolicy(task trainTask, o *trainOptions) (*offload.Policy, error) {
 	}
 	return pol, nil
 }
-
-func ckptPathFor(c *train.Checkpointer, step int) string { return c.PathFor(step) }
 
 func formatMetrics(m map[string]float64) string {
 	keys := make([]string, 0, len(m))
@@ -692,9 +690,6 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 	}
 }
 
-// errTrainInterrupted marks a run stopped by a signal (exit 130).
-var errTrainInterrupted = demo.ErrInterrupted
-
 // finishTraining prints the summary and turns an interruption into the
 // one-line error that makes ferry exit 130.
 func finishTraining(out io.Writer, asJSON bool, s *trainSummary, unit string) error {
@@ -710,7 +705,7 @@ func finishTraining(out io.Writer, asJSON bool, s *trainSummary, unit string) er
 		if s.Checkpoint != "" {
 			msg += fmt.Sprintf("; resume with --resume (checkpoint %s)", s.Checkpoint)
 		}
-		err := fmt.Errorf("%w: %s", errTrainInterrupted, msg)
+		err := fmt.Errorf("%w: %s", demo.ErrInterrupted, msg) // run() exits 130 on it
 		if asJSON {
 			return quietError{err}
 		}
