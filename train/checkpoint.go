@@ -471,9 +471,3 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
-
-// Point is one value of a curve: a loss at a step.
-type Point struct {
-	Step  int     `json:"step"`
-	Value float64 `json:"value"`
-}

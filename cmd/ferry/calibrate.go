@@ -8,8 +8,8 @@ import (
 
 	"ferry/internal/fsx"
 
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
-	"ferry/internal/demo"
 	"ferry/nn"
 	"ferry/plan"
 )
@@ -21,7 +21,7 @@ func init() {
 func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 	dev := fs.String("device", "cpu", "device to measure")
 	model := fs.String("model", "mlp", "what the elementwise rate and copy share are fitted to: mlp, training steps of 8 Linear+ReLU layers; "+
-		"gpt, training steps of a GPT (as bench/predict -model gpt runs it)")
+		"gpt, training steps of a GPT (as cmd/ferry/predict -model gpt runs it)")
 	width := fs.Int("width", 1024, "mlp: Linear layer width whose matrix products are timed")
 	batch := fs.Int("batch", 0, "mlp: batch size for those products (default 256); gpt: the GPT's batch (default 16)")
 	layers := fs.Int("layers", 4, "gpt: blocks")

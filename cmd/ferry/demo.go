@@ -10,10 +10,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
 	"ferry/device/cpu"
 	"ferry/device/meta"
-	"ferry/internal/demo"
 	"ferry/nn"
 	"ferry/offload"
 	"ferry/plan"

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"ferry/internal/demo"
+	"ferry/cmd/ferry/internal/demo"
 
 	"bytes"
 	"encoding/json"

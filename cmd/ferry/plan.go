@@ -6,8 +6,8 @@ import (
 	"io"
 	"strings"
 
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
-	"ferry/internal/demo"
 	"ferry/nn"
 	"ferry/plan"
 )

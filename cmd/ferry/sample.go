@@ -72,7 +72,7 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if err := nn.LoadSafetensors(filepath.Join(path, "model.safetensors"), g); err != nil {
 			return err
 		}
-		text, err := train.Generate(g, dev, []byte(*prompt), *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
+		text, err := nn.Generate(g, dev, []byte(*prompt), *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
 		if err != nil {
 			return err
 		}

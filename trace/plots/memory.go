@@ -11,8 +11,8 @@ import (
 	"ferry/trace"
 )
 
-// categoryColors are trace's SVG colours, so that a category looks the
-// same in every picture ferry draws.
+// categoryColors give each category one colour, the same in every
+// picture ferry draws.
 var categoryColors = [device.NumCategories]color.RGBA{
 	device.Activation:     {R: 0xe4, G: 0x57, B: 0x2e, A: 0xff},
 	device.Parameter:      {R: 0x4c, G: 0x72, B: 0xb0, A: 0xff},
@@ -22,7 +22,7 @@ var categoryColors = [device.NumCategories]color.RGBA{
 	device.Temporary:      {R: 0x8c, G: 0x8c, B: 0x8c, A: 0xff},
 }
 
-// stack is the order of the bands, bottom to top, as trace stacks them:
+// stack is the order of the bands, bottom to top, for every chart:
 // what stays for the whole step (weights, optimizer state) at the bottom,
 // what comes and goes on top.
 var stack = []device.Category{device.Parameter, device.OptimizerState, device.Gradient, device.Workspace, device.Activation, device.Temporary}
@@ -67,7 +67,7 @@ func timeUnit(span float64) (name string, size float64) {
 	return "ns", 1e-9
 }
 
-// MemoryOverStep writes DIR/memory.png and DIR/memory.svg: an allocator's
+// Memory writes DIR/NAME.png and DIR/NAME.svg: an allocator's
 // bytes over time as stacked bands, one per category that holds any bytes
 // at some sample (parameters at the bottom, activations and temporaries on
 // top), with the peak total marked. samples are a trace.Recorder's for
@@ -81,7 +81,7 @@ func timeUnit(span float64) (name string, size float64) {
 // wrong in unit.
 //
 // It returns an error wrapping ErrNoData when samples is empty.
-func MemoryOverStep(dir, title string, samples []trace.Sample) error {
+func Memory(dir, name, title string, samples []trace.Sample) error {
 	if len(samples) == 0 {
 		return fmt.Errorf("%w: no memory samples", ErrNoData)
 	}
@@ -177,5 +177,5 @@ func MemoryOverStep(dir, title string, samples []trace.Sample) error {
 	p.Y.Min = 0
 	p.Y.Max = max(p.Y.Max*1.05, 1) // room above the peak line
 	p.X.Min, p.X.Max = 0, xEnd
-	return save(dir, "memory", p, leg)
+	return save(dir, name, p, leg)
 }

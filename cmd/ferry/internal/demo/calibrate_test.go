@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
-	"ferry/internal/demo"
 	"ferry/nn"
 	"ferry/plan"
 )

@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"ferry/device"
-	"ferry/internal/plots"
 	"ferry/trace"
+	"ferry/trace/plots"
 )
 
 // out is where the pictures go: a fresh temporary directory, or
@@ -141,7 +141,7 @@ func TestEmptyInputIsErrNoData(t *testing.T) {
 	for name, err := range map[string]error{
 		"loss":          plots.LossCurves(dir, "x", "", nil, []plots.Point{{1, 1}}),
 		"loss all NaN":  plots.LossCurves(dir, "x", "", []plots.Point{{1, math.NaN()}}, nil),
-		"memory":        plots.MemoryOverStep(dir, "x", nil),
+		"memory":        plots.Memory(dir, "memory", "x", nil),
 		"accuracy":      plots.Accuracy(dir, "x", nil),
 		"accuracy +Inf": plots.Accuracy(dir, "x", []plots.Point{{1, math.Inf(1)}}),
 	} {
@@ -193,8 +193,8 @@ func TestAccuracy(t *testing.T) {
 	}
 	checkFiles(t, dir, "accuracy")
 	b, _ := os.ReadFile(filepath.Join(dir, "accuracy.svg"))
-	if !strings.Contains(string(b), "best 98.10% (epoch 7)") {
-		t.Error("accuracy.svg does not name the best epoch")
+	if !strings.Contains(string(b), "best 98.10% (step 7)") {
+		t.Error("accuracy.svg does not name the best step")
 	}
 	if err := plots.Accuracy(filepath.Join(dir, "one"), "one epoch", acc[:1]); err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func syntheticStep() []trace.Sample {
 func TestMemoryOverStep(t *testing.T) {
 	dir := out(t)
 	samples := syntheticStep()
-	if err := plots.MemoryOverStep(dir, "one step, AdamW", samples); err != nil {
+	if err := plots.Memory(dir, "memory", "one step, AdamW", samples); err != nil {
 		t.Fatal(err)
 	}
 	checkFiles(t, dir, "memory")
@@ -267,7 +267,7 @@ func TestMemoryOverStepSmallAndDegenerate(t *testing.T) {
 		"microseconds ": {{Seconds: 0}, {Seconds: 3e-6, Bytes: one}, {Seconds: 7e-6}},
 	} {
 		d := filepath.Join(dir, name)
-		if err := plots.MemoryOverStep(d, name, samples); err != nil {
+		if err := plots.Memory(d, "memory", name, samples); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		checkFiles(t, d, "memory")
@@ -292,7 +292,7 @@ func TestMemoryOverStepFromRecorder(t *testing.T) {
 	a.Free(w)
 	stop()
 	dir := out(t)
-	if err := plots.MemoryOverStep(dir, "meta", rec.Samples("meta")); err != nil {
+	if err := plots.Memory(dir, "memory", "meta", rec.Samples("meta")); err != nil {
 		t.Fatal(err)
 	}
 	checkFiles(t, dir, "memory")

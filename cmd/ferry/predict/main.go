@@ -6,10 +6,10 @@
 // modes none, recompute, recompute-offload and a plan's policy, with the
 // peaks beside the times.
 //
-//	go run ./bench/predict                    # 40 × 1024, batch 256, 3 rounds
-//	go run ./bench/predict -profile cpu -rounds 5
-//	go run ./bench/predict -profile cpu -model gpt
-//	go run ./bench/predict -profile cpu-gpt -model gpt   # fitted on this GPT (ferry calibrate --model gpt)
+//	go run ./cmd/ferry/predict                    # 40 × 1024, batch 256, 3 rounds
+//	go run ./cmd/ferry/predict -profile cpu -rounds 5
+//	go run ./cmd/ferry/predict -profile cpu -model gpt
+//	go run ./cmd/ferry/predict -profile cpu-gpt -model gpt   # fitted on this GPT (ferry calibrate --model gpt)
 package main
 
 import (
@@ -20,10 +20,10 @@ import (
 	"slices"
 	"text/tabwriter"
 
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
 	_ "ferry/device/cpu"
 	"ferry/device/meta"
-	"ferry/internal/demo"
 	"ferry/nn"
 	"ferry/plan"
 )

@@ -32,7 +32,7 @@ func FitProfile(dev device.Device, p *meta.Profile, o plan.CalibrateOptions) err
 
 // FitGPTProfile returns a plan.CalibrateOptions.Fit that does what
 // FitProfile does on training steps of a GPT of g at batch batch (AdamW,
-// as bench/predict runs it): the elementwise rate is fitted to steps in
+// as cmd/ferry/predict runs it): the elementwise rate is fitted to steps in
 // mode none, the copy share to steps in mode offload (every save moved to
 // the host), three of each, alternating. Whatever the GPT spends beyond
 // its matrix products at the rate Calibrate measured (attention, softmax,

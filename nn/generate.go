@@ -1,4 +1,4 @@
-package train
+package nn
 
 import (
 	"math"
@@ -7,14 +7,13 @@ import (
 
 	"ferry"
 	"ferry/device"
-	"ferry/nn"
 )
 
 // Generate continues prompt by n bytes from a byte-level GPT (vocabulary
 // 256), sampling each from the top k of softmax(logits / temperature), one
 // forward pass per byte over the last Seq bytes, with dropout off. It
 // restores g's training mode when done. An empty prompt starts from "\n".
-func Generate(g *nn.GPT, dev device.Device, prompt []byte, n int, temperature float64, topK int, rng *rand.Rand) (string, error) {
+func Generate(g *GPT, dev device.Device, prompt []byte, n int, temperature float64, topK int, rng *rand.Rand) (string, error) {
 	was := g.Dropout.Training
 	g.SetTraining(false)
 	defer g.SetTraining(was)

@@ -4,9 +4,9 @@ import (
 	"strconv"
 	"testing"
 
+	"ferry/cmd/ferry/internal/demo"
 	_ "ferry/device/cpu"
 	_ "ferry/device/meta"
-	"ferry/internal/demo"
 	"ferry/nn"
 )
 

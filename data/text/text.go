@@ -1,15 +1,18 @@
-package train
+// Package text is byte-level text for language models: a corpus read from
+// a file or a directory of source files, split into training and held-out
+// bytes, and random windows of it as token batches. It knows nothing of
+// models or of the training loop.
+package text
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"io/fs"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 
@@ -23,24 +26,27 @@ type Text struct {
 	Source     string // what was read, for people
 }
 
-// DefaultTextSource is the Go distribution's own sources, on every machine
-// that has Go.
-func DefaultTextSource() string {
-	root := runtime.GOROOT()
-	if out, err := exec.Command("go", "env", "GOROOT").Output(); err == nil && len(strings.TrimSpace(string(out))) > 0 {
-		root = strings.TrimSpace(string(out))
-	}
-	return filepath.Join(root, "src")
+// Options say how much of a corpus to read and how to split it.
+type Options struct {
+	// Limit is the most bytes read.
+	Limit int
+	// ValFraction is the share held out for validation, in (0, 1).
+	ValFraction float64
+	// Stride reads every Stride-th file of a directory (0 or 1: every
+	// file), so that a limited read of a large tree spans all of it.
+	Stride int
 }
 
-// LoadText reads at most limit bytes of text from path: a file, or the
-// source and text files under a directory (.go, .txt, .md, .c, .h, .py,
-// .s; testdata and hidden directories skipped) in path order. Of the Go
-// tree (path "" or DefaultTextSource) it reads every 7th file, so that a
-// limited read spans many packages. The last valFraction is held out.
-func LoadText(path string, limit int, valFraction float64) (*Text, error) {
+// Load reads at most o.Limit bytes of text from path: a regular file, or
+// the source and text files under a directory (.go, .txt, .md, .c, .h,
+// .py, .s; testdata and hidden directories skipped) in path order. The
+// last o.ValFraction is held out. Special files (pipes, devices) are
+// refused before they are opened, and so is text that is mostly NUL
+// bytes (/dev/zero's or a sparse file's).
+func Load(path string, o Options) (*Text, error) {
+	limit, valFraction := o.Limit, o.ValFraction
 	if path == "" {
-		path = DefaultTextSource()
+		return nil, fmt.Errorf("text: no path given")
 	}
 	if limit < 1 {
 		return nil, fmt.Errorf("text limit must be positive, got %d", limit)
@@ -54,6 +60,9 @@ func LoadText(path string, limit int, valFraction float64) (*Text, error) {
 	}
 	var text []byte
 	source := path
+	if !st.IsDir() && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("text: %s is a %s, not a regular file or a directory; give a text file or a directory of them", path, fileKind(st.Mode()))
+	}
 	if !st.IsDir() {
 		f, err := os.Open(path)
 		if err != nil {
@@ -84,10 +93,7 @@ func LoadText(path string, limit int, valFraction float64) (*Text, error) {
 			return nil, fmt.Errorf("text: %w", err)
 		}
 		sort.Strings(files)
-		stride := 1
-		if path == DefaultTextSource() {
-			stride = 7 // the Go tree is large: sample it across packages
-		}
+		stride := max(1, o.Stride)
 		for i := 0; i < len(files) && len(text) < limit; i += stride {
 			b, err := os.ReadFile(files[i])
 			if err != nil {
@@ -100,8 +106,29 @@ func LoadText(path string, limit int, valFraction float64) (*Text, error) {
 		}
 		source = fmt.Sprintf("%s (%d text files)", path, len(files))
 	}
+	if len(text) == 0 {
+		return nil, fmt.Errorf("text: %s holds no text", source)
+	}
+	if zeros := bytes.Count(text, []byte{0}); zeros > len(text)/2 {
+		return nil, fmt.Errorf("text: %s is %d%% NUL bytes (a sparse or binary file?); give text", source, 100*zeros/len(text))
+	}
 	split := int(float64(len(text)) * (1 - valFraction))
 	return &Text{Train: text[:split], Val: text[split:], Source: source}, nil
+}
+
+// fileKind names a non-regular file's type for people.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
 }
 
 func textFile(name string) bool {

@@ -11,7 +11,6 @@ import (
 	"ferry/internal/fsx"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -29,6 +28,7 @@ import (
 	"ferry/nn"
 	"ferry/offload"
 	"ferry/trace"
+	"ferry/trace/plots"
 )
 
 // Modes, in the order the demo runs them.
@@ -565,7 +565,6 @@ func writeTrace(dir, mode, allocator string, rec *trace.Recorder) error {
 	if err := fsx.WriteAtomic(filepath.Join(dir, mode+".trace.json"), rec.WriteChrome); err != nil {
 		return err
 	}
-	return fsx.WriteAtomic(filepath.Join(dir, mode+".memory.svg"), func(w io.Writer) error {
-		return rec.WriteSVG(w, allocator, "ferry demo, mode "+mode+": memory allocated on "+allocator+" during one step, by category")
-	})
+	return plots.Memory(dir, mode+".memory", "ferry demo, mode "+mode+": memory allocated on "+allocator+" during one step, by category",
+		rec.Samples(allocator))
 }

@@ -1,5 +1,5 @@
 // Package plots draws the pictures of a training run with gonum/plot: loss
-// curves over steps, accuracy over epochs, and device memory over a step
+// curves over steps, held-out accuracy over steps, and device memory over a step
 // stacked by category. Each function writes one picture twice, as PNG (to
 // look at) and SVG (to zoom into or put in a page), into a directory it
 // creates if needed.
@@ -40,8 +40,7 @@ import (
 // or none with a finite value.
 var ErrNoData = errors.New("plots: no data to draw")
 
-// Point is one value of a series at a training step (or, for Accuracy, an
-// epoch).
+// Point is one value of a series at a training step.
 type Point struct {
 	Step  int
 	Value float64
@@ -302,16 +301,17 @@ func LossCurves(dir, title, yLabel string, train, val []Point) error {
 	return save(dir, "loss", p, leg)
 }
 
-// Accuracy writes DIR/accuracy.png and DIR/accuracy.svg: test accuracy per
-// epoch, a point and line per epoch. Each Point's Step is the epoch and its
-// Value the fraction correct, 0 to 1; the axis shows percent. It returns an
+// Accuracy writes DIR/accuracy.png and DIR/accuracy.svg: held-out accuracy
+// at each evaluation, a point and line per evaluation. Each Point's Step is
+// the training step and its Value the fraction correct, 0 to 1; the axis
+// shows percent. It returns an
 // error wrapping ErrNoData when acc has no finite value.
 func Accuracy(dir, title string, acc []Point) error {
 	data, dropped := xys(acc, 100)
 	if len(data) == 0 {
 		return fmt.Errorf("%w: no accuracy with a finite value (%d points)", ErrNoData, len(acc))
 	}
-	p := newPlot(title, "epoch", "test accuracy (%)")
+	p := newPlot(title, "step", "held-out accuracy (%)")
 	p.X.Tick.Marker = ticks{integer: true}
 	l, err := line(data, trainColor, vg.Points(1.5))
 	if err != nil {
@@ -337,7 +337,7 @@ func Accuracy(dir, title string, acc []Point) error {
 	}
 	leg := newLegend()
 	leg.Add(name, l, sc)
-	leg.Add(fmt.Sprintf("best %.2f%% (epoch %d)", best.Y, int(best.X)))
+	leg.Add(fmt.Sprintf("best %.2f%% (step %d)", best.Y, int(best.X)))
 	padRange(&p.X, 0.03) // room for the first and last dots
 	padRange(&p.Y, 0.03)
 	if p.Y.Max > 100 && best.Y <= 100 {

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"text/tabwriter"
 
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
 	"ferry/device/meta"
-	"ferry/internal/demo"
 	"ferry/nn"
 	"ferry/plan"
 )
