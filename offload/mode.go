@@ -63,7 +63,7 @@ func (m Mode) Recomputes() bool { return m == Recompute || m == RecomputeOffload
 
 // Setup says how to set a Mode up.
 type Setup struct {
-	Mode Mode
+	Mode Mode // "" is None
 	// Config tunes the offloader of modes offload, offload-disk,
 	// recompute-offload and policy; the zero value means DefaultConfig.
 	Config *Config
@@ -86,8 +86,11 @@ type Memory struct {
 	saver *HostSaver
 }
 
-// NewMemory sets up s.Mode on dev.
+// NewMemory sets up s.Mode on dev (the zero Mode is None).
 func NewMemory(dev device.Device, s Setup) (*Memory, error) {
+	if s.Mode == "" {
+		s.Mode = None
+	}
 	m := &Memory{mode: s.Mode}
 	if s.Policy != nil && s.Mode != PolicyMode {
 		return nil, fmt.Errorf("offload: a policy is applied by mode policy, not %s", s.Mode)
