@@ -31,26 +31,21 @@ import (
 	"ferry/trace/plots"
 )
 
-// Modes, in the order the demo runs them.
+// The demo's modes: the memory modes of package offload, and naive, the
+// origin user's mistake, which only the demo runs.
 const (
-	None        = "none"         // no offloading
-	Naive       = "naive"        // the original user's mistake: copy each layer input to the host, discard the copy
-	SaveOnHost  = "save-on-host" // PyTorch's save_on_cpu(pin_memory=True)
-	Offload     = "offload"      // ferry's asynchronous offloader
-	OffloadDisk = "offload-disk" // the same, with every offloaded tensor on disk
+	None             = string(offload.None)
+	Naive            = "naive" // copy each layer input to the host and discard the copy
+	SaveOnHost       = string(offload.SaveOnHost)
+	Offload          = string(offload.Offload)
+	OffloadDisk      = string(offload.OffloadDisk)
+	Recompute        = string(offload.Recompute)
+	RecomputeOffload = string(offload.RecomputeOffload)
+	// Policy applies Config.Policy and Config.Segments whatever their
+	// placements (keep, host, disk, recompute), exactly as the planner
+	// replays them (PlanModel): `ferry demo --policy FILE` runs it.
+	Policy = string(offload.PolicyMode)
 )
-
-// Recomputation modes: checkpoint every layer (MLP) or block (GPT), and
-// the same with the segments' inputs offloaded.
-const (
-	Recompute        = "recompute"
-	RecomputeOffload = "recompute-offload"
-)
-
-// Policy applies Config.Policy and Config.Segments whatever their
-// placements (keep, host, disk, recompute), exactly as the planner
-// replays them (PlanModel): `ferry demo --policy FILE` runs it.
-const Policy = "policy"
 
 // AllModes lists the modes a demo runs by default (every mode but
 // policy, which needs a policy).
@@ -355,31 +350,27 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	defer input.Release()
 	defer target.Release()
 
-	var hooks *ferry.SavedTensorHooks
-	var off *offload.Offloader
-	var stats func() offload.Stats
+	// The mode's hooks, as offload sets them up for every caller; naive
+	// and the policy's segments are the demo's own (runMode installs the
+	// policy's hooks across the loss too, as the planner replays it).
+	setup := offload.Setup{Mode: offload.Mode(mode), Config: &cfg.Offload, DiskDir: cfg.DiskDir}
 	switch mode {
-	case SaveOnHost:
-		saver := offload.NewHostSaver(dev)
-		hooks = saver.Hooks()
-		stats = saver.Stats
-	case Offload, OffloadDisk, RecomputeOffload, Policy:
+	case Naive:
+		setup.Mode = offload.None
+	case Policy: // the offloader places by cfg.Policy; runMode sets cfg.Segments itself
 		oc := cfg.Offload
 		oc.Policy = cfg.Policy
-		oc.DiskDir = cfg.DiskDir // a policy may send some tensors to disk
-		if mode == OffloadDisk {
-			oc.DiskDir = cfg.DiskDir
-			if oc.DiskDir == "" {
-				oc.DiskDir = os.TempDir()
-			}
-			oc.HostLimit = -1
-		}
-		if off, err = offload.New(dev, oc); err != nil {
-			return nil, err
-		}
-		defer off.Close()
-		hooks = off.Hooks()
-		stats = off.Stats
+		setup.Mode, setup.Config = offload.Offload, &oc
+	}
+	mem, err := offload.NewMemory(dev, setup)
+	if err != nil {
+		return nil, err
+	}
+	defer mem.Close()
+	hooks := mem.Hooks()
+	stats := func() offload.Stats { s, _ := mem.Stats(); return s }
+	if _, moves := mem.Stats(); !moves {
+		stats = nil
 	}
 
 	r := &Run{Mode: mode, hasData: device.HasData(dev)}
