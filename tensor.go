@@ -398,7 +398,8 @@ func (t *Tensor) IsLeaf() bool { return t.node == nil }
 // Name is a parameter's name ("layers.3.weight"), or "".
 func (t *Tensor) Name() string { return t.name }
 
-// SetName names t (nn names parameters by their path).
+// SetName names t (nn's containers write a parameter's path in the model
+// they build; nn.NamedParameters gives the path in any model).
 func (t *Tensor) SetName(n string) *Tensor { t.name = n; return t }
 
 // Grad is a leaf's accumulated gradient, or nil before backward. The leaf
