@@ -417,20 +417,3 @@ func gemm(op string, dev device.Device, c, a, b matrix, beta float32) {
 	}
 	check(op, dev.Kernels().Gemm(p))
 }
-
-// flatView returns an unrecorded handle of t as a rows×cols matrix: a view
-// when t's layout allows, a contiguous copy otherwise. The caller releases
-// it.
-func (t *Tensor) flatView(rows, cols int) *Tensor {
-	if t.Rank() == 2 {
-		return t.handle(nil)
-	}
-	var h *Tensor
-	if t.IsContiguous() {
-		h = t.handle(nil)
-	} else {
-		h = t.contiguousCopy(nil)
-	}
-	h.shape, h.strides = []int{rows, cols}, []int{cols, 1}
-	return h
-}

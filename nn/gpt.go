@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"ferry"
 	"ferry/device"
@@ -432,7 +433,7 @@ func NewGPTFromWeights(cfg GPTConfig, w map[string]*ferry.Tensor) (*GPT, error) 
 		switch {
 		case !ok:
 			problems = append(problems, "missing "+n)
-		case !sameInts(t.Shape(), want[n]):
+		case !slices.Equal(t.Shape(), want[n]):
 			problems = append(problems, fmt.Sprintf("%s has shape %v, want %v", n, t.Shape(), want[n]))
 		}
 	}
@@ -470,18 +471,6 @@ func NewGPTFromWeights(cfg GPTConfig, w map[string]*ferry.Tensor) (*GPT, error) 
 		})
 	}
 	return g, nil
-}
-
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // SetTraining switches dropout on (true) or off (eval).

@@ -257,8 +257,3 @@ func (l ModuleList) SetStep(step uint64) {
 
 // MSELoss is ferry.MSELoss, here for PyTorch users' muscle memory.
 func MSELoss(x, target *ferry.Tensor) *ferry.Tensor { return ferry.MSELoss(x, target) }
-
-// CrossEntropyLoss is ferry.CrossEntropy.
-func CrossEntropyLoss(logits, target *ferry.Tensor) *ferry.Tensor {
-	return ferry.CrossEntropy(logits, target)
-}
