@@ -83,14 +83,15 @@ func NewLinear(dev device.Device, in, out int, bias bool, rng *rand.Rand) (l *Li
 // Forward returns x·Wᵀ + b.
 func (l *Linear) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.Linear(x, l.Weight, l.Bias) }
 
-// ForwardFused runs the Linear and, when next is a ReLU, the ReLU too, as
-// ferry.LinearReLU (see Fuser).
+// ForwardFused runs the Linear and next as one op when next is an
+// elementwise function (Epiloguer) that the op layer fuses into a linear
+// op (ferry.LinearEpilogue): a ReLU, as ferry.LinearReLU. See Fuser.
 func (l *Linear) ForwardFused(x *ferry.Tensor, next Module, nextScope string) (*ferry.Tensor, bool) {
-	switch next.(type) {
-	case ReLU, *ReLU:
-		return ferry.LinearReLUAs(x, l.Weight, l.Bias, nextScope), true
+	e, ok := next.(Epiloguer)
+	if !ok || e.Epilogue() == ferry.EpilogueNone {
+		return nil, false
 	}
-	return nil, false
+	return ferry.LinearEpilogue(x, l.Weight, l.Bias, e.Epilogue(), nextScope)
 }
 
 // Parameters returns the weight and, if any, the bias.
@@ -116,11 +117,22 @@ func weightBias(w, b *ferry.Tensor) []Named {
 	return ns
 }
 
+// Epiloguer is an optional interface of a Module that is an elementwise
+// function an op before it can apply in its own pass over memory
+// (ferry.Epilogue); a Linear before it in a Sequential asks the op layer
+// for the fused pair (ferry.LinearEpilogue).
+type Epiloguer interface {
+	Epilogue() ferry.Epilogue
+}
+
 // ReLU is max(x, 0) as a module.
 type ReLU struct{}
 
 func (ReLU) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.ReLU(x) }
 func (ReLU) Parameters() []*ferry.Tensor           { return nil }
+
+// Epilogue: a Linear before a ReLU runs as ferry.LinearReLU.
+func (ReLU) Epilogue() ferry.Epilogue { return ferry.EpilogueReLU }
 
 // GELU is the Gaussian error linear unit as a module; Tanh selects the tanh
 // approximation (PyTorch: approximate="tanh").

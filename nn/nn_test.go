@@ -91,3 +91,41 @@ func TestSequentialReleasesIntermediates(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLinearFusesWithEpilogues: a Linear fuses with the modules that are
+// epilogues the op layer fuses (a ReLU, by value or pointer), giving
+// ferry.LinearReLU's values bit for bit, and declines anything else
+// without allocating.
+func TestLinearFusesWithEpilogues(t *testing.T) {
+	dev, _ := cpu.New(device.Options{})
+	defer dev.Close()
+	rng := rand.New(rand.NewPCG(3, 3))
+	l, _ := nn.NewLinear(dev, 40, 30, true, rng)
+	defer nn.Release(l)
+	x := ferry.Randn(dev, rng, 9, 40)
+	defer x.Release()
+	want := ferry.LinearReLU(x, l.Weight, l.Bias)
+	defer want.Release()
+	for _, next := range []nn.Module{nn.ReLU{}, &nn.ReLU{}} {
+		y, ok := l.ForwardFused(x, next, "")
+		if !ok {
+			t.Fatalf("%T: not fused", next)
+		}
+		if !ferry.AllClose(y, want, 0, 0) {
+			t.Errorf("%T: differs from ferry.LinearReLU", next)
+		}
+		y.Release()
+	}
+	before := dev.Allocator().Allocated()
+	for _, next := range []nn.Module{nn.GELU{}, nn.Tanh{}, l} {
+		if y, ok := l.ForwardFused(x, next, ""); ok || y != nil {
+			t.Errorf("%T: fused", next)
+		}
+	}
+	if _, ok := ferry.LinearEpilogue(x, l.Weight, l.Bias, ferry.Epilogue(200), ""); ok {
+		t.Error("an unknown epilogue fused")
+	}
+	if got := dev.Allocator().Allocated(); got != before {
+		t.Errorf("declining allocated %d bytes", got-before)
+	}
+}
