@@ -138,3 +138,32 @@ func TestGPTNamedParameters(t *testing.T) {
 		t.Errorf("labels %v\nwant %v", got, want)
 	}
 }
+
+// affine is a module of one's own that does not implement
+// nn.ParameterNamer: its parameters are named by their tensors' names.
+type affine struct{ a, b *ferry.Tensor }
+
+func (m affine) Forward(x *ferry.Tensor) *ferry.Tensor { return x.Contiguous() }
+func (m affine) Parameters() []*ferry.Tensor           { return []*ferry.Tensor{m.a, m.b} }
+
+// TestNamedParametersOfForeignModule: a module without ParameterNamer is
+// named by its tensors' own names, prefixed by each container, and never
+// relabelled, so nesting or re-wrapping it cannot prefix twice.
+func TestNamedParametersOfForeignModule(t *testing.T) {
+	dev := cpuDev(t)
+	m := affine{nn.NewParameter(ferry.Ones(dev, 2), "a"), nn.NewParameter(ferry.Zeros(dev, 2), "b")}
+	defer nn.Release(m)
+	for range 2 {
+		s := nn.NewSequential(nn.ReLU{}, m)
+		if got := names(nn.NamedParameters(s)); !slices.Equal(got, []string{"1.a", "1.b"}) {
+			t.Errorf("names %v, want [1.a 1.b]", got)
+		}
+		outer := nn.NewSequential(s)
+		if got := names(nn.NamedParameters(outer)); !slices.Equal(got, []string{"0.1.a", "0.1.b"}) {
+			t.Errorf("nested names %v, want [0.1.a 0.1.b]", got)
+		}
+	}
+	if got := labels(m.Parameters()); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("labels %v, want [a b]", got)
+	}
+}
