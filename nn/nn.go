@@ -152,8 +152,8 @@ func (GELU) Parameters() []*ferry.Tensor { return nil }
 // false having done nothing when it cannot fuse with next. Fused, it must
 // compute what the two modules compute, record the same ops, save the
 // same tensors and allocate the same memory, next's ops in module scope
-// nextScope, a sibling of the innermost scope (as ferry.LinearReLUAs
-// does), so that a container need not know which modules fuse.
+// nextScope, a sibling of the innermost scope (as ferry.LinearEpilogue
+// records it), so that a container need not know which modules fuse.
 type Fuser interface {
 	ForwardFused(x *ferry.Tensor, next Module, nextScope string) (*ferry.Tensor, bool)
 }
