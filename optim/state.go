@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -82,7 +83,7 @@ func checkState(params []*ferry.Tensor, st State, tensorSlots, scalarSlots []str
 			problems = append(problems, fmt.Sprintf("unexpected state tensor %q", k))
 		case t == nil:
 			problems = append(problems, fmt.Sprintf("state tensor %q is nil", k))
-		case !sameShape(t.Shape(), p.Shape()):
+		case !slices.Equal(t.Shape(), p.Shape()):
 			problems = append(problems, fmt.Sprintf("state tensor %q has shape %v, parameter %q has %v", k, t.Shape(), pn, p.Shape()))
 		case t.DType() != p.DType():
 			problems = append(problems, fmt.Sprintf("state tensor %q is %s, parameter %q is %s", k, t.DType(), pn, p.DType()))
@@ -101,18 +102,6 @@ func checkState(params []*ferry.Tensor, st State, tensorSlots, scalarSlots []str
 		return nil, errors.New("optim: state does not match the parameters:\n  " + strings.Join(problems, "\n  "))
 	}
 	return byName, nil
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // copyState returns a new optimizer-state tensor on p's device holding

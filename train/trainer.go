@@ -455,8 +455,8 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		if !ok {
 			return nil, nil
 		}
-		setTraining(model, false)
-		defer setTraining(model, true)
+		nn.SetTraining(model, false)
+		defer nn.SetTraining(model, true)
 		ms, err := ev.Evaluate()
 		if err != nil {
 			return nil, fmt.Errorf("evaluation at step %d: %w", step, err)
@@ -629,7 +629,7 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 	model := task.Model()
 	inBwd := t.mem.OptimizerInBackward()
 	for micro := 0; micro < cfg.Accum; micro++ {
-		setStep(model, uint64((step-1)*cfg.Accum+micro+1))
+		nn.SetStep(model, uint64((step-1)*cfg.Accum+micro+1))
 		x, y, n, err := task.Batch(step, micro)
 		if err != nil {
 			return 0, 0, err
@@ -732,20 +732,4 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// setTraining switches m between training and evaluation (dropout), if it
-// has modes (nn.Trainable).
-func setTraining(m nn.Module, on bool) {
-	if t, ok := m.(interface{ SetTraining(bool) }); ok {
-		t.SetTraining(on)
-	}
-}
-
-// setStep keys m's random draws (dropout) by the micro-batch, if it draws
-// any (nn.Stepped), so that a replayed or resumed step draws the same.
-func setStep(m nn.Module, s uint64) {
-	if t, ok := m.(interface{ SetStep(uint64) }); ok {
-		t.SetStep(s)
-	}
 }
