@@ -580,3 +580,12 @@ func releaseInto(x *ferry.Tensor, f func(*ferry.Tensor) *ferry.Tensor) *ferry.Te
 	x.Release()
 	return y
 }
+
+// Context is the longest sequence the model takes (Config.Seq).
+func (g *GPT) Context() int { return g.Config.Seq }
+
+// Vocab is the vocabulary size.
+func (g *GPT) Vocab() int { return g.Config.Vocab }
+
+// SetRecompute makes Forward checkpoint every block (CheckpointBlocks).
+func (g *GPT) SetRecompute(on bool) { g.CheckpointBlocks = on }

@@ -13,15 +13,16 @@ import (
 
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/data/text"
-	"ferry/models/gpt"
-	"ferry/nn"
+	"ferry/device"
+	"ferry/device/meta"
+	"ferry/models"
 	"ferry/plan"
 )
 
 func init() {
 	register(command{
 		name:    "train text",
-		summary: "train a byte-level GPT on text (default: the Go distribution's sources) and sample from it",
+		summary: "train a byte-level language model on text (default: a GPT on the Go distribution's sources) and sample from it",
 		setup:   setupTrainText,
 	})
 }
@@ -31,11 +32,10 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	o.register(fs, 2e-3, "adamw")
 	data := fs.String("data", "", "a text file or a directory of text files (default: the Go distribution's sources)")
 	maxBytes := fs.Int("max-bytes", 4<<20, "read at most this much text")
-	layers := fs.Int("layers", 4, "blocks")
-	heads := fs.Int("heads", 4, "attention heads")
-	embd := fs.Int("embd", 128, "embedding width")
-	seq := fs.Int("seq", 64, "context length in bytes")
-	dropout := fs.Float64("dropout", 0, "dropout probability")
+	// A small model by default, whatever the family's usual size; the
+	// batch is --batch and the vocabulary the 256 byte values.
+	sizes := defineSizeFlags(fs, "gpt", isLanguage,
+		models.Sizes{"layers": 4, "heads": 4, "embd": 128, "seq": 64, "dropout": 0, "vocab": 256}, "batch", "vocab")
 	valBatches := fs.Int("val-batches", 8, "held-out batches per validation")
 	sample := fs.Int("sample", 300, "bytes to sample at the end (0: none)")
 	prompt := fs.String("prompt", "func ", "text the sample continues")
@@ -44,35 +44,42 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	fs.IntVar(&o.evalEvery, "eval-every", 100, "steps between validation losses")
 	return func(out io.Writer, asJSON bool) error {
 		set := setFlags(fs)
-		if err := positive(set, map[string]int{"max-bytes": *maxBytes, "layers": *layers, "heads": *heads,
-			"embd": *embd, "seq": *seq, "val-batches": *valBatches}); err != nil {
+		if err := positive(set, map[string]int{"max-bytes": *maxBytes, "val-batches": *valBatches}); err != nil {
 			return err
 		}
 		if err := o.validate(set); err != nil {
 			return err
 		}
-		for name, v := range map[string]int{"layers": *layers, "heads": *heads, "embd": *embd, "seq": *seq, "val-batches": *valBatches} {
-			if v > 1<<16 && name != "seq" || v > maxTrainDim {
-				return fmt.Errorf("--%s %d is beyond what ferry train text runs (at most %d)", name, v, map[bool]int{true: maxTrainDim, false: 1 << 16}[name == "seq"])
-			}
-		}
-		if !(*dropout >= 0 && *dropout < 1) {
-			return fmt.Errorf("--dropout must be in [0, 1), got %v", *dropout)
+		if *valBatches > 1<<16 {
+			return fmt.Errorf("--val-batches %d is beyond what ferry train text runs (at most %d)", *valBatches, 1<<16)
 		}
 		if *sample < 0 || *sample > 1<<20 {
 			return fmt.Errorf("--sample must be in [0, 1048576], got %d", *sample)
 		}
 		o.unit = "tokens"
-		cfg := nn.GPTConfig{Vocab: 256, Seq: *seq, Layers: *layers, Heads: *heads, Embd: *embd,
-			Dropout: float32(*dropout), Bias: true, Seed: o.seed}
-		if err := cfg.Validate(); err != nil {
+		fam, err := sizes.family()
+		if err != nil {
 			return err
+		}
+		lf, ok := fam.(models.LanguageFamily)
+		if !ok {
+			return fmt.Errorf("--model %s is not a language model (%s)", fam.Name(), strings.Join(models.Names(isLanguage), ", "))
+		}
+		sizes.values["batch"], sizes.set["batch"] = float64(o.batch), true
+		s, err := sizes.sizes(fam, "cpu")
+		if err != nil {
+			return err
+		}
+		for k, v := range s {
+			if v > maxTrainDim {
+				return fmt.Errorf("--%s %g is beyond what ferry train text runs (at most %d)", k, v, maxTrainDim)
+			}
 		}
 		txt, err := loadText(*data, *maxBytes)
 		if err != nil {
 			return err
 		}
-		if err := txt.Check(*seq); err != nil {
+		if err := txt.Check(s.Int("seq")); err != nil {
 			return err
 		}
 		dev, err := openTrainDevice(o.device)
@@ -80,15 +87,21 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return err
 		}
 		defer dev.Close()
-		// Activations, at least: the logits with their softmax and
-		// gradient, and a dozen [batch, seq, embd] tensors per block.
-		tokens := int64(o.batch) * int64(*seq)
-		minStep := tokens*int64(cfg.Vocab)*4*3 + int64(*layers)*tokens*int64(*embd)*4*12
-		if err := preflight(dev, cfg.ParameterCount(), stateCopies(o.optimizer), minStep, tokens*8*int64(max(1, *valBatches)),
-			"lower --batch, --seq, --embd or --layers (or offload: --mode offload)"); err != nil {
+		// Parameters with their gradients and optimizer state, and the
+		// activations of one block and the logits, at least: the model as
+		// its family builds it for the demo, on the meta device.
+		w, err := fam.Workload(meta.New(device.Options{}, nil), s, o.seed)
+		if err != nil {
 			return err
 		}
-		task, err := gpt.NewTextTask(dev, txt, cfg, o.batch, *valBatches, o.seed)
+		params, act := w.ParameterCount(), w.ActivationBytes()
+		w.Release()
+		tokens := int64(o.batch) * int64(s.Int("seq"))
+		if err := preflight(dev, params, stateCopies(o.optimizer), tokens*256*4*3+int64(s.Int("layers"))*act*4, tokens*8*int64(max(1, *valBatches)),
+			"lower --batch or the model's sizes (or offload: --mode offload)"); err != nil {
+			return err
+		}
+		task, err := models.NewTextTask(dev, txt, lf, s, *valBatches, o.seed)
 		if err != nil {
 			return err
 		}
@@ -101,7 +114,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		p.line("%s\ntext: %d bytes for training, %d held out; unigram entropy %.3f nats per byte (a model blind to context reaches no lower)\non %s, %d steps, mode %s",
 			task.Describe(), len(txt.Train), len(txt.Val), text.UnigramEntropy(txt.Train), dev.Name(), o.steps, o.mode)
 		planned := func() plan.Model {
-			return demo.PlanModel(demo.Config{Model: "gpt", GPT: cfg, Batch: o.batch, Seed: o.seed, LR: 1e-3})
+			return demo.PlanModel(demo.Config{Family: fam, Sizes: s, Seed: o.seed, LR: 1e-3})
 		}
 		sum, err := runTrainer(trainRun{task: task, describe: task.Describe(), planned: planned}, dev, &o, p, ctx)
 		if err != nil {
@@ -120,7 +133,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			sum.Metrics["initial_val_loss"] = first
 		}
 		if *sample > 0 && !sum.Interrupted && ctx.Err() == nil {
-			s, err := nn.Generate(task.GPT, dev, []byte(*prompt), *sample, 0.8, 20, rand.New(rand.NewPCG(o.seed, 5)))
+			s, err := models.Generate(task.LM, dev, []byte(*prompt), *sample, 0.8, 20, rand.New(rand.NewPCG(o.seed, 5)))
 			if err != nil {
 				return err
 			}
@@ -162,3 +175,5 @@ func defaultTextSource() string {
 	}
 	return filepath.Join(root, "src")
 }
+
+func isLanguage(f models.Family) bool { _, ok := f.(models.LanguageFamily); return ok }

@@ -24,8 +24,8 @@ import (
 	"ferry/device"
 	_ "ferry/device/cpu"
 	_ "ferry/device/cuda"
-	"ferry/models/gpt"
-	"ferry/nn"
+	"ferry/models"
+	_ "ferry/models/gpt"
 	"ferry/offload"
 	"ferry/optim"
 	"ferry/train"
@@ -70,11 +70,10 @@ func main() {
 		log.Fatal(err)
 	}
 	defer dev.Close()
-	cfg := nn.GPTConfig{Vocab: 256, Seq: *seq, Layers: *layers, Heads: *heads, Embd: *embd, Dropout: float32(*dropout), Bias: true, Seed: *seed}
-	if err := cfg.Validate(); err != nil {
-		log.Fatal(err)
-	}
-	task, err := gpt.NewTextTask(dev, txt, cfg, *batch, 8, *seed)
+	family, _ := models.Lookup("gpt")
+	sizes := models.Sizes{"vocab": 256, "seq": float64(*seq), "layers": float64(*layers), "heads": float64(*heads),
+		"embd": float64(*embd), "dropout": *dropout, "batch": float64(*batch)}
+	task, err := models.NewTextTask(dev, txt, family.(models.LanguageFamily), sizes, 8, *seed)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -106,7 +105,7 @@ func main() {
 	fmt.Printf("%d steps in %.1f s, %.0f bytes/s, last train loss %.4f\n", res.Steps, res.WallSeconds, res.ItemsPerSecond, res.LastLoss)
 	if *sample > 0 {
 		fmt.Printf("\nsample (temperature 0.8, top-k 20), after the prompt \"func \":\n\n")
-		out, err := nn.Generate(task.GPT, dev, []byte("func "), *sample, 0.8, 20, rand.New(rand.NewPCG(*seed, 5)))
+		out, err := models.Generate(task.LM, dev, []byte("func "), *sample, 0.8, 20, rand.New(rand.NewPCG(*seed, 5)))
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
 	"ferry/device/meta"
+	"ferry/models"
 	"ferry/nn"
 	"ferry/plan"
 )
@@ -26,7 +27,10 @@ var gptModes = []string{demo.None, demo.Recompute, demo.RecomputeOffload, demo.P
 // prints both.
 func runGPT(p *meta.Profile, g nn.GPTConfig, batch, rounds, steps int, frac float64) {
 	cfg := demo.DefaultConfig("cpu")
-	cfg.Model, cfg.GPT, cfg.Batch, cfg.LR = "gpt", g, batch, 3e-4
+	cfg.Family, _ = models.Lookup("gpt")
+	cfg.Sizes = models.Sizes{"layers": float64(g.Layers), "heads": float64(g.Heads), "embd": float64(g.Embd), "seq": float64(g.Seq),
+		"vocab": float64(g.Vocab), "dropout": float64(g.Dropout), "batch": float64(batch)}
+	cfg.LR = 3e-4
 	cfg.DiskDir = os.TempDir()
 	model := demo.PlanModel(cfg)
 	full, err := plan.Make(plan.Options{Model: model, Profile: p, Budget: 1 << 50})

@@ -24,6 +24,7 @@ import (
 	"ferry/device"
 	_ "ferry/device/cpu"
 	"ferry/device/meta"
+	"ferry/models"
 	"ferry/nn"
 	"ferry/plan"
 )
@@ -77,7 +78,8 @@ func main() {
 	}
 
 	cfg := demo.DefaultConfig("meta")
-	cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps = *layers, *width, *batch, 1
+	mlpSizes := models.Sizes{"layers": float64(*layers), "width": float64(*width), "batch": float64(*batch)}
+	cfg.Sizes, cfg.Steps = mlpSizes, 1
 	cfg.DiskDir = os.TempDir()
 	cfg.Open = func(string, device.Options) (device.Device, error) { return meta.New(device.Options{}, p), nil }
 	predicted, err := demo.Execute(cfg)
@@ -88,7 +90,7 @@ func main() {
 	measured := map[string][]float64{}
 	for r := 0; r < *rounds; r++ {
 		c := demo.DefaultConfig("cpu")
-		c.Layers, c.Width, c.Batch, c.Steps = *layers, *width, *batch, *steps
+		c.Sizes, c.Steps = mlpSizes, *steps
 		res, err := demo.Execute(c)
 		if err != nil {
 			log.Fatal(err)

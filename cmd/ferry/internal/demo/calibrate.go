@@ -6,7 +6,7 @@ import (
 
 	"ferry/device"
 	"ferry/device/meta"
-	"ferry/nn"
+	"ferry/models"
 	"ferry/offload"
 	"ferry/plan"
 )
@@ -21,7 +21,7 @@ import (
 // weighs on both alike.
 func FitProfile(dev device.Device, p *meta.Profile, o plan.CalibrateOptions) error {
 	cfg := DefaultConfig(dev.Name())
-	cfg.Layers, cfg.Width, cfg.Batch = 8, o.Width, o.Batch
+	cfg.Sizes = models.Sizes{"layers": 8, "width": float64(o.Width), "batch": float64(o.Batch)}
 	cfg.Modes = []string{None}
 	if device.HasData(dev) {
 		cfg.Modes = []string{None, Offload, None, Offload}
@@ -30,27 +30,24 @@ func FitProfile(dev device.Device, p *meta.Profile, o plan.CalibrateOptions) err
 	return fitSteps(dev, p, cfg)
 }
 
-// FitGPTProfile returns a plan.CalibrateOptions.Fit that does what
-// FitProfile does on training steps of a GPT of g at batch batch (AdamW,
-// as cmd/ferry/predict runs it): the elementwise rate is fitted to steps in
-// mode none, the copy share to steps in mode offload (every save moved to
-// the host), three of each, alternating. Whatever the GPT spends beyond
-// its matrix products at the rate Calibrate measured (attention, softmax,
-// layer norm, GELU, the optimizer, the tensor layer's own work) is
-// charged to the elementwise rate. Modes recompute and recompute-offload
-// and planned policies are not fitted: they are the held-out test of the
-// profile. Calibrate should time products at the GPT's own shapes:
-// Width g.Embd, Batch batch·g.Seq.
-func FitGPTProfile(g nn.GPTConfig, batch int) func(device.Device, *meta.Profile, plan.CalibrateOptions) error {
+// FitModelProfile returns a plan.CalibrateOptions.Fit that does what
+// FitProfile does on training steps of family f at sizes s (its usual
+// optimizer, as cmd/ferry/predict runs it): the elementwise rate is fitted
+// to steps in mode none, the copy share to steps in mode offload (every
+// save moved to the host), three of each, alternating. Whatever a step
+// spends beyond its matrix products at the rate Calibrate measured
+// (attention, softmax, layer norm, GELU, the optimizer, the tensor layer's
+// own work) is charged to the elementwise rate. Modes recompute and
+// recompute-offload and planned policies are not fitted: they are the
+// held-out test of the profile. Calibrate should time products at the
+// model's own shapes (its workload's MatmulShape).
+func FitModelProfile(f models.Family, s models.Sizes) func(device.Device, *meta.Profile, plan.CalibrateOptions) error {
 	return func(dev device.Device, p *meta.Profile, o plan.CalibrateOptions) error {
-		if err := g.Validate(); err != nil {
-			return err
-		}
-		if batch < 1 {
-			return fmt.Errorf("calibrate: GPT batch must be positive, got %d", batch)
-		}
 		cfg := DefaultConfig(dev.Name())
-		cfg.Model, cfg.GPT, cfg.Batch, cfg.LR = "gpt", g, batch, 3e-4
+		cfg.Family, cfg.Sizes = f, s
+		if err := models.Validate(f, cfg.sizes()); err != nil {
+			return fmt.Errorf("calibrate: %w", err)
+		}
 		cfg.Modes = []string{None}
 		if device.HasData(dev) {
 			cfg.Modes = []string{None, Offload, None, Offload, None, Offload}

@@ -7,22 +7,22 @@ import (
 
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
-	"ferry/nn"
+	"ferry/models"
 	"ferry/plan"
 )
 
 // A GPT fit on the CPU at a toy size: it runs in seconds and gives finite,
 // positive rates, with the copy share fitted to the offload steps.
-func TestFitGPTProfileCPU(t *testing.T) {
+func TestFitModelProfileCPU(t *testing.T) {
 	dev, err := device.Open("cpu", device.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	g := nn.GPTConfig{Vocab: 64, Seq: 16, Layers: 2, Heads: 2, Embd: 32, Bias: true, Seed: 1}
-	batch := 4
-	p, err := plan.Calibrate(dev, plan.CalibrateOptions{Width: g.Embd, Batch: batch * g.Seq, Seconds: 0.02, DiskDir: t.TempDir(),
-		Fit: demo.FitGPTProfile(g, batch), FitOn: "a toy GPT"})
+	gpt, _ := models.Lookup("gpt")
+	s := models.Sizes{"vocab": 64, "seq": 16, "layers": 2, "heads": 2, "embd": 32, "batch": 4}
+	p, err := plan.Calibrate(dev, plan.CalibrateOptions{Width: 32, Batch: 4 * 16, Seconds: 0.02, DiskDir: t.TempDir(),
+		Fit: demo.FitModelProfile(gpt, s), FitOn: "a toy GPT"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,17 +40,18 @@ func TestFitGPTProfileCPU(t *testing.T) {
 	}
 }
 
-func TestFitGPTProfileRefusesBadSizes(t *testing.T) {
+func TestFitModelProfileRefusesBadSizes(t *testing.T) {
 	dev, err := device.Open("cpu", device.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	fit := demo.FitGPTProfile(nn.GPTConfig{Vocab: 64, Seq: 16, Layers: 2, Heads: 3, Embd: 32}, 4)
+	gpt, _ := models.Lookup("gpt")
+	fit := demo.FitModelProfile(gpt, models.Sizes{"vocab": 64, "seq": 16, "layers": 2, "heads": 3, "embd": 32, "batch": 4})
 	if err := fit(dev, nil, plan.CalibrateOptions{}); err == nil || !strings.Contains(err.Error(), "multiple") {
 		t.Errorf("3 heads of 32: %v", err)
 	}
-	fit = demo.FitGPTProfile(nn.GPTConfig{Vocab: 64, Seq: 16, Layers: 2, Heads: 2, Embd: 32}, 0)
+	fit = demo.FitModelProfile(gpt, models.Sizes{"vocab": 64, "seq": 16, "layers": 2, "heads": 2, "embd": 32, "batch": 0})
 	if err := fit(dev, nil, plan.CalibrateOptions{}); err == nil || !strings.Contains(err.Error(), "batch") {
 		t.Errorf("batch 0: %v", err)
 	}

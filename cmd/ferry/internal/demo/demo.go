@@ -8,11 +8,13 @@ package demo
 import (
 	"encoding/binary"
 	"errors"
+	"ferry/device/meta"
 	"ferry/internal/fsx"
+	"ferry/models"
+	_ "ferry/models/all" // the families the demo and the planner know
 	"fmt"
 	"hash/fnv"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -25,7 +27,6 @@ import (
 	"ferry"
 	"ferry/device"
 	"ferry/internal/rss"
-	"ferry/nn"
 	"ferry/offload"
 	"ferry/trace"
 	"ferry/trace/plots"
@@ -48,12 +49,9 @@ const (
 )
 
 // AllModes lists the modes a demo runs by default (every mode but
-// policy, which needs a policy).
+// policy, which needs a policy; naive only for a model that can make the
+// origin user's copy, models.NaiveForwarder).
 var AllModes = []string{None, Naive, SaveOnHost, Offload, OffloadDisk, Recompute, RecomputeOffload}
-
-// GPTModes are the modes of a GPT demo (naive's per-layer copy is the MLP
-// user's).
-var GPTModes = []string{None, SaveOnHost, Offload, OffloadDisk, Recompute, RecomputeOffload}
 
 // NaiveExplanation says why the naive mode saves nothing.
 const NaiveExplanation = `Why "naive" saves nothing: x.To(host) makes a new tensor on the host and leaves x where it is. ` +
@@ -66,16 +64,17 @@ const NaiveExplanation = `Why "naive" saves nothing: x.To(host) makes a new tens
 type Config struct {
 	Device        string
 	DeviceOptions device.Options
-	Layers        int
-	Width         int
-	Batch         int
-	Modes         []string
-	Steps         int    // timed steps after one warm-up
-	SkipWarmup    bool   // no warm-up step (the meta device needs none)
-	Seed          uint64 // parameters, input and target
-	LR            float32
-	DiskDir       string         // for offload-disk ("" = the system's temporary directory)
-	Offload       offload.Config // for offload and offload-disk
+	// Family is the model (models.Lookup) and Sizes its sizes (missing
+	// ones take the family's defaults for the device).
+	Family     models.Family
+	Sizes      models.Sizes
+	Modes      []string
+	Steps      int    // timed steps after one warm-up
+	SkipWarmup bool   // no warm-up step (the meta device needs none)
+	Seed       uint64 // parameters, input and target
+	LR         float32
+	DiskDir    string         // for offload-disk ("" = the system's temporary directory)
+	Offload    offload.Config // for offload and offload-disk
 	// Policy, if set, replaces the offloader's default choices (ferry plan
 	// writes one).
 	Policy func(ferry.SaveInfo, *ferry.Tensor) offload.Placement
@@ -92,19 +91,11 @@ type Config struct {
 	TraceDir string
 	// Open opens the device; nil uses device.Open.
 	Open func(name string, opts device.Options) (device.Device, error)
-	// Model is "mlp" (the origin model, the default) or "gpt"; GPT sizes
-	// the GPT (Batch is its batch; Layers and Width are then unused).
-	Model string
-	GPT   nn.GPTConfig
 	// Stop, when closed, ends the run at the next step boundary: the mode
 	// under way is abandoned and Execute returns the finished modes with
 	// ErrInterrupted.
 	Stop <-chan struct{}
 }
-
-// MaxLayers bounds Config.Layers: a demo step records each layer's ops,
-// so a larger model is refused up front rather than run for hours.
-const MaxLayers = 100_000
 
 // ErrInterrupted is returned (wrapped) by Execute when Config.Stop closed.
 var ErrInterrupted = errors.New("interrupted")
@@ -118,16 +109,29 @@ func (c Config) stopped() bool {
 	}
 }
 
+// Origin is the family of the origin experiment, the demo's default.
+const Origin = "mlp"
+
 // DefaultConfig is the origin experiment at a size the device can take in
 // well under a minute: 40 layers of 4096 at batch 1024 on a GPU or the meta
-// device, of 1024 at batch 256 on the CPU.
+// device, of 1024 at batch 256 on the CPU (the mlp family's defaults).
 func DefaultConfig(dev string) Config {
-	c := Config{Device: dev, Layers: 40, Width: 4096, Batch: 1024, Modes: AllModes, Steps: 5, Seed: 1, LR: 1e-3,
-		Offload: offload.DefaultConfig()}
-	if kind, _, _ := device.ParseName(dev); kind == "cpu" {
-		c.Width, c.Batch = 1024, 256
+	f, err := models.Lookup(Origin)
+	if err != nil {
+		panic("demo: the origin model's family is not registered (import ferry/models/mlp)")
 	}
-	return c
+	return Config{Device: dev, Family: f, Steps: 5, Seed: 1, Offload: offload.DefaultConfig()}
+}
+
+// sizes are cfg's sizes with the family's defaults for the device filled
+// in.
+func (cfg Config) sizes() models.Sizes {
+	kind, _, _ := device.ParseName(cfg.Device)
+	s := models.Defaults(cfg.Family, kind)
+	for k, v := range cfg.Sizes {
+		s[k] = v
+	}
+	return s
 }
 
 // Run is one mode's measurements. Byte figures are the device allocator's
@@ -159,52 +163,53 @@ type Run struct {
 
 // Result is a whole demo.
 type Result struct {
-	Device          string   `json:"device"`
-	Layers          int      `json:"layers"`
-	Width           int      `json:"width"`
-	Batch           int      `json:"batch"`
-	Steps           int      `json:"steps"`
-	ActivationBytes int64    `json:"activation_bytes"` // one layer's output
-	ParameterBytes  int64    `json:"parameter_bytes"`
-	Model           string   `json:"model"`
-	Description     string   `json:"description,omitempty"`
-	ParameterCount  int64    `json:"parameter_count"`
-	MatmulBackend   string   `json:"matmul_backend,omitempty"`
-	Runs            []Run    `json:"runs"`
-	Notes           []string `json:"notes,omitempty"`
+	Device          string       `json:"device"`
+	Layers          int          `json:"layers"`
+	Width           int          `json:"width"`
+	Batch           int          `json:"batch"`
+	Steps           int          `json:"steps"`
+	ActivationBytes int64        `json:"activation_bytes"` // one layer's output
+	ParameterBytes  int64        `json:"parameter_bytes"`
+	Model           string       `json:"model"`
+	Sizes           models.Sizes `json:"sizes"`
+	Description     string       `json:"description,omitempty"`
+	ParameterCount  int64        `json:"parameter_count"`
+	MatmulBackend   string       `json:"matmul_backend,omitempty"`
+	Runs            []Run        `json:"runs"`
+	Notes           []string     `json:"notes,omitempty"`
 }
 
 // Execute runs every mode of cfg.
 func Execute(cfg Config) (*Result, error) {
-	switch cfg.Model {
-	case "", "mlp":
-	case "gpt":
-		if err := cfg.GPT.Validate(); err != nil {
-			return nil, err
-		}
-		cfg.Layers, cfg.Width = cfg.GPT.Layers, cfg.GPT.Embd
-		if cfg.LR == 0 {
-			cfg.LR = 3e-4
-		}
-		for _, m := range cfg.Modes {
-			if m == Naive {
-				return nil, fmt.Errorf("demo: mode naive is the origin MLP's mistake; the GPT runs %s", strings.Join(GPTModes, ", "))
+	if cfg.Family == nil {
+		return nil, fmt.Errorf("demo: no model family")
+	}
+	if cfg.Steps < 1 {
+		return nil, fmt.Errorf("demo: steps must be positive, got %d", cfg.Steps)
+	}
+	cfg.Sizes = cfg.sizes()
+	if err := models.Validate(cfg.Family, cfg.Sizes); err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	// The header's figures, from the model built on the meta device
+	// (shapes only; no step runs).
+	w, err := cfg.Family.Workload(meta.New(device.Options{}, nil), cfg.Sizes, cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	_, naive := w.(models.NaiveForwarder)
+	rows, width := w.MatmulShape()
+	res := &Result{Device: cfg.Device, Layers: cfg.Sizes.Int("layers"), Width: width, Batch: cfg.Sizes.Int("batch"), Steps: cfg.Steps,
+		ActivationBytes: w.ActivationBytes(), ParameterCount: w.ParameterCount(), ParameterBytes: 4 * w.ParameterCount(),
+		Model: cfg.Family.Name(), Description: w.Describe(), Sizes: cfg.Sizes}
+	_ = rows
+	w.Release()
+	if cfg.Modes == nil {
+		for _, m := range AllModes {
+			if m != Naive || naive {
+				cfg.Modes = append(cfg.Modes, m)
 			}
 		}
-	default:
-		return nil, fmt.Errorf("demo: unknown model %q (mlp or gpt)", cfg.Model)
-	}
-	if cfg.Layers < 1 || cfg.Width < 1 || cfg.Batch < 1 || cfg.Steps < 1 {
-		return nil, fmt.Errorf("demo: layers, width, batch and steps must be positive (got %d, %d, %d, %d)", cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps)
-	}
-	if cfg.Layers > MaxLayers {
-		return nil, fmt.Errorf("demo: %d layers is more than %d; every layer is recorded op by op, so a run that large would take hours even on the meta device", cfg.Layers, MaxLayers)
-	}
-	if _, _, err := device.ShapeBytes([]int{cfg.Layers, cfg.Width, cfg.Width + 1}, 4); err != nil {
-		return nil, fmt.Errorf("demo: parameters of %d × Linear(%d, %d): %w", cfg.Layers, cfg.Width, cfg.Width, err)
-	}
-	if _, _, err := device.ShapeBytes([]int{cfg.Layers + 1, cfg.Batch, cfg.Width}, 4); err != nil {
-		return nil, fmt.Errorf("demo: activations of %d layers at batch %d, width %d: %w", cfg.Layers, cfg.Batch, cfg.Width, err)
 	}
 	for _, m := range cfg.Modes {
 		if m == Policy && cfg.Policy == nil {
@@ -213,20 +218,12 @@ func Execute(cfg Config) (*Result, error) {
 		if !slices.Contains(AllModes, m) && m != Policy {
 			return nil, fmt.Errorf("demo: unknown mode %q (modes: %s, %s)", m, strings.Join(AllModes, ", "), Policy)
 		}
+		if m == Naive && !naive {
+			return nil, fmt.Errorf("demo: mode naive is the origin MLP's mistake; a %s has no layer inputs to copy by hand", cfg.Family.Name())
+		}
 	}
 	if cfg.Open == nil {
 		cfg.Open = device.Open
-	}
-	res := &Result{Device: cfg.Device, Layers: cfg.Layers, Width: cfg.Width, Batch: cfg.Batch, Steps: cfg.Steps,
-		ActivationBytes: int64(cfg.Batch) * int64(cfg.Width) * 4,
-		ParameterBytes:  int64(cfg.Layers) * (int64(cfg.Width)*int64(cfg.Width) + int64(cfg.Width)) * 4,
-		Model:           "mlp"}
-	res.ParameterCount = res.ParameterBytes / 4
-	if cfg.Model == "gpt" {
-		res.Model, res.Description = "gpt", describeGPT(cfg)
-		res.ParameterCount = cfg.GPT.ParameterCount()
-		res.ParameterBytes = 4 * res.ParameterCount
-		res.ActivationBytes = 4 * int64(cfg.Batch) * int64(cfg.GPT.Seq) * int64(cfg.GPT.Embd) // one block's output
 	}
 	var none *Run
 	for _, mode := range cfg.Modes {
@@ -257,71 +254,6 @@ func (res *Result) finish(none *Run) {
 	}
 }
 
-// model is the origin model: a list of Linear layers with ReLU between, run
-// by a hand-written loop as the original user's was.
-type model struct {
-	layers []*nn.Linear
-	batch  int
-}
-
-func newModel(dev device.Device, cfg Config) (*model, error) {
-	rng := rand.New(rand.NewPCG(cfg.Seed, 0xfe77))
-	m := &model{batch: cfg.Batch}
-	for i := 0; i < cfg.Layers; i++ {
-		l, err := nn.NewLinear(dev, cfg.Width, cfg.Width, true, rng)
-		if err != nil {
-			m.release()
-			return nil, err
-		}
-		m.layers = append(m.layers, l)
-	}
-	return m, nil
-}
-
-func (m *model) params() []*ferry.Tensor {
-	var ps []*ferry.Tensor
-	for _, l := range m.layers {
-		ps = append(ps, l.Parameters()...)
-	}
-	return ps
-}
-
-func (m *model) release() {
-	for _, p := range m.params() {
-		p.Release()
-	}
-}
-
-// forward runs the layers on x (which stays the caller's). With naive, it
-// makes the original user's copy of each layer input to the host.
-func (m *model) forward(tape *ferry.Tape, x *ferry.Tensor, naive, recompute bool) *ferry.Tensor {
-	h := x
-	for i, l := range m.layers {
-		tape.PushModule(fmt.Sprintf("layers.%d", i))
-		var y *ferry.Tensor
-		layer := func(xs ...*ferry.Tensor) *ferry.Tensor {
-			z := l.Forward(xs[0]) // Linear saves its input
-			defer z.Release()     // as Python drops it: nothing else refers to z
-			return ferry.ReLU(z)  // ReLU saves its output
-		}
-		if recompute { // each layer a checkpoint segment: only its input is kept
-			y = tape.Checkpoint(layer, h)
-		} else { // a segment recomputed where the tape's SegmentHooks say
-			y = tape.Segment(layer, h)
-		}
-		tape.PopModule()
-		if naive {
-			c := h.To(h.Device().Host()) // prev_tensor.to('cpu', non_blocking=True)
-			c.Release()                  // ... and the result is thrown away
-		}
-		if h != x {
-			h.Release() // the loop variable moves on; the tape keeps what it saved
-		}
-		h = y
-	}
-	return h
-}
-
 func runMode(cfg Config, mode string) (*Run, error) {
 	opts := cfg.DeviceOptions
 	dev, err := cfg.Open(cfg.Device, opts)
@@ -329,20 +261,18 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		return nil, fmt.Errorf("%w\n(`ferry doctor` reports which devices ferry found; --device cpu and --device meta run anywhere)", err)
 	}
 	defer dev.Close()
-	m, err := newWorkload(dev, cfg)
+	m, err := cfg.Family.Workload(dev, cfg.Sizes, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
-	defer m.release()
-	opt := m.optimizer(cfg.LR)
-	if r, ok := opt.(releasable); ok {
-		defer r.Release()
-	}
+	defer m.Release()
+	opt := m.Optimizer(cfg.LR)
+	defer opt.Release()
 	var input, target *ferry.Tensor
 	if err := ferry.Catch(func() error {
 		// The target waits on the host: as in the original test, forward is
 		// measured holding only the parameters and the input.
-		input, target = m.data(dev, cfg.Seed)
+		input, target = m.Data(dev, cfg.Seed)
 		return nil
 	}); err != nil {
 		return nil, err
@@ -428,17 +358,19 @@ func runMode(cfg Config, mode string) (*Run, error) {
 				// segments are recomputed.
 				tape.SetSegmentHooks(cfg.Segments)
 				tape.PushHooks(hooks)
-				y = m.forward(tape, x, false, false)
+				y = m.Forward(tape, x, false)
 			} else if hooks != nil {
-				tape.WithHooks(hooks, func() { y = m.forward(tape, x, false, recompute) })
+				tape.WithHooks(hooks, func() { y = m.Forward(tape, x, recompute) })
+			} else if mode == Naive {
+				y = m.(models.NaiveForwarder).ForwardNaive(tape, x)
 			} else {
-				y = m.forward(tape, x, mode == Naive, recompute)
+				y = m.Forward(tape, x, recompute)
 			}
 			endForward()
 			defer phase("backward + optimizer")()
 			r.AfterForwardBytes = alloc.Allocated()
 			r.PeakForwardBytes = alloc.Stats().AllocatedBytes.Peak
-			l = m.loss(y, tape.Adopt(target.To(dev)))
+			l = m.Loss(y, tape.Adopt(target.To(dev)))
 			if mode == Policy {
 				tape.PopHooks()
 			}
@@ -451,7 +383,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			}
 			done := func() {
 				if hashing {
-					for _, p := range m.params() {
+					for _, p := range m.Parameters() {
 						hashes[p] = hashGrad(p)
 					}
 				}
@@ -462,7 +394,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			if hashing {
 				loss = l.Item()
 				h := fnv.New64a()
-				for _, p := range m.params() {
+				for _, p := range m.Parameters() {
 					binary.Write(h, binary.LittleEndian, hashes[p])
 				}
 				r.gradHash = h.Sum64()

@@ -7,7 +7,7 @@ import (
 	"ferry/cmd/ferry/internal/demo"
 	_ "ferry/device/cpu"
 	_ "ferry/device/meta"
-	"ferry/nn"
+	"ferry/models"
 )
 
 // The meta device is the CPU device minus the arithmetic: the demo model
@@ -16,12 +16,12 @@ import (
 // longer on the CPU, where copies take real time.
 func TestMetaMatchesCPU(t *testing.T) {
 	t.Run("mlp", func(t *testing.T) {
-		metaMatchesCPU(t, func(cfg *demo.Config) { cfg.Layers, cfg.Width, cfg.Batch = 6, 64, 32 })
+		metaMatchesCPU(t, func(cfg *demo.Config) { cfg.Sizes = models.Sizes{"layers": 6, "width": 64, "batch": 32} })
 	})
 	t.Run("gpt", func(t *testing.T) {
 		metaMatchesCPU(t, func(cfg *demo.Config) {
-			cfg.Model, cfg.Modes, cfg.Batch = "gpt", demo.GPTModes, 2
-			cfg.GPT = nn.GPTConfig{Vocab: 37, Seq: 16, Layers: 3, Heads: 2, Embd: 32, Bias: true, Dropout: 0.1, Seed: 3}
+			cfg.Family, _ = models.Lookup("gpt")
+			cfg.Sizes = models.Sizes{"vocab": 37, "seq": 16, "layers": 3, "heads": 2, "embd": 32, "dropout": 0.1, "batch": 2}
 		})
 	})
 }
@@ -105,7 +105,7 @@ func TestOriginFigures(t *testing.T) {
 func TestOffloadStepsStartEqual(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		cfg := demo.DefaultConfig("cpu")
-		cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps = 6, 64, 32, 3
+		cfg.Sizes, cfg.Steps = models.Sizes{"layers": 6, "width": 64, "batch": 32}, 3
 		cfg.Modes = []string{demo.None, demo.Offload, demo.OffloadDisk}
 		cfg.DiskDir = t.TempDir()
 		r, err := demo.Execute(cfg)

@@ -1,10 +1,9 @@
 package demo
 
 import (
-	"fmt"
-
 	"ferry"
 	"ferry/device"
+	"ferry/device/meta"
 	"ferry/optim"
 	"ferry/plan"
 )
@@ -17,42 +16,37 @@ func PlanModel(cfg Config) plan.Model { return planModel{cfg} }
 type planModel struct{ cfg Config }
 
 func (m planModel) String() string {
-	if m.cfg.Model == "gpt" {
-		return describeGPT(m.cfg)
+	w, err := m.cfg.Family.Workload(meta.New(device.Options{}, nil), m.cfg.sizes(), m.cfg.Seed)
+	if err != nil {
+		return m.cfg.Family.Name()
 	}
-	return fmt.Sprintf("%d × (Linear(%d, %d) + ReLU), batch %d", m.cfg.Layers, m.cfg.Width, m.cfg.Width, m.cfg.Batch)
+	defer w.Release()
+	return w.Describe()
 }
 
 func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error) {
 	cfg := m.cfg
-	if cfg.Model == "gpt" {
-		cfg.Layers, cfg.Width = cfg.GPT.Layers, cfg.GPT.Embd
-		if cfg.LR == 0 {
-			cfg.LR = 3e-4
-		}
-	}
-	w, err := newWorkload(dev, cfg)
+	w, err := cfg.Family.Workload(dev, cfg.sizes(), cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
-	opt := w.optimizer(cfg.LR)
+	opt := w.Optimizer(cfg.LR)
 	var input, target *ferry.Tensor
-	if err := ferry.Catch(func() error { input, target = w.data(dev, cfg.Seed); return nil }); err != nil {
-		w.release()
+	if err := ferry.Catch(func() error { input, target = w.Data(dev, cfg.Seed); return nil }); err != nil {
+		opt.Release()
+		w.Release()
 		return nil, err
 	}
 	release := func() {
 		input.Release()
 		target.Release()
-		if r, ok := opt.(releasable); ok {
-			r.Release()
-		}
-		w.release()
+		opt.Release()
+		w.Release()
 	}
 	run := func(tape *ferry.Tape) error {
 		x := tape.Input(input)
-		y := w.forward(tape, x, false, false)
-		l := w.loss(y, tape.Adopt(target.To(dev)))
+		y := w.Forward(tape, x, false)
+		l := w.Loss(y, tape.Adopt(target.To(dev)))
 		if err := backwardAndStep(l, opt, inBackward, nil, nil); err != nil {
 			return err
 		}
@@ -93,20 +87,19 @@ func backwardAndStep(l *ferry.Tensor, opt optim.Stepper, inBackward bool, seen f
 	return nil
 }
 
-// Smaller suggests halving the batch, then (GPT) the sequence.
+// Smaller is the family's smaller sizes (a smaller batch, a shorter
+// sequence, …), each as a model to plan.
 func (m planModel) Smaller() []plan.Variant {
-	var vs []plan.Variant
-	for b := m.cfg.Batch / 2; b >= 1; b /= 2 {
-		c := m.cfg
-		c.Batch = b
-		vs = append(vs, plan.Variant{Change: fmt.Sprintf("batch %d", b), Model: planModel{c}})
+	w, err := m.cfg.Family.Workload(meta.New(device.Options{}, nil), m.cfg.sizes(), m.cfg.Seed)
+	if err != nil {
+		return nil
 	}
-	if m.cfg.Model == "gpt" {
-		for s := m.cfg.GPT.Seq / 2; s >= 16; s /= 2 {
-			c := m.cfg
-			c.GPT.Seq = s
-			vs = append(vs, plan.Variant{Change: fmt.Sprintf("sequence %d at batch %d", s, c.Batch), Model: planModel{c}})
-		}
+	defer w.Release()
+	var vs []plan.Variant
+	for _, v := range w.Smaller() {
+		c := m.cfg
+		c.Sizes = v.Sizes
+		vs = append(vs, plan.Variant{Change: v.Change, Model: planModel{c}})
 	}
 	return vs
 }

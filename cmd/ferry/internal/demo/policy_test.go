@@ -5,7 +5,7 @@ import (
 
 	"ferry/device"
 	"ferry/device/meta"
-	"ferry/nn"
+	"ferry/models"
 	"ferry/offload"
 	"ferry/plan"
 )
@@ -15,14 +15,14 @@ var slowLink = &meta.Profile{Name: "slow", MatmulFLOPS: 2e9, MemoryBytesPerSec: 
 
 func smallGPT() Config {
 	cfg := DefaultConfig("cpu")
-	cfg.Model, cfg.Batch, cfg.LR = "gpt", 2, 3e-4
-	cfg.GPT = nn.GPTConfig{Vocab: 65, Seq: 32, Layers: 3, Heads: 2, Embd: 32, Bias: true, Dropout: 0.1, Seed: 7}
+	cfg.Family, _ = models.Lookup("gpt")
+	cfg.Sizes, cfg.LR = models.Sizes{"vocab": 65, "seq": 32, "layers": 3, "heads": 2, "embd": 32, "dropout": 0.1, "batch": 2}, 3e-4
 	return cfg
 }
 
 func smallMLP() Config {
 	cfg := DefaultConfig("cpu")
-	cfg.Layers, cfg.Width, cfg.Batch = 6, 64, 512
+	cfg.Sizes = models.Sizes{"layers": 6, "width": 64, "batch": 512}
 	return cfg
 }
 

@@ -1,4 +1,4 @@
-package nn
+package models
 
 import (
 	"math"
@@ -7,22 +7,23 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/nn"
 )
 
-// Generate continues prompt by n bytes from a byte-level GPT (vocabulary
-// 256), sampling each from the top k of softmax(logits / temperature), one
-// forward pass per byte over the last Seq bytes, with dropout off. It
-// restores g's training mode when done. An empty prompt starts from "\n".
-func Generate(g *GPT, dev device.Device, prompt []byte, n int, temperature float64, topK int, rng *rand.Rand) (string, error) {
-	was := g.Dropout.Training
-	g.SetTraining(false)
-	defer g.SetTraining(was)
+// Generate continues prompt by n bytes from a byte-level language model
+// (vocabulary 256), sampling each from the top k of softmax(logits /
+// temperature), one forward pass per byte over the last Context() bytes,
+// in evaluation mode (no dropout), leaving the model in training mode.
+// An empty prompt starts from "\n".
+func Generate(g LanguageModel, dev device.Device, prompt []byte, n int, temperature float64, topK int, rng *rand.Rand) (string, error) {
+	nn.SetTraining(g, false)
+	defer nn.SetTraining(g, true)
 	out := append([]byte(nil), prompt...)
 	if len(out) == 0 {
 		out = []byte{'\n'}
 	}
 	for range n {
-		ctx := out[max(0, len(out)-g.Config.Seq):]
+		ctx := out[max(0, len(out)-g.Context()):]
 		ids := make([]int32, len(ctx))
 		for i, b := range ctx {
 			ids[i] = int32(b)
@@ -32,7 +33,7 @@ func Generate(g *GPT, dev device.Device, prompt []byte, n int, temperature float
 			tape.NoGrad(func() {
 				x := tape.Adopt(ferry.FromInt32s(dev, ids, 1, len(ids)))
 				all := g.Forward(x).Float32s()
-				logits = all[(len(ids)-1)*g.Config.Vocab:]
+				logits = all[(len(ids)-1)*g.Vocab():]
 			})
 			return nil
 		})
