@@ -46,6 +46,26 @@ func Skip(t testing.TB) string {
 // output. It fails t if the job fails or takes longer than timeout.
 func Run(t *testing.T, np int, name string, timeout time.Duration) string {
 	t.Helper()
+	out, err := start(t, np, name, timeout)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return out
+}
+
+// RunFailing is Run for a job that must fail: it returns the job's output
+// and error, failing t if the job succeeds or hangs past timeout.
+func RunFailing(t *testing.T, np int, name string, timeout time.Duration) (string, error) {
+	t.Helper()
+	out, err := start(t, np, name, timeout)
+	if err == nil {
+		t.Fatalf("the job succeeded; it should have failed:\n%s", out)
+	}
+	return out, err
+}
+
+func start(t *testing.T, np int, name string, timeout time.Duration) (string, error) {
+	t.Helper()
 	path := Skip(t)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -62,9 +82,9 @@ func Run(t *testing.T, np int, name string, timeout time.Duration) string {
 		t.Fatalf("mpirun %s: no result after %v (a rank hung?)\n%s", strings.Join(args, " "), timeout, out)
 	}
 	if err != nil {
-		t.Fatalf("mpirun %s: %v\n%s", strings.Join(args, " "), err, out)
+		return string(out), fmt.Errorf("mpirun %s: %w", strings.Join(args, " "), err)
 	}
-	return string(out)
+	return string(out), nil
 }
 
 // Exec runs the test name of this test binary once, without mpirun, with
