@@ -8,6 +8,8 @@
 // every collective is enqueued on a CUDA stream (cu.Stream) of the CUDA
 // device, returning once it is enqueued. Completion is the stream's: record
 // an event on the stream after the call and wait for it, as for a kernel.
+// The CUDA device hands out both: cuda.StreamHandle(dev.Compute()) and
+// dev.DevicePointer(span).
 //
 // Starting a communicator takes three steps on every rank:
 //
