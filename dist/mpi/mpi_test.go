@@ -47,6 +47,18 @@ func TestMPIChild(t *testing.T) {
 		t.Fatalf("Launched() = %+v, %v, %v; MPI says rank %d of %d", l, ok, err, r, n)
 	}
 	t.Logf("rank %d: %s", r, c.Library())
+	// Open MPI installs handlers for SIGSEGV and others at init unless a
+	// handler is there already: Go's must survive, or a nil dereference
+	// would kill the rank instead of panicking.
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("no panic from a nil dereference")
+			}
+		}()
+		var p *int
+		_ = *p
+	}()
 	if _, err := mpi.Open(); err == nil {
 		t.Error("a second Open succeeded")
 	}
