@@ -46,3 +46,11 @@ func TestMissingLibrary(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+func TestNotOpenMPI(t *testing.T) {
+	t.Setenv(libEnv, "libc.so.6") // loads, but is no MPI
+	_, err := loadLib()
+	if !errors.Is(err, dist.ErrUnavailable) || !strings.Contains(err.Error(), "has no symbol MPI_Init_thread: ferry needs Open MPI 4 or later") {
+		t.Fatalf("loading libc as MPI: %v", err)
+	}
+}

@@ -409,3 +409,22 @@ func TestStandInCatchesMisuse(t *testing.T) {
 		}
 	})
 }
+
+// A listener that is not a ferry rank 0 is not taken for one.
+func TestFetchIDFromStranger(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			c.Write(make([]byte, 200))
+			c.Close()
+		}
+	}()
+	if _, err := nccl.FetchID(ln.Addr().String(), 5*time.Second); err == nil || !strings.Contains(err.Error(), "is not a ferry rank 0") {
+		t.Errorf("FetchID from a stranger: %v", err)
+	}
+}
