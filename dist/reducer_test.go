@@ -11,6 +11,8 @@ import (
 	"ferry"
 	"ferry/device"
 	_ "ferry/device/cpu"
+	"ferry/device/cuda"
+	"ferry/device/cuda/fake"
 	"ferry/dist"
 	"ferry/dist/internal/mpirun"
 	"ferry/dist/mpi"
@@ -218,4 +220,46 @@ func TestReducerChild(t *testing.T) {
 	}
 	t.Logf("rank %d: stats %+v", rank, st)
 	t.Logf("rank %d: 5 steps, parameters identical", rank)
+}
+
+// The reducer moves gradients through the device's own Download and
+// Upload, so it works on a CUDA device too: here the CUDA device over the
+// fake driver, whose averaged (one-rank) gradients must equal the CPU's.
+func TestReducerOnCUDAFake(t *testing.T) {
+	gpu, err := cuda.Open(fake.New(fake.Options{}), 0, device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gpu.Close()
+	host, err := device.Open("cpu", device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	x, y := batch(3, 5)
+	var got [][][]float32
+	for _, dev := range []device.Device{host, gpu} {
+		m := tinyModel(t, dev, 4)
+		r, err := dist.NewGradientReducer(dist.Local(), m.Parameters(), dist.ReducerOptions{BucketBytes: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		backward(t, dev, m, x, y, ferry.BackwardOptions{GradReady: r.GradReady})
+		if err := r.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Broadcast(0); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, grads(m.Parameters()))
+		optim.NewSGD(m.Parameters(), 0).ZeroGrad()
+		nn.Release(m)
+	}
+	for i := range got[0] {
+		for j := range got[0][i] {
+			if d := math.Abs(float64(got[0][i][j] - got[1][i][j])); d > 1e-5 {
+				t.Fatalf("parameter %d[%d]: cpu %v, cuda (fake) %v", i, j, got[0][i][j], got[1][i][j])
+			}
+		}
+	}
 }
