@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +24,7 @@ import (
 
 // tinyModel is Linear(4,8) → ReLU → Linear(8,3), the same on every rank
 // for a seed.
-func tinyModel(t *testing.T, dev device.Device, seed uint64) *nn.Sequential {
+func tinyModel(t tb, dev device.Device, seed uint64) *nn.Sequential {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	l1, err := nn.NewLinear(dev, 4, 8, true, rng)
@@ -52,7 +54,7 @@ func batch(step, rows int) (x, y []float32) {
 
 // backward runs forward and backward of the MSE loss on rows of x and y,
 // with opts.
-func backward(t *testing.T, dev device.Device, m nn.Module, x, y []float32, opts ferry.BackwardOptions) {
+func backward(t tb, dev device.Device, m nn.Module, x, y []float32, opts ferry.BackwardOptions) {
 	t.Helper()
 	rows := len(x) / 4
 	xt := ferry.FromFloat32s(dev, x, rows, 4)
@@ -157,6 +159,65 @@ func TestReducerChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	dataParallel(t, c)
+}
+
+// The same with three ranks as goroutines of this process (dist.NewGroup):
+// it runs where Open MPI is absent, and averages over an odd count.
+func TestReducerThreeRanksInProcess(t *testing.T) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, c := range dist.NewGroup(3) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rt := &rankT{t: t, mu: &mu}
+			dataParallel(rt, c)
+		}()
+	}
+	wg.Wait()
+}
+
+// tb is what dataParallel needs of a test: *testing.T, or a rankT.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Logf(format string, args ...any)
+}
+
+// rankT is a tb for a rank running on its own goroutine: Fatal reports
+// and ends the goroutine (runtime.Goexit), not the test.
+type rankT struct {
+	t  *testing.T
+	mu *sync.Mutex
+}
+
+func (r *rankT) Helper() {}
+func (r *rankT) Fatal(args ...any) {
+	r.Errorf("%s", fmt.Sprint(args...))
+	runtime.Goexit()
+}
+func (r *rankT) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	runtime.Goexit()
+}
+func (r *rankT) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.t.Errorf(format, args...)
+}
+func (r *rankT) Logf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.t.Logf(format, args...)
+}
+
+// dataParallel trains the tiny model on c's ranks, each on its own rows of
+// every batch, and checks after each step that the averaged gradient is
+// the whole batch's and that the parameters are identical everywhere.
+func dataParallel(t tb, c dist.Comm) {
 	rank, size := c.Rank(), c.Size()
 	dev, err := device.Open("cpu", device.Options{})
 	if err != nil {
@@ -170,7 +231,11 @@ func TestReducerChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.CheckParameters(); err == nil || !strings.Contains(err.Error(), "on rank(s) [1] is not bit-identical") {
+	var others []int
+	for q := 1; q < size; q++ {
+		others = append(others, q)
+	}
+	if err := r.CheckParameters(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("on rank(s) %v is not bit-identical", others)) {
 		t.Fatalf("CheckParameters before Broadcast: %v", err)
 	} else {
 		t.Logf("rank %d, before Broadcast: %v", rank, err)

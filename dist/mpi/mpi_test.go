@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"ferry/dist"
+	"ferry/dist/disttest"
 	"ferry/dist/internal/mpirun"
 	"ferry/dist/mpi"
 )
@@ -63,88 +64,7 @@ func TestMPIChild(t *testing.T) {
 		t.Error("a second Open succeeded")
 	}
 
-	// all-reduce: rank r holds r+1+i*10 at i; the sum is 3+20i.
-	const m = 1000
-	buf := make([]float32, m)
-	for i := range buf {
-		buf[i] = float32(r + 1 + i*10)
-	}
-	if err := c.AllReduce(buf).Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	for i, v := range buf {
-		if v != float32(3+20*i) {
-			t.Fatalf("all_reduce[%d] = %v, want %v", i, v, 3+20*i)
-		}
-	}
-	// average, and two collectives in flight at once, waited in reverse.
-	a, b := make([]float32, 7), make([]float32, 5)
-	for i := range a {
-		a[i] = float32(4 * r)
-	}
-	for i := range b {
-		b[i] = float32(i * (r + 1))
-	}
-	ea := dist.AllReduceAverage(c, a)
-	eb := c.AllReduce(b)
-	if err := eb.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	if err := ea.Synchronize(); err != nil || !ea.Done() {
-		t.Fatal(err)
-	}
-	for i := range a {
-		if a[i] != 2 {
-			t.Fatalf("average[%d] = %v, want 2", i, a[i])
-		}
-	}
-	for i := range b {
-		if b[i] != float32(3*i) {
-			t.Fatalf("second all_reduce[%d] = %v, want %v", i, b[i], 3*i)
-		}
-	}
-	// reduce-scatter: send[j] = j + 100r; rank r gets the sum of its half.
-	send := make([]float32, 2*3)
-	for j := range send {
-		send[j] = float32(j + 100*r)
-	}
-	recv := make([]float32, 3)
-	if err := c.ReduceScatter(send, recv).Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range recv {
-		if j := 3*r + k; v != float32(2*j+100) {
-			t.Fatalf("reduce_scatter[%d] on rank %d = %v, want %v", k, r, v, 2*j+100)
-		}
-	}
-	// all-gather: rank order.
-	g := make([]float32, 2*4)
-	mine := []float32{float32(r), float32(r) + .5, float32(-r), 9}
-	if err := c.AllGather(mine, g).Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	if want := []float32{0, .5, 0, 9, 1, 1.5, -1, 9}; fmt.Sprint(g) != fmt.Sprint(want) {
-		t.Fatalf("all_gather = %v, want %v", g, want)
-	}
-	// broadcast from rank 1.
-	bc := []float32{float32(r), float32(r * 2)}
-	if err := c.Broadcast(bc, 1).Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	if bc[0] != 1 || bc[1] != 2 {
-		t.Fatalf("broadcast from 1 = %v", bc)
-	}
-	// Wrong lengths and roots are refused on the spot, on every rank alike.
-	if err := c.ReduceScatter(make([]float32, 5), make([]float32, 3)).Synchronize(); err == nil || !strings.Contains(err.Error(), "size(2)") {
-		t.Errorf("reduce_scatter with len 5 → 3: %v", err)
-	}
-	if err := c.AllGather(make([]float32, 2), make([]float32, 3)).Synchronize(); err == nil {
-		t.Error("all_gather with len 2 → 3 succeeded")
-	}
-	if err := c.Broadcast(bc, 2).Synchronize(); err == nil {
-		t.Error("broadcast from rank 2 of 2 succeeded")
-	}
-	if err := c.Barrier(); err != nil {
+	if err := disttest.Collectives(c); err != nil {
 		t.Fatal(err)
 	}
 	// What a 25 MiB gradient bucket costs (shared memory, one machine).
@@ -161,7 +81,7 @@ func TestMPIChild(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.AllReduce(buf).Synchronize(); !errors.Is(err, dist.ErrClosed) {
+	if err := c.AllReduce(make([]float32, 3)).Synchronize(); !errors.Is(err, dist.ErrClosed) {
 		t.Errorf("all_reduce after Close: %v, want ErrClosed", err)
 	}
 	if err := c.Close(); !errors.Is(err, dist.ErrClosed) {
