@@ -175,7 +175,7 @@ func (r *GradientReducer) Chain(next func(*ferry.Tensor)) func(*ferry.Tensor) {
 	return func(p *ferry.Tensor) { r.GradReady(p); next(p) }
 }
 
-// pending error of the current step, reported by Wait
+// noteErr keeps the first error of the step, for Wait to return.
 func (r *GradientReducer) noteErr(err error) {
 	if r.stepErr == nil {
 		r.stepErr = err

@@ -33,7 +33,7 @@ type lib struct {
 	commSetErrhandler, errorString, getLibraryVersion                uintptr
 	allreduce, reduceScatterBlock, allgather, bcast, barrier         uintptr
 
-	commWorld, float, byte_, opSum, errorsReturn uintptr
+	commWorld, float, opSum, errorsReturn uintptr
 }
 
 var (
@@ -79,7 +79,7 @@ func loadLib() (*lib, error) {
 		// Open MPI's predefined handles: MPI_COMM_WORLD is
 		// &ompi_mpi_comm_world, and so on.
 		{"ompi_mpi_comm_world", &l.commWorld}, {"ompi_mpi_float", &l.float},
-		{"ompi_mpi_byte", &l.byte_}, {"ompi_mpi_op_sum", &l.opSum},
+		{"ompi_mpi_op_sum", &l.opSum},
 		{"ompi_mpi_errors_return", &l.errorsReturn},
 	} {
 		p, err := purego.Dlsym(h, s.name)
