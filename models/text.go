@@ -100,6 +100,17 @@ func (t *TextTask) Batch(step, micro int) (x, y *ferry.Tensor, items int, err er
 	return x, y, t.Rows * t.LM.Context(), nil
 }
 
+// BatchShard is rows [rank·Rows, (rank+1)·Rows) of the batch Batch would
+// draw at size·Rows rows (train.Sharder): N ranks see what one process at
+// N times the batch sees.
+func (t *TextTask) BatchShard(step, micro, rank, size int) (x, y *ferry.Tensor, items int, err error) {
+	rng := rand.New(rand.NewPCG(t.Seed^0x7465787462617463, uint64(step)<<16|uint64(micro)))
+	seq := t.LM.Context()
+	xs, ys := text.Windows(t.Text.Train, rng, t.Rows*size, seq)
+	lo, hi := rank*t.Rows*seq, (rank+1)*t.Rows*seq
+	return ferry.FromInt32s(t.dev, xs[lo:hi], t.Rows, seq), ferry.FromInt32s(t.dev, ys[lo:hi], t.Rows, seq), t.Rows * seq, nil
+}
+
 // Evaluate is the mean cross-entropy over the validation batches.
 func (t *TextTask) Evaluate() ([]train.Metric, error) {
 	var sum float64

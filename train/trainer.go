@@ -13,6 +13,7 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/dist"
 	"ferry/nn"
 	"ferry/offload"
 	"ferry/optim"
@@ -134,6 +135,27 @@ type Config struct {
 	Unit string
 	// Hooks report progress.
 	Hooks Hooks
+	// Comm, if it has more than one rank, trains data-parallel: each rank
+	// runs the task on its shard of every step's batch (Sharder, or else
+	// micro-batch micro·size+rank), gradients are averaged across ranks
+	// in buckets as backward produces them (dist.GradientReducer), and
+	// every rank applies the same update. Rank 0 writes the log, plots
+	// and checkpoints; every rank calls the hooks.
+	Comm dist.Comm
+	// BucketBytes sizes the reducer's buckets (0: dist's default, 25 MiB).
+	BucketBytes int64
+	// CheckEvery, with Comm, checks every CheckEvery steps (and at the
+	// end) that the ranks' parameters are bit-identical; 0 checks at the
+	// end only.
+	CheckEvery int
+}
+
+// Sharder is a Task that can give one rank's shard of a step's global
+// batch: rows [rank·B, (rank+1)·B) of the batch of size·B rows a single
+// process would draw for the same (step, micro), so that N ranks train
+// as one process at N times the batch.
+type Sharder interface {
+	BatchShard(step, micro, rank, size int) (x, y *ferry.Tensor, items int, err error)
 }
 
 // Hooks let a caller show a run. Each runs on the training goroutine, and
@@ -223,6 +245,8 @@ type Trainer struct {
 	cfg  Config
 	mem  *offload.Memory
 	ckpt *Checkpointer
+	red  *dist.GradientReducer // nil on one rank
+	rank int
 }
 
 // New checks cfg against task and dev and prepares the run: the memory
@@ -259,6 +283,9 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 		}
 	}
 	t := &Trainer{dev: dev, task: task, cfg: cfg}
+	if cfg.Comm != nil {
+		t.rank = cfg.Comm.Rank()
+	}
 	if pol := cfg.Memory.Policy; pol != nil {
 		if err := t.checkPolicy(pol); err != nil {
 			return nil, &ConfigError{"Memory.Policy", err}
@@ -269,11 +296,15 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 			return nil, fmt.Errorf("train: checkpoints need an optimizer whose state can be saved (optim.Stateful); %T is not", cfg.Optimizer)
 		}
 		t.ckpt = &Checkpointer{Dir: cfg.CheckpointDir, Keep: cfg.Keep}
-		if err := writableDir(cfg.CheckpointDir); err != nil {
+		if err := writableDir(cfg.CheckpointDir); t.rank == 0 && err != nil {
 			return nil, &ConfigError{"CheckpointDir", err}
 		}
 	} else if cfg.Resume {
 		return nil, fmt.Errorf("train: resume needs a checkpoint directory")
+	}
+	if t.rank > 0 { // rank 0 writes the files
+		cfg.PlotDir, cfg.LogPath = "", ""
+		t.cfg = cfg
 	}
 	if cfg.PlotDir != "" {
 		if err := writableDir(cfg.PlotDir); err != nil {
@@ -296,6 +327,19 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 		}
 	}
 	t.mem = mem
+	if cfg.Comm != nil && cfg.Comm.Size() > 1 {
+		if mem.OptimizerInBackward() {
+			mem.Close()
+			return nil, configErr("Memory.Policy", "it updates each parameter inside backward, from this rank's gradient alone; "+
+				"data-parallel training averages gradients first: plan for a larger budget")
+		}
+		red, err := dist.NewGradientReducer(cfg.Comm, task.Model().Parameters(), dist.ReducerOptions{BucketBytes: cfg.BucketBytes})
+		if err != nil {
+			mem.Close()
+			return nil, err
+		}
+		t.red = red
+	}
 	return t, nil
 }
 
@@ -423,6 +467,13 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	if first > cfg.Steps {
 		return nil, fmt.Errorf("the checkpoint is at step %d, and this run has %d steps: nothing left to train (give more steps)", first-1, cfg.Steps)
 	}
+	if t.red != nil {
+		// Rank 0's weights everywhere (they are equal already when every
+		// rank seeds alike or resumed from one checkpoint).
+		if err := t.red.Broadcast(0); err != nil {
+			return nil, err
+		}
+	}
 	res.FirstStep = first
 
 	logEvery := cfg.LogEvery
@@ -438,6 +489,14 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	saveCheckpoint := func(step int) error {
 		if t.ckpt == nil {
 			return nil
+		}
+		if t.red != nil {
+			// Rank 0 writes; no rank goes on before the file is whole.
+			defer cfg.Comm.Barrier()
+			if t.rank > 0 {
+				res.Checkpoint = t.ckpt.PathFor(step)
+				return nil
+			}
 		}
 		extra, _ := json.Marshal(hist)
 		path, err := t.ckpt.Save(model, opt.(optim.Stateful), Meta{Step: step, Seed: cfg.Seed, Identity: identity, Extra: extra,
@@ -507,7 +566,20 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		h.Start(first, cfg.Steps)
 	}
 	for step := first; step <= cfg.Steps; step++ {
-		if ctx.Err() != nil {
+		stop := ctx.Err() != nil
+		if t.red != nil {
+			// Every rank stops at the same step, or the others would wait
+			// for it in the next collective.
+			flag := []float32{0}
+			if stop {
+				flag[0] = 1
+			}
+			if err := cfg.Comm.AllReduce(flag).Synchronize(); err != nil {
+				return nil, fmt.Errorf("step %d: %w", step, err)
+			}
+			stop = flag[0] > 0
+		}
+		if stop {
 			res.Interrupted = true
 			break
 		}
@@ -534,6 +606,20 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			// Nothing of this step reaches a checkpoint: the optimizer has
 			// not run (or, in backward, the step stops at the first error).
 			return nil, fmt.Errorf("step %d: %w", step, err)
+		}
+		if t.red != nil {
+			// The job's loss, the same on every rank; the items all
+			// ranks trained on.
+			buf := []float32{float32(loss), float32(items)}
+			if err := cfg.Comm.AllReduce(buf).Synchronize(); err != nil {
+				return nil, fmt.Errorf("step %d: %w", step, err)
+			}
+			loss, items = float64(buf[0])/float64(cfg.Comm.Size()), int64(buf[1])
+			if (cfg.CheckEvery > 0 && step%cfg.CheckEvery == 0) || step == cfg.Steps {
+				if err := t.red.CheckParameters(); err != nil {
+					return nil, fmt.Errorf("step %d: %w", step, err)
+				}
+			}
 		}
 		stepTimes = append(stepTimes, time.Since(t0).Seconds())
 		res.Items += items
@@ -630,10 +716,11 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 	inBwd := t.mem.OptimizerInBackward()
 	for micro := 0; micro < cfg.Accum; micro++ {
 		nn.SetStep(model, uint64((step-1)*cfg.Accum+micro+1))
-		x, y, n, err := task.Batch(step, micro)
+		x, y, n, err := t.batch(step, micro)
 		if err != nil {
 			return 0, 0, err
 		}
+		last := micro == cfg.Accum-1
 		items += int64(n)
 		err = ferry.Step(func(tape *ferry.Tape) error {
 			xin := tape.Input(x)
@@ -656,6 +743,11 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 				}
 				return e.Err()
 			}
+			if t.red != nil && last {
+				// The buckets' all-reduces start as backward completes
+				// them, overlapping the rest of backward.
+				return l.BackwardWith(ferry.BackwardOptions{GradReady: t.red.GradReady})
+			}
 			return l.Backward()
 		})
 		x.Release()
@@ -667,6 +759,11 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 	}
 	if inBwd {
 		return loss, items, nil
+	}
+	if t.red != nil {
+		if err := t.red.Wait(); err != nil { // the gradients are now the ranks' mean
+			return 0, 0, err
+		}
 	}
 	// Every gradient is complete: a non-finite one stops the step before
 	// the optimizer writes it into the weights.
@@ -690,6 +787,18 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 	}
 	opt.ZeroGrad()
 	return loss, items, nil
+}
+
+// batch is this rank's micro-batch micro of step.
+func (t *Trainer) batch(step, micro int) (x, y *ferry.Tensor, items int, err error) {
+	if t.red == nil {
+		return t.task.Batch(step, micro)
+	}
+	size := t.cfg.Comm.Size()
+	if s, ok := t.task.(Sharder); ok {
+		return s.BatchShard(step, micro, t.rank, size)
+	}
+	return t.task.Batch(step, micro*size+t.rank)
 }
 
 // identity is the task's identity with the Trainer's own settings that

@@ -14,6 +14,8 @@ import (
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
 	"ferry/device/cpu"
+	"ferry/dist"
+	"ferry/dist/mpi"
 	"ferry/offload"
 	"ferry/optim"
 	"ferry/plan"
@@ -37,8 +39,30 @@ type trainOptions struct {
 	checkpointDir                 string
 	checkpointEvery, keep         int
 	resume                        bool
-	stopAfter                     int
+	stopAfter, checkEvery         int
 	unit                          string // "samples" or "tokens"
+	comm                          dist.Comm
+}
+
+// openComm joins the ranks when mpirun started this process (one rank
+// otherwise) and returns where this rank prints: only rank 0 prints.
+func (o *trainOptions) openComm(out io.Writer) (io.Writer, error) {
+	c, err := mpi.Auto()
+	if err != nil {
+		return nil, err
+	}
+	o.comm = c
+	if c.Rank() > 0 {
+		return io.Discard, nil
+	}
+	return out, nil
+}
+
+// closeComm leaves the job (every rank must).
+func (o *trainOptions) closeComm() {
+	if o.comm != nil {
+		o.comm.Close()
+	}
 }
 
 // trainModes are the memory modes of a training run: the demo's, less
@@ -73,6 +97,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 	fs.IntVar(&o.checkpointEvery, "checkpoint-every", 0, "steps between checkpoints (default: at evaluations; 0 with --checkpoint-dir)")
 	fs.IntVar(&o.keep, "keep", 3, "checkpoints to keep in --checkpoint-dir")
 	fs.BoolVar(&o.resume, "resume", false, "resume from the latest checkpoint in --checkpoint-dir")
+	fs.IntVar(&o.checkEvery, "check-every", 0, "under mpirun: check every N steps that the ranks' parameters are bit-identical (0: at the end)")
 	fs.IntVar(&o.stopAfter, "stop-after", 0, "stop after this many steps of this run (the schedule still spans --steps), checkpointing if asked; resume later with --resume")
 }
 
@@ -80,7 +105,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 func (o *trainOptions) validate(set map[string]bool) error {
 	if err := positive(set, map[string]int{"batch": o.batch, "accum": o.accum, "log-every": o.logEvery,
 		"checkpoint-every": o.checkpointEvery, "keep": o.keep, "steps": o.steps, "eval-every": o.evalEvery,
-		"stop-after": o.stopAfter}); err != nil {
+		"stop-after": o.stopAfter, "check-every": o.checkEvery}); err != nil {
 		return err
 	}
 	if set["warmup"] && o.warmup < 0 {
@@ -158,6 +183,7 @@ type trainSummary struct {
 	Device         string             `json:"device"`
 	Mode           string             `json:"mode"`
 	Model          string             `json:"model"`
+	WorldSize      int                `json:"world_size"` // data-parallel ranks (mpirun -np N)
 	ParameterCount int64              `json:"parameter_count"`
 	Steps          int                `json:"steps"`     // the last step done
 	RunSteps       int                `json:"run_steps"` // steps done by this run (fewer than steps when resumed)
@@ -198,7 +224,10 @@ func (p plannedTask) PlanModel() plan.Model { return p.planModel() }
 
 // runTrainer runs r under the shared flags o and returns the summary.
 func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (*trainSummary, error) {
-	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, Model: r.describe}
+	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, Model: r.describe, WorldSize: 1}
+	if o.comm != nil {
+		sum.WorldSize = o.comm.Size()
+	}
 	if o.policy != "" {
 		sum.Mode = "policy"
 	}
@@ -240,7 +269,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		Schedule:  train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps},
 		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath, PlotDir: o.plotDir,
 		CheckpointDir: o.checkpointDir, CheckpointEvery: o.checkpointEvery, Keep: o.keep, Resume: o.resume,
-		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit,
+		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit, Comm: o.comm, CheckEvery: o.checkEvery,
 		Hooks: train.Hooks{
 			Start:   func(first, total int) { p.phase("train", total, first-1) },
 			Message: func(msg string) { p.line("%s", msg) },

@@ -49,6 +49,11 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return fmt.Errorf("--depth %d: at most 1000 hidden layers", *depth)
 		}
 		o.unit = "samples"
+		out, err := o.openComm(out)
+		if err != nil {
+			return err
+		}
+		defer o.closeComm()
 		dir := *data
 		if dir == "" {
 			d, err := mnistDir()
@@ -78,7 +83,7 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			"lower --width, --depth or --batch"); err != nil {
 			return err
 		}
-		task, err := mlp.NewClassifier(dev, ds, *depth, *width, o.batch, o.seed)
+		task, err := mlp.NewClassifier(dev, ds, *depth, *width, o.batch, o.comm.Size(), o.seed)
 		if err != nil {
 			return err
 		}

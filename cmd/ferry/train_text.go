@@ -57,6 +57,11 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return fmt.Errorf("--sample must be in [0, 1048576], got %d", *sample)
 		}
 		o.unit = "tokens"
+		out, err := o.openComm(out)
+		if err != nil {
+			return err
+		}
+		defer o.closeComm()
 		fam, err := sizes.family()
 		if err != nil {
 			return err
@@ -132,7 +137,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if first, ok := sum.initialVal("val_loss"); ok {
 			sum.Metrics["initial_val_loss"] = first
 		}
-		if *sample > 0 && !sum.Interrupted && ctx.Err() == nil {
+		if *sample > 0 && !sum.Interrupted && ctx.Err() == nil && o.comm.Rank() == 0 {
 			s, err := models.Generate(task.LM, dev, []byte(*prompt), *sample, 0.8, 20, rand.New(rand.NewPCG(o.seed, 5)))
 			if err != nil {
 				return err

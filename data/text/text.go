@@ -152,14 +152,21 @@ func (t *Text) Check(seq int) error {
 // Batch draws n random windows of seq+1 bytes from text and returns the
 // inputs and the next-byte targets, both int32 [n, seq] on dev.
 func Batch(dev device.Device, text []byte, rng *rand.Rand, n, seq int) (x, y *ferry.Tensor) {
-	xs, ys := make([]int32, n*seq), make([]int32, n*seq)
+	xs, ys := Windows(text, rng, n, seq)
+	return ferry.FromInt32s(dev, xs, n, seq), ferry.FromInt32s(dev, ys, n, seq)
+}
+
+// Windows draws what Batch does, as row-major [n, seq] token ids: row b of
+// a draw of n rows is the same whatever part of them is kept.
+func Windows(text []byte, rng *rand.Rand, n, seq int) (xs, ys []int32) {
+	xs, ys = make([]int32, n*seq), make([]int32, n*seq)
 	for b := 0; b < n; b++ {
 		at := rng.IntN(len(text) - seq)
 		for i := 0; i < seq; i++ {
 			xs[b*seq+i], ys[b*seq+i] = int32(text[at+i]), int32(text[at+i+1])
 		}
 	}
-	return ferry.FromInt32s(dev, xs, n, seq), ferry.FromInt32s(dev, ys, n, seq)
+	return xs, ys
 }
 
 // UnigramEntropy is the entropy of b's byte distribution in nats: the loss

@@ -24,18 +24,20 @@ type Classifier struct {
 	Rows          int // images per step
 	Seed          uint64
 	StepsPerEpoch int
+	ranks         int
 	seq           *nn.Sequential
 	linear        []*nn.Linear
 	dev           device.Device
 }
 
-// NewClassifier makes depth hidden layers of width on dev.
-func NewClassifier(dev device.Device, data *mnist.Set, depth, width, rows int, seed uint64) (*Classifier, error) {
-	if rows < 1 || rows > data.TrainCount() {
-		return nil, fmt.Errorf("batch %d: want 1 to the %d training images", rows, data.TrainCount())
+// NewClassifier makes depth hidden layers of width on dev, for ranks
+// data-parallel ranks of rows images each (1: one process).
+func NewClassifier(dev device.Device, data *mnist.Set, depth, width, rows, ranks int, seed uint64) (*Classifier, error) {
+	if rows < 1 || ranks < 1 || rows*ranks > data.TrainCount() {
+		return nil, fmt.Errorf("batch %d × %d ranks: want 1 to the %d training images", rows, ranks, data.TrainCount())
 	}
-	t := &Classifier{dev: dev, Data: data, Rows: rows, Seed: seed, Depth: depth, Width: width}
-	t.StepsPerEpoch = (data.TrainCount() + rows - 1) / rows
+	t := &Classifier{dev: dev, Data: data, Rows: rows, Seed: seed, Depth: depth, Width: width, ranks: ranks}
+	t.StepsPerEpoch = (data.TrainCount() + rows*ranks - 1) / (rows * ranks)
 	rng := rand.New(rand.NewPCG(seed, 0x6d6c70))
 	var mods []nn.Module
 	in := data.Pixels()
@@ -108,11 +110,19 @@ func (t *Classifier) Loss(out, y *ferry.Tensor) *ferry.Tensor { return ferry.Cro
 // Batch takes the step's slice of its epoch's order; micro-batches are
 // the following slices.
 func (t *Classifier) Batch(step, micro int) (x, y *ferry.Tensor, items int, err error) {
+	return t.BatchShard(step, micro, 0, 1)
+}
+
+// BatchShard is rank's Rows of the step's global batch of ranks·Rows
+// images (train.Sharder).
+func (t *Classifier) BatchShard(step, micro, rank, size int) (x, y *ferry.Tensor, items int, err error) {
+	if size != t.ranks && size != 1 {
+		return nil, nil, 0, fmt.Errorf("mlp: the classifier was made for %d ranks, not %d", t.ranks, size)
+	}
 	i := step - 1
 	epoch, k := i/t.StepsPerEpoch, i%t.StepsPerEpoch
 	order := mnist.EpochOrder(t.Seed, epoch, t.Data.TrainCount())
-	k += micro
-	lo := (k * t.Rows) % len(order)
+	lo := ((k+micro)*t.Rows*size + rank*t.Rows) % len(order)
 	idx := order[lo:min(lo+t.Rows, len(order))]
 	x, y = mnist.Gather(t.dev, t.Data.TrainImages, t.Data.TrainLabels, t.Data.Pixels(), idx)
 	return x, y, len(idx), nil
