@@ -62,6 +62,10 @@ type ShardOptions struct {
 	// after a step (a parameter larger than it goes alone); 0 means
 	// DefaultBucketBytes.
 	BucketBytes int64
+	// Owners, if set, is the owning rank of each parameter (deduplicated,
+	// in order) instead of AssignOwners': GradientScatterer.Owners for
+	// ZeRO-2, where the owner of a gradient must own its update.
+	Owners []int
 }
 
 // ShardedOptimizer is ZeRO stage 1 on a Comm: optimizer state split
@@ -132,7 +136,19 @@ func NewShardedOptimizer(c Comm, inner optim.Stepper, params []*ferry.Tensor, op
 		}
 		s.params = append(s.params, p)
 	}
-	s.owner = AssignOwners(s.params, c.Size())
+	if opts.Owners != nil {
+		if len(opts.Owners) != len(s.params) {
+			return nil, fmt.Errorf("dist: NewShardedOptimizer: %d owners for %d parameters", len(opts.Owners), len(s.params))
+		}
+		for i, r := range opts.Owners {
+			if r < 0 || r >= c.Size() {
+				return nil, fmt.Errorf("dist: NewShardedOptimizer: parameter %d's owner %d is not a rank of %d", i, r, c.Size())
+			}
+		}
+		s.owner = slices.Clone(opts.Owners)
+	} else {
+		s.owner = AssignOwners(s.params, c.Size())
+	}
 	maxChunk := 0
 	for r := 0; r < c.Size(); r++ {
 		var cur *shardChunk

@@ -47,6 +47,9 @@ func TestAssignOwners(t *testing.T) {
 type dpRun struct {
 	params     [][][]float32 // [step][param]
 	stateBytes int64
+	gradBytes  int64       // ZeRO-2: the most gradient bytes after Wait
+	ownedBytes int64       // the bytes of the parameters the rank owns
+	norms      []float64   // per step, before clipping
 	state      optim.State // unsharded: the optimizer's; sharded: gathered on rank 0
 	release    func()
 }
@@ -54,7 +57,7 @@ type dpRun struct {
 // trainDataParallel trains the tiny model with AdamW on every rank of
 // comms (as goroutines), each rank on its rows of every batch, clipping
 // at clip (0: not), sharded or not. It returns each rank's run.
-func trainDataParallel(t *testing.T, comms []dist.Comm, sharded bool, steps int, clip float64) []*dpRun {
+func trainDataParallel(t *testing.T, comms []dist.Comm, stage int, bucket int64, steps int, clip float64) []*dpRun {
 	t.Helper()
 	runs := make([]*dpRun, len(comms))
 	var mu sync.Mutex
@@ -64,7 +67,7 @@ func trainDataParallel(t *testing.T, comms []dist.Comm, sharded bool, steps int,
 		go func() {
 			defer wg.Done()
 			rt := &rankT{t: t, mu: &mu}
-			runs[i] = trainRank(rt, c, sharded, steps, clip)
+			runs[i] = trainRank(rt, c, stage, bucket, steps, clip)
 		}()
 	}
 	wg.Wait()
@@ -74,7 +77,10 @@ func trainDataParallel(t *testing.T, comms []dist.Comm, sharded bool, steps int,
 	return runs
 }
 
-func trainRank(t tb, c dist.Comm, sharded bool, steps int, clip float64) *dpRun {
+// trainRank is one rank of trainDataParallel: ZeRO stage 0 (unsharded),
+// 1 (ShardedOptimizer) or 2 (GradientScatterer and ShardedOptimizer).
+func trainRank(t tb, c dist.Comm, stage int, bucket int64, steps int, clip float64) *dpRun {
+	sharded := stage > 0
 	rank, size := c.Rank(), c.Size()
 	dev, err := device.Open("cpu", device.Options{})
 	if err != nil {
@@ -82,23 +88,42 @@ func trainRank(t tb, c dist.Comm, sharded bool, steps int, clip float64) *dpRun 
 	}
 	m := tinyModel(t, dev, uint64(20+rank))
 	ps := m.Parameters()
-	red, err := dist.NewGradientReducer(c, ps, dist.ReducerOptions{BucketBytes: 64})
-	if err != nil {
-		t.Fatal(err)
+	var red interface {
+		GradReady(*ferry.Tensor)
+		Wait() error
+		Broadcast(int) error
+		CheckParameters() error
+	}
+	var owners []int
+	if stage == 2 {
+		sc, err := dist.NewGradientScatterer(c, ps, dist.ReducerOptions{BucketBytes: bucket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		red, owners = sc, sc.Owners()
+	} else {
+		r, err := dist.NewGradientReducer(c, ps, dist.ReducerOptions{BucketBytes: bucket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		red = r
 	}
 	if err := red.Broadcast(0); err != nil {
 		t.Fatal(err)
 	}
+	run := &dpRun{release: func() {}}
 	adam := optim.NewAdamW(ps, 0.05)
 	var opt optim.Optimizer = adam
 	var sh *dist.ShardedOptimizer
 	if sharded {
-		if sh, err = dist.NewShardedOptimizer(c, adam, ps, dist.ShardOptions{BucketBytes: 64}); err != nil {
+		if sh, err = dist.NewShardedOptimizer(c, adam, ps, dist.ShardOptions{BucketBytes: bucket, Owners: owners}); err != nil {
 			t.Fatal(err)
+		}
+		for _, p := range sh.Owned() {
+			run.ownedBytes += p.StorageBytes()
 		}
 		opt = sh
 	}
-	run := &dpRun{release: func() {}}
 	const rows = 6
 	for step := 1; step <= steps; step++ {
 		x, y := batch(step, rows*size)
@@ -107,11 +132,32 @@ func trainRank(t tb, c dist.Comm, sharded bool, steps int, clip float64) *dpRun 
 		if err := red.Wait(); err != nil {
 			t.Fatal(err)
 		}
-		if clip > 0 {
-			if _, err := optim.ClipGradNorm(ps, clip); err != nil {
-				t.Fatal(err)
+		if stage == 2 {
+			var gradBytes int64
+			for i, p := range ps {
+				if g := p.Grad(); g != nil {
+					gradBytes += g.StorageBytes()
+				} else if owners[i] == rank {
+					t.Fatalf("rank %d: no gradient for its parameter %d after Wait", rank, i)
+				}
 			}
+			run.gradBytes = max(run.gradBytes, gradBytes)
 		}
+		var norm float64
+		switch {
+		case stage == 2 && clip > 0:
+			norm, err = sh.ClipGradNorm(clip)
+		case stage == 2:
+			norm, err = sh.GradNorm()
+		case clip > 0:
+			norm, err = optim.ClipGradNorm(ps, clip)
+		default:
+			norm, err = optim.GradNorm(ps)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		run.norms = append(run.norms, norm)
 		opt.SetLR(0.05 / float64(step))
 		if err := opt.Step(); err != nil {
 			t.Fatal(err)
@@ -163,8 +209,8 @@ func sameBits(a, b []float32) bool {
 func TestShardedOptimizerEqualsDataParallel(t *testing.T) {
 	const steps = 5
 	for _, clip := range []float64{0, 0.05} {
-		ref := trainDataParallel(t, dist.NewGroup(3), false, steps, clip)
-		got := trainDataParallel(t, dist.NewGroup(3), true, steps, clip)
+		ref := trainDataParallel(t, dist.NewGroup(3), 0, 64, steps, clip)
+		got := trainDataParallel(t, dist.NewGroup(3), 1, 64, steps, clip)
 		for r := range got {
 			for s := range steps {
 				for i := range got[r].params[s] {
@@ -376,4 +422,67 @@ func TestShardedStepFailsEverywhere(t *testing.T) {
 			t.Errorf("rank %d: %v, want an error naming rank 1", r, errs[r])
 		}
 	}
+}
+
+// ZeRO-2 on 3 in-process ranks equals unsharded data parallelism bit for
+// bit (parameters every step, the gradient norm used for clipping) with
+// small buckets (each all-reduced: one parameter cannot be balanced) and
+// one large bucket (reduce-scattered), and each rank keeps only its own
+// parameters' gradients.
+func TestGradientScattererEqualsDataParallel(t *testing.T) {
+	const steps = 4
+	for _, bucket := range []int64{64, 1 << 20} {
+		for _, clip := range []float64{0, 0.05} {
+			ref := trainDataParallel(t, dist.NewGroup(3), 0, bucket, steps, clip)
+			got := trainDataParallel(t, dist.NewGroup(3), 2, bucket, steps, clip)
+			for r := range got {
+				for s := range steps {
+					if got[r].norms[s] != ref[r].norms[s] {
+						t.Fatalf("bucket %d, clip %v: rank %d, step %d: norm %v, unsharded %v", bucket, clip, r, s+1, got[r].norms[s], ref[r].norms[s])
+					}
+					for i := range got[r].params[s] {
+						if !sameBits(got[r].params[s][i], ref[r].params[s][i]) {
+							t.Fatalf("bucket %d, clip %v: rank %d, step %d, parameter %d differs", bucket, clip, r, s+1, i)
+						}
+					}
+				}
+			}
+			if clip > 0 && !(ref[0].norms[0] > clip) {
+				t.Fatalf("norm %v does not exceed the clip %v: clipping untested", ref[0].norms[0], clip)
+			}
+			var sum int64
+			for r, run := range got {
+				sum += run.gradBytes
+				if run.gradBytes != run.ownedBytes || run.gradBytes >= ref[0].stateBytes/2 { // the state is twice the gradients
+					t.Errorf("rank %d kept %d gradient bytes of %d; it owns parameters of %d bytes", r, run.gradBytes, ref[0].stateBytes/2, run.ownedBytes)
+				}
+			}
+			if sum != ref[0].stateBytes/2 {
+				t.Errorf("the ranks kept %d gradient bytes in all, want %d", sum, ref[0].stateBytes/2)
+			}
+		}
+	}
+	// Which path each bucket size took.
+	ps := tinyModel(t, mustCPU(t), 1).Parameters()
+	for _, tc := range []struct {
+		bucket         int64
+		buckets, allRd int
+	}{{64, 4, 4}, {1 << 20, 1, 0}} {
+		s, err := dist.NewGradientScatterer(dist.NewGroup(3)[0], ps, dist.ReducerOptions{BucketBytes: tc.bucket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := s.Stats(); st.Buckets != tc.buckets || st.BucketsAllReduced != tc.allRd {
+			t.Errorf("bucket bytes %d: %d buckets, %d all-reduced; want %d, %d", tc.bucket, st.Buckets, st.BucketsAllReduced, tc.buckets, tc.allRd)
+		}
+	}
+}
+
+func mustCPU(t *testing.T) device.Device {
+	dev, err := device.Open("cpu", device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
 }

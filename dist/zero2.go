@@ -1,0 +1,420 @@
+package dist
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"ferry"
+	"ferry/device"
+)
+
+// GradientScatterer is ZeRO stage 2's gradient reduction: like a
+// GradientReducer it packs gradients into buckets as backward completes
+// them and starts each bucket's collective at once, but each rank keeps
+// only the averaged gradients of the parameters it owns. Everywhere else
+// the gradient is dropped from the device as soon as it is packed, during
+// backward, so a rank holds about 1/Size of the gradients after it.
+//
+// Ownership is decided per bucket (Owners): the bucket's parameters,
+// largest first, each to the rank with the fewest of the bucket's
+// elements so far. A bucket is laid out as Size equal blocks, block r
+// holding rank r's parameters (padded with zeros to the largest block),
+// and reduce-scattered, so rank r receives only its block. A bucket that
+// cannot be balanced (one parameter much larger than the rest) would send
+// more padding than an all-reduce sends twice over; such a bucket is
+// all-reduced instead and each rank keeps its part (BucketsAllReduced
+// counts them).
+//
+// Pair it with a ShardedOptimizer built with ShardOptions{Owners:
+// s.Owners()}. The norm for clipping then needs every rank's part:
+// ShardedOptimizer.ClipGradNorm. One step, on every rank:
+//
+//	err := loss.BackwardWith(ferry.BackwardOptions{GradReady: s.GradReady})
+//	err = s.Wait()                     // owned gradients averaged; others nil
+//	norm, err := opt.ClipGradNorm(max) // or opt.GradNorm()
+//	err = opt.Step()                   // owned parameters, then broadcast
+//	opt.ZeroGrad()
+//
+// Summing in a reduce-scatter is the same as in an all-reduce for
+// NewGroup's ranks and for two MPI ranks (a+b = b+a exactly), so the
+// result equals a GradientReducer's bit for bit there; with more MPI
+// ranks it depends on Open MPI's algorithms.
+type GradientScatterer struct {
+	c       Comm
+	params  []*ferry.Tensor
+	index   map[*ferry.Tensor]int
+	owner   []int
+	slots   []scatterSlot
+	buckets []*scatterBucket
+	next    int
+	stepErr error
+	stats   ScattererStats
+}
+
+type scatterSlot struct {
+	bucket, off int // off: in the bucket's send buffer
+	packed      bool
+}
+
+type scatterBucket struct {
+	params    []int
+	allReduce bool
+	block     int       // elements per rank block (reduce-scatter)
+	send      []float32 // Size × block, or the bucket's elements when all-reduced
+	recv      []float32 // block (reduce-scatter); nil when all-reduced
+	pending   int
+	ev        device.Event
+}
+
+// ScattererStats describe the steps a GradientScatterer has reduced.
+type ScattererStats struct {
+	Steps             int
+	Buckets           int
+	BucketsAllReduced int           // buckets too unbalanced to reduce-scatter
+	BytesSent         int64         // send-buffer bytes, all steps
+	PaddingBytes      int64         // of which padding, per step
+	WaitTime          time.Duration // all steps
+}
+
+// NewGradientScatterer prepares buckets and ownership for params (float32
+// tensors that require grad; repeats dropped) on c. opts.BucketBytes
+// bounds a bucket's gradient bytes as for a GradientReducer.
+func NewGradientScatterer(c Comm, params []*ferry.Tensor, opts ReducerOptions) (*GradientScatterer, error) {
+	capBytes := opts.BucketBytes
+	if capBytes == 0 {
+		capBytes = DefaultBucketBytes
+	}
+	if capBytes < 0 {
+		return nil, fmt.Errorf("dist: NewGradientScatterer: BucketBytes %d is negative", capBytes)
+	}
+	s := &GradientScatterer{c: c, index: map[*ferry.Tensor]int{}}
+	for _, p := range params {
+		if _, dup := s.index[p]; dup {
+			continue
+		}
+		if p.DType() != device.Float32 {
+			return nil, fmt.Errorf("dist: NewGradientScatterer: parameter %d (%q) is %s; gradients are reduced as float32", len(s.params), p.Name(), p.DType())
+		}
+		if !p.RequiresGrad() {
+			return nil, fmt.Errorf("dist: NewGradientScatterer: parameter %d (%q) does not require grad", len(s.params), p.Name())
+		}
+		s.index[p] = len(s.params)
+		s.params = append(s.params, p)
+	}
+	n := c.Size()
+	s.owner = make([]int, len(s.params))
+	s.slots = make([]scatterSlot, len(s.params))
+	var cur *scatterBucket
+	var curBytes int64
+	for i := len(s.params) - 1; i >= 0; i-- {
+		b := int64(s.params[i].Numel()) * 4
+		if cur == nil || (curBytes > 0 && curBytes+b > capBytes) {
+			cur = &scatterBucket{}
+			curBytes = 0
+			s.buckets = append(s.buckets, cur)
+		}
+		cur.params = append(cur.params, i)
+		curBytes += b
+	}
+	global := make([]int64, n) // elements owned so far, to break ties
+	for bi, b := range s.buckets {
+		order := slices.Clone(b.params)
+		slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(s.params[y].Numel(), s.params[x].Numel()) })
+		load := make([]int, n)
+		total := 0
+		for _, i := range order {
+			r := 0
+			for k := 1; k < n; k++ {
+				if load[k] < load[r] || (load[k] == load[r] && global[k] < global[r]) {
+					r = k
+				}
+			}
+			s.owner[i] = r
+			load[r] += s.params[i].Numel()
+			global[r] += int64(s.params[i].Numel())
+			total += s.params[i].Numel()
+		}
+		b.block = slices.Max(load)
+		// Reduce-scatter sends n·block; an all-reduce moves about twice
+		// the bucket. Take the cheaper.
+		b.allReduce = n > 1 && n*b.block > 2*total
+		off := make([]int, n)
+		if b.allReduce {
+			acc := 0
+			for _, i := range b.params {
+				s.slots[i] = scatterSlot{bucket: bi, off: acc}
+				acc += s.params[i].Numel()
+			}
+			b.send = make([]float32, total)
+			s.stats.BucketsAllReduced++
+		} else {
+			for r := range off {
+				off[r] = r * b.block
+			}
+			for _, i := range b.params { // in bucket order within each block
+				r := s.owner[i]
+				s.slots[i] = scatterSlot{bucket: bi, off: off[r]}
+				off[r] += s.params[i].Numel()
+			}
+			b.send = make([]float32, n*b.block)
+			b.recv = make([]float32, b.block)
+			s.stats.PaddingBytes += int64(n*b.block-total) * 4
+		}
+		b.pending = len(b.params)
+	}
+	s.stats.Buckets = len(s.buckets)
+	return s, nil
+}
+
+// Comm is the communicator.
+func (s *GradientScatterer) Comm() Comm { return s.c }
+
+// Owners is the owning rank of each parameter (deduplicated, in order),
+// for ShardOptions.Owners.
+func (s *GradientScatterer) Owners() []int { return slices.Clone(s.owner) }
+
+// Stats returns the counters.
+func (s *GradientScatterer) Stats() ScattererStats { return s.stats }
+
+// GradReady is the ferry.BackwardOptions.GradReady hook: it packs p's
+// gradient into its bucket, drops it from the device if another rank owns
+// p, and starts the buckets that are complete, in order. Errors are kept
+// for Wait.
+func (s *GradientScatterer) GradReady(p *ferry.Tensor) {
+	i, ok := s.index[p]
+	if !ok {
+		return
+	}
+	if err := s.pack(i); err != nil && s.stepErr == nil {
+		s.stepErr = err
+	}
+	s.startReady()
+}
+
+// Chain returns a GradReady hook that calls s's and then next (may be
+// nil).
+func (s *GradientScatterer) Chain(next func(*ferry.Tensor)) func(*ferry.Tensor) {
+	if next == nil {
+		return s.GradReady
+	}
+	return func(p *ferry.Tensor) { s.GradReady(p); next(p) }
+}
+
+func (s *GradientScatterer) pack(i int) error {
+	sl := &s.slots[i]
+	p := s.params[i]
+	if sl.packed {
+		return fmt.Errorf("dist: GradientScatterer: the gradient of parameter %d (%q) was reported twice in one step: call Wait after each backward", i, p.Name())
+	}
+	b := s.buckets[sl.bucket]
+	sl.packed = true
+	b.pending--
+	dst := b.send[sl.off : sl.off+p.Numel()]
+	g := p.Grad()
+	if s.owner[i] != s.c.Rank() {
+		defer p.SetGrad(nil) // another rank's: off the device now
+	}
+	if g == nil {
+		clear(dst)
+		return nil
+	}
+	if g.Numel() != p.Numel() || g.DType() != device.Float32 {
+		clear(dst)
+		return fmt.Errorf("dist: GradientScatterer: parameter %d (%q) has a gradient of shape %v %s, want %v float32", i, p.Name(), g.Shape(), g.DType(), p.Shape())
+	}
+	return ferry.Catch(func() error {
+		return g.Device().Kernels().Download(f32bytes(dst), g.View())
+	})
+}
+
+func (s *GradientScatterer) startReady() {
+	for s.next < len(s.buckets) && s.buckets[s.next].pending == 0 {
+		b := s.buckets[s.next]
+		if b.allReduce {
+			b.ev = AllReduceAverage(s.c, b.send)
+		} else {
+			b.ev = &scaleEvent{inner: s.c.ReduceScatter(b.send, b.recv), buf: b.recv, f: 1 / float32(s.c.Size())}
+		}
+		s.stats.BytesSent += int64(len(b.send)) * 4
+		s.next++
+	}
+}
+
+// Wait finishes the step: it packs what backward did not report, starts
+// the remaining buckets, waits, and leaves in each owned parameter's Grad
+// the gradient averaged over ranks (a zero gradient if no rank had one);
+// every other parameter's Grad is nil. Every rank calls it once per step.
+func (s *GradientScatterer) Wait() error {
+	err := s.stepErr
+	for i := range s.slots {
+		if !s.slots[i].packed {
+			if e := s.pack(i); e != nil && err == nil {
+				err = e
+			}
+		}
+	}
+	s.startReady()
+	t0 := time.Now()
+	for _, b := range s.buckets {
+		if e := b.ev.Synchronize(); e != nil && err == nil {
+			err = e
+		}
+	}
+	s.stats.WaitTime += time.Since(t0)
+	if err == nil {
+		err = s.unpackOwned()
+	}
+	for i := range s.slots {
+		s.slots[i].packed = false
+	}
+	for _, b := range s.buckets {
+		b.pending, b.ev = len(b.params), nil
+	}
+	s.next, s.stepErr = 0, nil
+	s.stats.Steps++
+	return err
+}
+
+func (s *GradientScatterer) unpackOwned() error {
+	me := s.c.Rank()
+	return ferry.Catch(func() error {
+		for i, p := range s.params {
+			if s.owner[i] != me {
+				continue
+			}
+			sl := s.slots[i]
+			b := s.buckets[sl.bucket]
+			var src []float32
+			if b.allReduce {
+				src = b.send[sl.off : sl.off+p.Numel()]
+			} else {
+				o := sl.off - me*b.block
+				src = b.recv[o : o+p.Numel()]
+			}
+			g := p.Grad()
+			if g == nil {
+				g = ferry.ZerosAs(p.Device(), device.Gradient, p.Shape()...)
+				p.SetGrad(g)
+			}
+			if err := upload(g, src, "dist.scatter_gradients"); err != nil {
+				return fmt.Errorf("dist: GradientScatterer: writing the gradient of parameter %d (%q): %w", i, p.Name(), err)
+			}
+		}
+		return nil
+	})
+}
+
+// Broadcast copies root's parameter values to every rank (bucket by
+// bucket, through the send buffers). Call it on every rank, outside a
+// step.
+func (s *GradientScatterer) Broadcast(root int) error {
+	return ferry.Catch(func() error {
+		for _, b := range s.buckets {
+			buf := b.send
+			off := 0
+			for _, i := range b.params {
+				p := s.params[i]
+				if err := p.Device().Kernels().Download(f32bytes(buf[off:off+p.Numel()]), p.View()); err != nil {
+					return err
+				}
+				off += p.Numel()
+			}
+			if err := s.c.Broadcast(buf[:off], root).Synchronize(); err != nil {
+				return err
+			}
+			off = 0
+			for _, i := range b.params {
+				p := s.params[i]
+				if err := upload(p, buf[off:off+p.Numel()], "dist.broadcast_parameters"); err != nil {
+					return err
+				}
+				off += p.Numel()
+			}
+		}
+		return nil
+	})
+}
+
+// CheckParameters is GradientReducer.CheckParameters for these
+// parameters: nil on every rank, or an error naming the first parameter
+// that is not bit-identical across ranks.
+func (s *GradientScatterer) CheckParameters() error {
+	return (&GradientReducer{c: s.c, params: s.params}).CheckParameters()
+}
+
+// GradNorm is the global L2 norm of the parameters' gradients when each
+// rank holds only the gradients of the parameters it owns: each owner
+// computes its parameters' sums of squares (in float32, as optim.GradNorm
+// does), the ranks all-reduce them (adding zeros, exactly), and every
+// rank adds them in parameter order in float64. The result is bit for
+// bit optim.GradNorm of the whole gradient, on every rank. A collective.
+func (s *ShardedOptimizer) GradNorm() (float64, error) {
+	me := s.c.Rank()
+	sq := make([]float32, len(s.params))
+	has := make([]float32, len(s.params))
+	err := ferry.Catch(func() error {
+		for i, p := range s.params {
+			g := p.Grad()
+			if s.owner[i] != me || g == nil {
+				continue
+			}
+			t := ferry.Square(g)
+			sum := ferry.Sum(t)
+			sq[i], has[i] = sum.Item(), 1
+			t.Release()
+			sum.Release()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if s.c.Size() > 1 {
+		buf := append(sq, has...)
+		if err := s.c.AllReduce(buf).Synchronize(); err != nil {
+			return 0, err
+		}
+		sq, has = buf[:len(s.params)], buf[len(s.params):]
+	}
+	var sumSq float64
+	for i := range sq {
+		if has[i] != 0 {
+			sumSq += float64(sq[i])
+		}
+	}
+	return math.Sqrt(sumSq), nil
+}
+
+// ClipGradNorm is optim.ClipGradNorm over sharded gradients (each rank
+// holding its owned parameters' gradients, as after
+// GradientScatterer.Wait): the norm from GradNorm, then each rank scales
+// its own gradients. It equals optim.ClipGradNorm on the whole gradient
+// bit for bit. A collective; a non-finite norm is an error on every rank.
+func (s *ShardedOptimizer) ClipGradNorm(maxNorm float64) (float64, error) {
+	if !(maxNorm > 0) || math.IsInf(maxNorm, 1) {
+		return 0, fmt.Errorf("dist: ClipGradNorm: max norm must be positive and finite, got %v", maxNorm)
+	}
+	norm, err := s.GradNorm()
+	if err != nil {
+		return norm, err
+	}
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return norm, fmt.Errorf("dist: ClipGradNorm: the gradients' norm is %v", norm)
+	}
+	coef := maxNorm / (norm + 1e-6)
+	if coef >= 1 {
+		return norm, nil
+	}
+	err = ferry.Catch(func() error {
+		for i, p := range s.params {
+			if g := p.Grad(); g != nil && s.owner[i] == s.c.Rank() {
+				g.ScaleInPlace(float32(coef))
+			}
+		}
+		return nil
+	})
+	return norm, err
+}
