@@ -148,6 +148,16 @@ type Config struct {
 	// end) that the ranks' parameters are bit-identical; 0 checks at the
 	// end only.
 	CheckEvery int
+	// Shard, with Comm of more than one rank, shards training state
+	// across ranks (ZeRO): 0 not at all; 1 the optimizer state
+	// (dist.ShardedOptimizer: each rank updates the parameters it owns
+	// and broadcasts them); 2 the gradients as well (dist.GradientScatterer:
+	// each rank keeps only its parameters' averaged gradients, and Clip
+	// uses a norm all-reduced over ranks). The Optimizer must be an
+	// optim.Stepper whose state is made at a parameter's first update
+	// (SGD, AdamW). Results equal Shard 0's bit for bit; checkpoints hold
+	// the whole state (gathered to rank 0) and load at any rank count.
+	Shard int
 }
 
 // Sharder is a Task that can give one rank's shard of a step's global
@@ -245,9 +255,38 @@ type Trainer struct {
 	cfg  Config
 	mem  *offload.Memory
 	ckpt *Checkpointer
-	red  *dist.GradientReducer // nil on one rank
-	rank int
+	red  gradReducer // nil on one rank
+	// shard is the sharded optimizer (Config.Shard > 0 on several
+	// ranks), wrapping Config.Optimizer; nil otherwise.
+	shard *dist.ShardedOptimizer
+	rank  int
 }
+
+// gradReducer is what the Trainer needs of a dist.GradientReducer or, for
+// ZeRO-2, a dist.GradientScatterer.
+type gradReducer interface {
+	GradReady(p *ferry.Tensor)
+	Wait() error
+	Broadcast(root int) error
+	CheckParameters() error
+}
+
+// optimizer is the optimizer the Trainer steps: the sharded one if any.
+func (t *Trainer) optimizer() optim.Optimizer {
+	if t.shard != nil {
+		return t.shard
+	}
+	return t.cfg.Optimizer
+}
+
+// gatheredState is an optimizer whose State is a state gathered from all
+// ranks, for rank 0 to save.
+type gatheredState struct {
+	optim.Stateful
+	st optim.State
+}
+
+func (g gatheredState) State() optim.State { return g.st }
 
 // New checks cfg against task and dev and prepares the run: the memory
 // mode, the checkpoint directory, the log and plot paths, so that every
@@ -273,6 +312,9 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 	}
 	if cfg.Optimizer == nil {
 		return nil, configErr("Optimizer", "none given")
+	}
+	if cfg.Shard < 0 || cfg.Shard > 2 {
+		return nil, configErr("Shard", "must be 0 (none), 1 (optimizer state) or 2 (and gradients), got %d", cfg.Shard)
 	}
 	if !(cfg.Clip >= 0) || math.IsInf(cfg.Clip, 0) {
 		return nil, configErr("Clip", "must be a finite number ≥ 0, got %v", cfg.Clip)
@@ -333,12 +375,36 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 			return nil, configErr("Memory.Policy", "it updates each parameter inside backward, from this rank's gradient alone; "+
 				"data-parallel training averages gradients first: plan for a larger budget")
 		}
-		red, err := dist.NewGradientReducer(cfg.Comm, task.Model().Parameters(), dist.ReducerOptions{BucketBytes: cfg.BucketBytes})
-		if err != nil {
-			mem.Close()
-			return nil, err
+		params := task.Model().Parameters()
+		var owners []int
+		if cfg.Shard == 2 {
+			sc, err := dist.NewGradientScatterer(cfg.Comm, params, dist.ReducerOptions{BucketBytes: cfg.BucketBytes})
+			if err != nil {
+				mem.Close()
+				return nil, err
+			}
+			t.red, owners = sc, sc.Owners()
+		} else {
+			red, err := dist.NewGradientReducer(cfg.Comm, params, dist.ReducerOptions{BucketBytes: cfg.BucketBytes})
+			if err != nil {
+				mem.Close()
+				return nil, err
+			}
+			t.red = red
 		}
-		t.red = red
+		if cfg.Shard > 0 {
+			st, ok := cfg.Optimizer.(optim.Stepper)
+			if !ok {
+				mem.Close()
+				return nil, configErr("Shard", "a sharded optimizer updates one parameter at a time, which needs an optim.Stepper; %T is not", cfg.Optimizer)
+			}
+			sh, err := dist.NewShardedOptimizer(cfg.Comm, st, params, dist.ShardOptions{BucketBytes: cfg.BucketBytes, Owners: owners})
+			if err != nil {
+				mem.Close()
+				return nil, err
+			}
+			t.shard = sh
+		}
 	}
 	return t, nil
 }
@@ -419,7 +485,7 @@ var ErrNonFinite = errors.New("not finite")
 func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	cfg, task, dev := t.cfg, t.task, t.dev
 	model := task.Model()
-	opt := cfg.Optimizer
+	opt := t.optimizer()
 	h := cfg.Hooks
 	say := func(format string, args ...any) {
 		if h.Message != nil {
@@ -490,6 +556,18 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		if t.ckpt == nil {
 			return nil
 		}
+		var st optim.Stateful
+		if t.shard != nil {
+			// Every rank sends its shard; rank 0 saves the whole state.
+			gathered, release, err := t.shard.GatherState(0)
+			if err != nil {
+				return err
+			}
+			defer release()
+			st = gatheredState{t.shard, gathered}
+		} else {
+			st = opt.(optim.Stateful)
+		}
 		if t.red != nil {
 			// Rank 0 writes; no rank goes on before the file is whole.
 			defer cfg.Comm.Barrier()
@@ -499,7 +577,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			}
 		}
 		extra, _ := json.Marshal(hist)
-		path, err := t.ckpt.Save(model, opt.(optim.Stateful), Meta{Step: step, Seed: cfg.Seed, Identity: identity, Extra: extra,
+		path, err := t.ckpt.Save(model, st, Meta{Step: step, Seed: cfg.Seed, Identity: identity, Extra: extra,
 			DataPosition: map[string]any{"step": step, "note": "batches are drawn from generators keyed by (seed, step)"}})
 		if err != nil {
 			return err
@@ -711,7 +789,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 // mean loss and the items trained on. A loss or gradient that is not
 // finite stops the step before the optimizer changes anything.
 func (t *Trainer) step(step int) (loss float64, items int64, err error) {
-	cfg, task, opt := t.cfg, t.task, t.cfg.Optimizer
+	cfg, task, opt := t.cfg, t.task, t.optimizer()
 	model := task.Model()
 	inBwd := t.mem.OptimizerInBackward()
 	for micro := 0; micro < cfg.Accum; micro++ {
@@ -769,9 +847,14 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 	// the optimizer writes it into the weights.
 	params := model.Parameters()
 	var norm float64
-	if cfg.Clip > 0 {
+	switch {
+	case cfg.Shard == 2 && t.shard != nil && cfg.Clip > 0: // each rank holds its gradients only
+		norm, err = t.shard.ClipGradNorm(cfg.Clip)
+	case cfg.Shard == 2 && t.shard != nil:
+		norm, err = t.shard.GradNorm()
+	case cfg.Clip > 0:
 		norm, err = optim.ClipGradNorm(params, cfg.Clip)
-	} else {
+	default:
 		norm, err = optim.GradNorm(params)
 	}
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {

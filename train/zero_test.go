@@ -1,0 +1,260 @@
+package train_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"ferry/device"
+	"ferry/dist"
+	"ferry/nn"
+	"ferry/optim"
+	"ferry/train"
+	"ferry/train/traintest"
+)
+
+// zeroRun is one rank's outcome.
+type zeroRun struct {
+	losses []float64
+	params [][]float32
+	res    *train.Result
+}
+
+// trainRanks trains the sharded MLP task on ranks in-process ranks
+// (comm nil for ranks 0: one process), with cfg's Steps, Shard, Clip and
+// checkpoint fields, from a fresh model (or a checkpoint with Resume).
+func trainRanks(t *testing.T, ranks int, cfg train.Config) []zeroRun {
+	t.Helper()
+	one := func(comm dist.Comm) (zeroRun, error) {
+		dev, err := device.Open("cpu", device.Options{})
+		if err != nil {
+			return zeroRun{}, err
+		}
+		defer dev.Close()
+		task := sharded{&traintest.MLP{Dev: dev, Layers: 3, Width: 16, Rows: 4, Seed: 7}}
+		model := task.Model()
+		defer nn.Release(model)
+		opt := optim.NewAdamW(model.Parameters(), 1e-2)
+		defer opt.Release()
+		c := cfg
+		c.Optimizer, c.Comm, c.BucketBytes, c.CheckEvery = opt, comm, 700, 1
+		var run zeroRun
+		c.Hooks = train.Hooks{Step: func(s train.StepInfo) { run.losses = append(run.losses, s.Loss) }}
+		tr, err := train.New(dev, task, c)
+		if err != nil {
+			return run, err
+		}
+		defer tr.Close()
+		if run.res, err = tr.Run(context.Background()); err != nil {
+			return run, err
+		}
+		for _, p := range model.Parameters() {
+			run.params = append(run.params, p.Float32s())
+		}
+		return run, nil
+	}
+	if ranks == 0 {
+		run, err := one(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []zeroRun{run}
+	}
+	comms := dist.NewGroup(ranks)
+	runs := make([]zeroRun, ranks)
+	errs := make([]error, ranks)
+	var wg sync.WaitGroup
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runs[r], errs[r] = one(comms[r])
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return runs
+}
+
+// Config.Shard 1 and 2 on three ranks train exactly as Shard 0 (losses
+// and every rank's parameters bit for bit, with clipping that bites), and
+// a rank holds a share of the optimizer state (and, at 2, of the
+// gradients).
+func TestShardedTrainingEqualsDataParallel(t *testing.T) {
+	const ranks, steps = 3, 4
+	ref := trainRanks(t, ranks, train.Config{Steps: steps, Clip: 0.05})
+	for _, shard := range []int{1, 2} {
+		got := trainRanks(t, ranks, train.Config{Steps: steps, Clip: 0.05, Shard: shard})
+		for r := range got {
+			for i := range ref[r].losses {
+				if got[r].losses[i] != ref[r].losses[i] {
+					t.Fatalf("shard %d, rank %d, step %d: loss %v, unsharded %v", shard, r, i+1, got[r].losses[i], ref[r].losses[i])
+				}
+			}
+			if !sameBits(got[r].params, ref[r].params) {
+				t.Fatalf("shard %d, rank %d: parameters differ from unsharded data parallelism", shard, r)
+			}
+		}
+		full := ref[0].res.PeakBytes["optimizer_state"]
+		fullGrad := ref[0].res.PeakBytes["gradient"]
+		var sum int64
+		for r, run := range got {
+			st, g := run.res.PeakBytes["optimizer_state"], run.res.PeakBytes["gradient"]
+			sum += st
+			t.Logf("shard %d, rank %d: optimizer state %d bytes (unsharded %d), gradients at peak %d (unsharded %d)", shard, r, st, full, g, fullGrad)
+			if st == 0 || st*2 >= full {
+				t.Errorf("shard %d, rank %d holds %d bytes of optimizer state, unsharded %d", shard, r, st, full)
+			}
+			if shard == 2 && g >= fullGrad {
+				t.Errorf("shard 2, rank %d: gradients peak at %d bytes, unsharded %d", r, g, fullGrad)
+			}
+		}
+		if sum != full {
+			t.Errorf("shard %d: the ranks' optimizer state adds to %d bytes, unsharded %d", shard, sum, full)
+		}
+	}
+	// The clip bit: without it the run differs.
+	noClip := trainRanks(t, ranks, train.Config{Steps: steps})
+	if sameBits(noClip[0].params, ref[0].params) {
+		t.Fatal("clipping at 0.05 changed nothing: the test does not test it")
+	}
+}
+
+// A checkpoint written by two sharded ranks holds the whole model and
+// optimizer state: one process loads it and finds exactly what unsharded
+// data parallelism saved at that step; two sharded ranks resume from it to
+// the same parameters as the run that never stopped, bit for bit; and
+// three ranks (another count) resume from it too.
+func TestShardedCheckpointsMoveAcrossRankCounts(t *testing.T) {
+	const steps = 4
+	for _, shard := range []int{1, 2} {
+		dir := t.TempDir()
+		unsharded := filepath.Join(dir, "unsharded")
+		ref := trainRanks(t, 2, train.Config{Steps: steps, CheckpointDir: unsharded, CheckpointEvery: 2})
+		ckpt := filepath.Join(dir, "sharded")
+		whole := trainRanks(t, 2, train.Config{Steps: steps, Shard: shard, CheckpointDir: ckpt, CheckpointEvery: 2})
+		if !sameBits(whole[0].params, ref[0].params) {
+			t.Fatalf("shard %d: the sharded run differs from the unsharded one", shard)
+		}
+		// One process reads both step-2 checkpoints: identical contents.
+		load := func(path string) ([][]float32, map[string][]float32, map[string]float64) {
+			dev, err := device.Open("cpu", device.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.Close()
+			task := &traintest.MLP{Dev: dev, Layers: 3, Width: 16, Rows: 4, Seed: 99}
+			model := task.Model()
+			opt := optim.NewAdamW(model.Parameters(), 1e-2)
+			c := &train.Checkpointer{Dir: filepath.Dir(path)}
+			if _, err := c.Load(path, model, opt, map[string]any{"optimizer": "adamw"}); err != nil {
+				t.Fatal(err)
+			}
+			var ps [][]float32
+			for _, p := range model.Parameters() {
+				ps = append(ps, p.Float32s())
+			}
+			st := opt.State()
+			ts := map[string][]float32{}
+			for k, v := range st.Tensors {
+				ts[k] = v.Float32s()
+			}
+			return ps, ts, st.Scalars
+		}
+		p1, s1, c1 := load(filepath.Join(ckpt, "step-00000002"))
+		p0, s0, c0 := load(filepath.Join(unsharded, "step-00000002"))
+		if !sameBits(p1, p0) {
+			t.Fatalf("shard %d: the checkpoint's model differs from unsharded data parallelism's", shard)
+		}
+		if len(s1) != len(s0) || len(s0) == 0 || len(c1) != len(c0) {
+			t.Fatalf("shard %d: the checkpoint holds %d state tensors, %d scalars; unsharded %d, %d", shard, len(s1), len(c1), len(s0), len(c0))
+		}
+		for k, v := range s0 {
+			if !sameBits([][]float32{s1[k]}, [][]float32{v}) {
+				t.Fatalf("shard %d: optimizer state %q differs", shard, k)
+			}
+		}
+		for k, v := range c0 {
+			if c1[k] != v {
+				t.Fatalf("shard %d: scalar %q is %v, unsharded %v", shard, k, c1[k], v)
+			}
+		}
+		// Two ranks resume at step 2 and finish as the unbroken run did.
+		removeAfter(t, ckpt, 2)
+		resumed := trainRanks(t, 2, train.Config{Steps: steps, Shard: shard, CheckpointDir: ckpt, Resume: true})
+		if resumed[0].res.ResumedFrom != 2 {
+			t.Fatalf("resumed from %d", resumed[0].res.ResumedFrom)
+		}
+		for r := range resumed {
+			if !sameBits(resumed[r].params, whole[r].params) {
+				t.Fatalf("shard %d, rank %d: resumed parameters differ from the unbroken run's", shard, r)
+			}
+		}
+		// Three ranks, and one process, take the same checkpoint.
+		removeAfter(t, ckpt, 2)
+		if got := trainRanks(t, 3, train.Config{Steps: steps, Shard: shard, CheckpointDir: ckpt, Resume: true}); got[2].res.ResumedFrom != 2 {
+			t.Fatalf("three ranks resumed from %d", got[2].res.ResumedFrom)
+		}
+		removeAfter(t, ckpt, 2)
+		if got := trainRanks(t, 0, train.Config{Steps: steps, CheckpointDir: ckpt, Resume: true}); got[0].res.ResumedFrom != 2 {
+			t.Fatalf("one process resumed from %d", got[0].res.ResumedFrom)
+		}
+	}
+}
+
+// removeAfter deletes the checkpoints of steps after keep (up to 100) in
+// dir, and the file naming the latest, so that a resume takes step keep.
+func removeAfter(t *testing.T, dir string, keep int) {
+	t.Helper()
+	c := &train.Checkpointer{Dir: dir}
+	for s := keep + 1; s <= 100; s++ {
+		if err := os.RemoveAll(c.PathFor(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, "latest")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if latest, err := c.Latest(); err != nil || latest != c.PathFor(keep) {
+		t.Fatalf("latest checkpoint %q (%v), want step %d's", latest, err, keep)
+	}
+}
+
+func TestShardConfigRefused(t *testing.T) {
+	dev, err := device.Open("cpu", device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	task := &traintest.MLP{Dev: dev, Layers: 1, Width: 4, Rows: 2, Seed: 1}
+	opt := optim.NewAdamW(task.Model().Parameters(), 1e-2)
+	_, err = train.New(dev, task, train.Config{Steps: 1, Optimizer: opt, Shard: 3})
+	var ce *train.ConfigError
+	if !asConfigError(err, &ce) || ce.Field != "Shard" {
+		t.Fatalf("Shard 3: %v, want a ConfigError for Shard", err)
+	}
+	// An optimizer that cannot step one parameter cannot be sharded.
+	comms := dist.NewGroup(2)
+	_, err = train.New(dev, task, train.Config{Steps: 1, Optimizer: plainOpt{opt}, Comm: comms[0], Shard: 1})
+	if !asConfigError(err, &ce) || ce.Field != "Shard" {
+		t.Fatalf("a non-Stepper optimizer: %v, want a ConfigError for Shard", err)
+	}
+}
+
+// plainOpt hides StepParam.
+type plainOpt struct{ o *optim.AdamW }
+
+func (p plainOpt) Step() error      { return p.o.Step() }
+func (p plainOpt) LR() float64      { return p.o.LR() }
+func (p plainOpt) SetLR(lr float64) { p.o.SetLR(lr) }
+func (p plainOpt) ZeroGrad()        { p.o.ZeroGrad() }
+func (p plainOpt) Release()         { p.o.Release() }
+
+func asConfigError(err error, ce **train.ConfigError) bool { return errors.As(err, ce) }
