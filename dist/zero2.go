@@ -105,39 +105,16 @@ func NewGradientScatterer(c Comm, params []*ferry.Tensor, opts ReducerOptions) (
 		s.params = append(s.params, p)
 	}
 	n := c.Size()
-	s.owner = make([]int, len(s.params))
+	groups, owner, blocks := scatterLayout(s.params, n, capBytes)
+	s.owner = owner
 	s.slots = make([]scatterSlot, len(s.params))
-	var cur *scatterBucket
-	var curBytes int64
-	for i := len(s.params) - 1; i >= 0; i-- {
-		b := int64(s.params[i].Numel()) * 4
-		if cur == nil || (curBytes > 0 && curBytes+b > capBytes) {
-			cur = &scatterBucket{}
-			curBytes = 0
-			s.buckets = append(s.buckets, cur)
-		}
-		cur.params = append(cur.params, i)
-		curBytes += b
-	}
-	global := make([]int64, n) // elements owned so far, to break ties
-	for bi, b := range s.buckets {
-		order := slices.Clone(b.params)
-		slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(s.params[y].Numel(), s.params[x].Numel()) })
-		load := make([]int, n)
+	for bi, g := range groups {
+		b := &scatterBucket{params: g, block: blocks[bi]}
+		s.buckets = append(s.buckets, b)
 		total := 0
-		for _, i := range order {
-			r := 0
-			for k := 1; k < n; k++ {
-				if load[k] < load[r] || (load[k] == load[r] && global[k] < global[r]) {
-					r = k
-				}
-			}
-			s.owner[i] = r
-			load[r] += s.params[i].Numel()
-			global[r] += int64(s.params[i].Numel())
+		for _, i := range g {
 			total += s.params[i].Numel()
 		}
-		b.block = slices.Max(load)
 		// Reduce-scatter sends n·block; an all-reduce moves about twice
 		// the bucket. Take the cheaper.
 		b.allReduce = n > 1 && n*b.block > 2*total
@@ -167,6 +144,65 @@ func NewGradientScatterer(c Comm, params []*ferry.Tensor, opts ReducerOptions) (
 	}
 	s.stats.Buckets = len(s.buckets)
 	return s, nil
+}
+
+// ScatterOwners is the owning rank of each of params (deduplicated, in
+// order) that NewGradientScatterer assigns on ranks ranks with buckets of
+// bucketBytes (0: DefaultBucketBytes), without making the buckets: for a
+// planner that needs to know a rank's share.
+func ScatterOwners(params []*ferry.Tensor, ranks int, bucketBytes int64) []int {
+	if bucketBytes <= 0 {
+		bucketBytes = DefaultBucketBytes
+	}
+	var uniq []*ferry.Tensor
+	seen := map[*ferry.Tensor]bool{}
+	for _, p := range params {
+		if !seen[p] {
+			seen[p] = true
+			uniq = append(uniq, p)
+		}
+	}
+	_, owner, _ := scatterLayout(uniq, ranks, bucketBytes)
+	return owner
+}
+
+// scatterLayout cuts params (deduplicated) into buckets in reverse order
+// of at most capBytes (a larger parameter alone) and assigns each bucket's
+// parameters, largest first, to the rank with the fewest of the bucket's
+// elements (then the fewest overall, then the lowest). It returns the
+// buckets' parameter indices, each parameter's owner, and each bucket's
+// largest rank block in elements.
+func scatterLayout(params []*ferry.Tensor, n int, capBytes int64) (groups [][]int, owner []int, blocks []int) {
+	owner = make([]int, len(params))
+	var curBytes int64
+	for i := len(params) - 1; i >= 0; i-- {
+		b := int64(params[i].Numel()) * 4
+		if len(groups) == 0 || (curBytes > 0 && curBytes+b > capBytes) {
+			groups = append(groups, nil)
+			curBytes = 0
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], i)
+		curBytes += b
+	}
+	global := make([]int64, n) // elements owned so far, to break ties
+	for _, g := range groups {
+		order := slices.Clone(g)
+		slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(params[y].Numel(), params[x].Numel()) })
+		load := make([]int, n)
+		for _, i := range order {
+			r := 0
+			for k := 1; k < n; k++ {
+				if load[k] < load[r] || (load[k] == load[r] && global[k] < global[r]) {
+					r = k
+				}
+			}
+			owner[i] = r
+			load[r] += params[i].Numel()
+			global[r] += int64(params[i].Numel())
+		}
+		blocks = append(blocks, slices.Max(load))
+	}
+	return groups, owner, blocks
 }
 
 // Comm is the communicator.

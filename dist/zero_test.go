@@ -472,6 +472,9 @@ func TestGradientScattererEqualsDataParallel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if o := dist.ScatterOwners(ps, 3, tc.bucket); !slices.Equal(o, s.Owners()) {
+			t.Errorf("bucket bytes %d: ScatterOwners %v, the scatterer's %v", tc.bucket, o, s.Owners())
+		}
 		if st := s.Stats(); st.Buckets != tc.buckets || st.BucketsAllReduced != tc.allRd {
 			t.Errorf("bucket bytes %d: %d buckets, %d all-reduced; want %d, %d", tc.bucket, st.Buckets, st.BucketsAllReduced, tc.buckets, tc.allRd)
 		}
