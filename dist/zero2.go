@@ -1,7 +1,6 @@
 package dist
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -18,15 +17,15 @@ import (
 // the gradient is dropped from the device as soon as it is packed, during
 // backward, so a rank holds about 1/Size of the gradients after it.
 //
-// Ownership is decided per bucket (Owners): the bucket's parameters,
-// largest first, each to the rank with the fewest of the bucket's
-// elements so far. A bucket is laid out as Size equal blocks, block r
-// holding rank r's parameters (padded with zeros to the largest block),
-// and reduce-scattered, so rank r receives only its block. A bucket that
-// cannot be balanced (one parameter much larger than the rest) would send
-// more padding than an all-reduce sends twice over; such a bucket is
-// all-reduced instead and each rank keeps its part (BucketsAllReduced
-// counts them).
+// Ownership is AssignOwners' (whole parameters, balanced over the whole
+// model). A bucket is laid out as Size equal blocks, block r holding rank
+// r's parameters in the bucket (padded with zeros to the largest block),
+// and reduce-scattered, so rank r receives only its block. A bucket whose
+// blocks are too unequal (one parameter much larger than the rest, or
+// most of it owned by one rank) would send more than an all-reduce's
+// twice the bucket; such a bucket is all-reduced instead and each rank
+// keeps its part (BucketsAllReduced counts them): the memory is ZeRO-2's,
+// the traffic ZeRO-1's.
 //
 // Pair it with a ShardedOptimizer built with ShardOptions{Owners:
 // s.Owners()}. The norm for clipping then needs every rank's part:
@@ -167,11 +166,12 @@ func ScatterOwners(params []*ferry.Tensor, ranks int, bucketBytes int64) []int {
 }
 
 // scatterLayout cuts params (deduplicated) into buckets in reverse order
-// of at most capBytes (a larger parameter alone) and assigns each bucket's
-// parameters, largest first, to the rank with the fewest of the bucket's
-// elements (then the fewest overall, then the lowest). It returns the
-// buckets' parameter indices, each parameter's owner, and each bucket's
-// largest rank block in elements.
+// of at most capBytes (a larger parameter alone), with owners from
+// AssignOwners: balanced over the whole model, which is what a rank's
+// memory needs, rather than within each bucket, which is what the
+// reduce-scatter's padding would like. It returns the buckets' parameter
+// indices, each parameter's owner, and each bucket's largest rank block in
+// elements.
 func scatterLayout(params []*ferry.Tensor, n int, capBytes int64) (groups [][]int, owner []int, blocks []int) {
 	owner = make([]int, len(params))
 	var curBytes int64
@@ -184,21 +184,11 @@ func scatterLayout(params []*ferry.Tensor, n int, capBytes int64) (groups [][]in
 		groups[len(groups)-1] = append(groups[len(groups)-1], i)
 		curBytes += b
 	}
-	global := make([]int64, n) // elements owned so far, to break ties
+	owner = AssignOwners(params, n)
 	for _, g := range groups {
-		order := slices.Clone(g)
-		slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(params[y].Numel(), params[x].Numel()) })
 		load := make([]int, n)
-		for _, i := range order {
-			r := 0
-			for k := 1; k < n; k++ {
-				if load[k] < load[r] || (load[k] == load[r] && global[k] < global[r]) {
-					r = k
-				}
-			}
-			owner[i] = r
-			load[r] += params[i].Numel()
-			global[r] += int64(params[i].Numel())
+		for _, i := range g {
+			load[owner[i]] += params[i].Numel()
 		}
 		blocks = append(blocks, slices.Max(load))
 	}

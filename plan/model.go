@@ -29,6 +29,17 @@ type Step struct {
 	Release func()
 }
 
+// RankModel is a Model that can also be one rank of data-parallel
+// training (Options.Ranks).
+type RankModel interface {
+	Model
+	// ForRanks is the step of the rank of ranks that holds the most
+	// sharded state at ZeRO stage shard (0, 1, 2), built with the
+	// trainer's sharding code over a communicator that moves nothing
+	// (dist.Pretend); its Build is never asked for inBackward.
+	ForRanks(ranks, shard int) (Model, error)
+}
+
 // Shrinker is a Model that can say which smaller versions of itself to
 // suggest when nothing fits (a smaller batch, a shorter sequence), most
 // preferable first.

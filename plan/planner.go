@@ -42,6 +42,15 @@ type Options struct {
 	// Offload is the offloader's configuration the plan assumes (its
 	// Policy is what the plan chooses); zero means offload.DefaultConfig.
 	Offload *offload.Config
+	// Ranks, above 1, plans one rank of data-parallel training over
+	// Ranks ranks (the rank with the largest share of sharded state),
+	// with Shard's ZeRO stage (train.Config.Shard): 0 every rank holds
+	// the whole optimizer state and gradients; 1 its share of the
+	// optimizer state; 2 of the gradients as well. The Model must be a
+	// RankModel. The optimizer never runs inside backward then (a rank
+	// must average gradients first).
+	Ranks int
+	Shard int
 }
 
 // Outcome is a step replayed on the meta device.
@@ -77,6 +86,8 @@ type Baseline struct {
 // Plan is the planner's answer.
 type Plan struct {
 	Model               string  `json:"model"`
+	Ranks               int     `json:"ranks,omitempty"`
+	Shard               int     `json:"zero_stage,omitempty"`
 	Profile             string  `json:"profile"`
 	Budget              int64   `json:"budget_bytes"`
 	HostBudget          int64   `json:"host_budget_bytes,omitempty"`
@@ -123,6 +134,15 @@ func Record(m Model) (offload.ModelInfo, error) {
 	return rec.modelInfo(), nil
 }
 
+// inBackward lists whether the optimizer may run inside backward: not
+// for a rank of several, which must average its gradients first.
+func (pl *planner) inBackward() []bool {
+	if pl.opts.Ranks > 1 {
+		return []bool{false}
+	}
+	return []bool{false, true}
+}
+
 // planner holds the recordings of one Make.
 type planner struct {
 	opts    Options
@@ -149,12 +169,29 @@ func Make(opts Options) (*Plan, error) {
 		oc := offload.DefaultConfig()
 		opts.Offload = &oc
 	}
+	if opts.Ranks < 0 || opts.Shard < 0 || opts.Shard > 2 || (opts.Shard > 0 && opts.Ranks < 2) {
+		return nil, fmt.Errorf("plan: %d ranks at ZeRO stage %d: stages 1 and 2 need 2 ranks or more, and there are only stages 0, 1, 2", opts.Ranks, opts.Shard)
+	}
+	if opts.Ranks > 1 {
+		rm, ok := opts.Model.(RankModel)
+		if !ok {
+			return nil, fmt.Errorf("plan: %s cannot plan one rank of several (it is not a plan.RankModel)", opts.Model)
+		}
+		m, err := rm.ForRanks(opts.Ranks, opts.Shard)
+		if err != nil {
+			return nil, err
+		}
+		opts.Model = m
+	}
 	pl := &planner{opts: opts}
 	if err := pl.recordAll(); err != nil {
 		return nil, err
 	}
 	p := &Plan{Model: opts.Model.String(), Profile: opts.Profile.Name, Budget: opts.Budget, HostBudget: opts.HostBudget,
 		info: pl.plain[0].modelInfo()}
+	if opts.Ranks > 1 {
+		p.Ranks, p.Shard = opts.Ranks, opts.Shard
+	}
 	defer func() { p.Replays = pl.replays }()
 	keepAll := pl.problem(false, opts.Budget, opts.HostBudget).allKeep()
 	unl, err := pl.replay(keepAll, false)
@@ -254,7 +291,7 @@ func (pl *planner) search(p *Plan) (*replayed, error) {
 		}
 		var sol *solution
 		solIB := false
-		for _, ib := range []bool{false, true} {
+		for _, ib := range pl.inBackward() {
 			pr := pl.problem(ib, budget, host)
 			if s, ok := pr.solve(); ok && (sol == nil || s.seconds < sol.seconds) {
 				sol, solIB = &s, ib
@@ -310,7 +347,7 @@ func (pl *planner) search(p *Plan) (*replayed, error) {
 
 func (pl *planner) recordAll() error {
 	minBytes := pl.opts.MinBytes
-	for _, ib := range []bool{false, true} {
+	for _, ib := range pl.inBackward() {
 		i := index(ib)
 		var err error
 		if pl.plain[i], err = record(pl.opts.Model, pl.opts.Profile, ib, false, max(minBytes, 1)); err != nil {
@@ -462,7 +499,7 @@ func (pr *problem) counts(choice []option) Counts {
 // backward and returns the better: the one that fits, else the smaller.
 func (pl *planner) baseline(build func(pr *problem) []option) (Baseline, error) {
 	var best Baseline
-	for _, ib := range []bool{false, true} {
+	for _, ib := range pl.inBackward() {
 		pr := pl.problem(ib, pl.opts.Budget, pl.opts.HostBudget)
 		choice := build(pr)
 		out, err := pl.replay(choice, ib)
@@ -594,8 +631,12 @@ func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
 		p.Why = fmt.Sprintf("the parameters alone take %s, more than the budget of %s; plans move activations, not parameters",
 			device.FormatBytes(params), device.FormatBytes(pl.opts.Budget))
 	default:
-		p.Why = fmt.Sprintf("even with every saved tensor moved off the device, every segment recomputed, or both, and the optimizer updating inside backward, "+
-			"the step peaks at %s at least, %s over the budget (parameters: %s)", device.FormatBytes(smallest.PeakBytes),
+		ib := ", and the optimizer updating inside backward"
+		if pl.opts.Ranks > 1 {
+			ib = "" // a rank of several cannot
+		}
+		p.Why = fmt.Sprintf("even with every saved tensor moved off the device, every segment recomputed, or both%s, "+
+			"the step peaks at %s at least, %s over the budget (parameters: %s)", ib, device.FormatBytes(smallest.PeakBytes),
 			device.FormatBytes(p.ShortBy), device.FormatBytes(params))
 	}
 	if p.ShortBy > 0 {
@@ -638,8 +679,9 @@ func (pl *planner) smallest() (*replayed, error) {
 		tier = offload.Disk
 	}
 	var best *replayed
+	ib := pl.inBackward()[len(pl.inBackward())-1]
 	for i, how := range []struct{ recompute, move bool }{{true, true}, {false, true}, {true, false}} {
-		pr := pl.problem(true, pl.opts.Budget, pl.opts.HostBudget)
+		pr := pl.problem(ib, pl.opts.Budget, pl.opts.HostBudget)
 		c := pr.allKeep()
 		for u := range c {
 			c[u].recompute = how.recompute && pr.units[u].segment
@@ -650,12 +692,12 @@ func (pl *planner) smallest() (*replayed, error) {
 			}
 			pr.fill(u, &c[u])
 		}
-		out, err := pl.replay(c, true)
+		out, err := pl.replay(c, ib)
 		if err != nil {
 			return nil, err
 		}
 		if i == 0 || out.PeakBytes < best.out.PeakBytes {
-			best = &replayed{choice: c, ib: true, out: out}
+			best = &replayed{choice: c, ib: ib, out: out}
 		}
 	}
 	return best, nil

@@ -23,9 +23,21 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	profile := fs.String("profile", "h200-pcie5", "hardware profile: "+strings.Join(plan.Profiles(), ", ")+", or a JSON file from ferry calibrate --save")
 	noDisk := fs.Bool("no-disk", false, "do not use the disk tier")
 	out := fs.String("out", "", "write the policy file here (for ferry demo/train --policy); without it nothing is written")
+	ranks := fs.Int("ranks", 1, "plan one rank of data-parallel training over this many ranks (the rank holding the most sharded state)")
+	zero := fs.Int("zero", 1, "with --ranks above 1, the ZeRO stage: 0 every rank holds the whole optimizer state and gradients, 1 its share of the optimizer state, 2 of the gradients too")
 	return func(w io.Writer, asJSON bool) error {
 		if budget <= 0 {
 			return fmt.Errorf("--budget is required (for example --budget 20GiB)")
+		}
+		if *ranks < 1 {
+			return fmt.Errorf("--ranks must be 1 or more, got %d", *ranks)
+		}
+		if *zero < 0 || *zero > 2 {
+			return fmt.Errorf("--zero must be 0, 1 or 2, got %d", *zero)
+		}
+		shard := *zero
+		if *ranks == 1 {
+			shard = 0
 		}
 		cfg := demo.DefaultConfig("meta")
 		f, err := sizes.family()
@@ -43,7 +55,8 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if err != nil {
 			return err
 		}
-		p, err := plan.Make(plan.Options{Model: demo.PlanModel(cfg), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk})
+		p, err := plan.Make(plan.Options{Model: demo.PlanModel(cfg), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
+			Ranks: *ranks, Shard: shard})
 		if err != nil {
 			return err
 		}
@@ -55,7 +68,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			written = *out
 		}
 		replay := ""
-		if written != "" {
+		if written != "" && *ranks == 1 { // ferry demo replays one process
 			replay = replayCommand(cfg, *profile, written, p.Counts.Disk > 0)
 		}
 		if asJSON {
@@ -113,6 +126,9 @@ func counts(c plan.Counts) string {
 
 func printPlan(w io.Writer, p *plan.Plan, replay string) {
 	fmt.Fprintf(w, "ferry plan: %s on %s, budget %s", p.Model, p.Profile, device.FormatBytes(p.Budget))
+	if p.Ranks > 1 {
+		fmt.Fprintf(w, " per rank")
+	}
 	if p.HostBudget > 0 {
 		fmt.Fprintf(w, ", host budget %s", device.FormatBytes(p.HostBudget))
 	}

@@ -1,9 +1,12 @@
 package demo
 
 import (
+	"fmt"
+
 	"ferry"
 	"ferry/device"
 	"ferry/device/meta"
+	"ferry/dist"
 	"ferry/optim"
 	"ferry/plan"
 )
@@ -11,9 +14,56 @@ import (
 // PlanModel is the demo's workload as the planner sees it: the step of
 // mode policy (runMode), op for op, so that a plan's predicted figures
 // are what `ferry demo --device meta --policy FILE` measures.
-func PlanModel(cfg Config) plan.Model { return planModel{cfg} }
+func PlanModel(cfg Config) plan.Model { return planModel{cfg: cfg} }
 
-type planModel struct{ cfg Config }
+type planModel struct {
+	cfg Config
+	// ranks > 1: the step of rank of ranks in data-parallel training at
+	// ZeRO stage shard (plan.RankModel).
+	ranks, shard, rank int
+}
+
+// ForRanks is the step of the rank that owns the most parameter bytes at
+// ZeRO stage shard (the most optimizer state at 1, and gradients at 2),
+// as train.Trainer runs it with Config.Shard: the same dist reducer and
+// sharded optimizer, over dist.Pretend's communicator.
+func (m planModel) ForRanks(ranks, shard int) (plan.Model, error) {
+	w, err := m.cfg.Family.Workload(meta.New(device.Options{}, nil), m.cfg.sizes(), m.cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Release()
+	var params []*ferry.Tensor // deduplicated, as dist numbers them
+	seen := map[*ferry.Tensor]bool{}
+	for _, p := range w.Parameters() {
+		if !seen[p] {
+			seen[p] = true
+			params = append(params, p)
+		}
+	}
+	var owners []int
+	switch shard {
+	case 0:
+		owners = make([]int, len(params))
+	case 1:
+		owners = dist.AssignOwners(params, ranks)
+	case 2:
+		owners = dist.ScatterOwners(params, ranks, 0)
+	default:
+		return nil, fmt.Errorf("demo: ZeRO stage %d (there are 0, 1 and 2)", shard)
+	}
+	bytes := make([]int64, ranks)
+	for i, p := range params {
+		bytes[owners[i]] += p.StorageBytes()
+	}
+	rank := 0
+	for r := range bytes {
+		if bytes[r] > bytes[rank] {
+			rank = r
+		}
+	}
+	return planModel{cfg: m.cfg, ranks: ranks, shard: shard, rank: rank}, nil
+}
 
 func (m planModel) String() string {
 	w, err := m.cfg.Family.Workload(meta.New(device.Options{}, nil), m.cfg.sizes(), m.cfg.Seed)
@@ -21,6 +71,9 @@ func (m planModel) String() string {
 		return m.cfg.Family.Name()
 	}
 	defer w.Release()
+	if m.ranks > 1 {
+		return fmt.Sprintf("%s · rank %d of %d, ZeRO-%d", w.Describe(), m.rank, m.ranks, m.shard)
+	}
 	return w.Describe()
 }
 
@@ -43,16 +96,82 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		opt.Release()
 		w.Release()
 	}
+	var rk *rankStep
+	if m.ranks > 1 {
+		if rk, err = m.rankStep(w.Parameters(), opt, inBackward); err != nil {
+			release()
+			return nil, err
+		}
+	}
 	run := func(tape *ferry.Tape) error {
 		x := tape.Input(input)
 		y := w.Forward(tape, x, false)
 		l := w.Loss(y, tape.Adopt(target.To(dev)))
+		if rk != nil {
+			if err := rk.backwardAndStep(l); err != nil {
+				return err
+			}
+			return dev.Compute().Synchronize()
+		}
 		if err := backwardAndStep(l, opt, inBackward, nil, nil); err != nil {
 			return err
 		}
 		return dev.Compute().Synchronize()
 	}
 	return &plan.Step{Run: run, Release: release}, nil
+}
+
+// rankStep is one data-parallel rank's backward and update, as
+// train.Trainer runs them: gradients through a dist reducer (GradReady in
+// backward, then Wait), then the optimizer, sharded at ZeRO 1 and 2.
+type rankStep struct {
+	hook func(*ferry.Tensor)
+	wait func() error
+	opt  optim.Optimizer
+}
+
+func (m planModel) rankStep(params []*ferry.Tensor, opt optim.Stepper, inBackward bool) (*rankStep, error) {
+	if inBackward {
+		return nil, fmt.Errorf("demo: a rank of %d cannot update inside backward (it averages the gradients first)", m.ranks)
+	}
+	comm := dist.Pretend(m.rank, m.ranks)
+	rk := &rankStep{opt: opt}
+	var owners []int
+	if m.shard == 2 {
+		sc, err := dist.NewGradientScatterer(comm, params, dist.ReducerOptions{})
+		if err != nil {
+			return nil, err
+		}
+		rk.hook, rk.wait, owners = sc.GradReady, sc.Wait, sc.Owners()
+	} else {
+		red, err := dist.NewGradientReducer(comm, params, dist.ReducerOptions{})
+		if err != nil {
+			return nil, err
+		}
+		rk.hook, rk.wait = red.GradReady, red.Wait
+	}
+	if m.shard > 0 {
+		sh, err := dist.NewShardedOptimizer(comm, opt, params, dist.ShardOptions{Owners: owners})
+		if err != nil {
+			return nil, err
+		}
+		rk.opt = sh
+	}
+	return rk, nil
+}
+
+func (rk *rankStep) backwardAndStep(l *ferry.Tensor) error {
+	if err := l.BackwardWith(ferry.BackwardOptions{GradReady: rk.hook}); err != nil {
+		return err
+	}
+	if err := rk.wait(); err != nil {
+		return err
+	}
+	if err := rk.opt.Step(); err != nil {
+		return err
+	}
+	rk.opt.ZeroGrad()
+	return nil
 }
 
 // backwardAndStep runs backward from l and the optimizer, after backward
@@ -99,7 +218,7 @@ func (m planModel) Smaller() []plan.Variant {
 	for _, v := range w.Smaller() {
 		c := m.cfg
 		c.Sizes = v.Sizes
-		vs = append(vs, plan.Variant{Change: v.Change, Model: planModel{c}})
+		vs = append(vs, plan.Variant{Change: v.Change, Model: planModel{cfg: c, ranks: m.ranks, shard: m.shard, rank: m.rank}})
 	}
 	return vs
 }
