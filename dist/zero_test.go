@@ -2,15 +2,19 @@ package dist_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"ferry"
 	"ferry/device"
 	"ferry/dist"
+	"ferry/dist/internal/mpirun"
+	"ferry/dist/mpi"
 	"ferry/nn"
 	"ferry/optim"
 )
@@ -488,4 +492,49 @@ func mustCPU(t *testing.T) device.Device {
 	}
 	t.Cleanup(func() { dev.Close() })
 	return dev
+}
+
+// Two MPI ranks: ZeRO-1 and ZeRO-2 (one reduce-scattered bucket, and
+// small all-reduced ones) equal unsharded data parallelism bit for bit
+// through Open MPI's collectives, with clipping; see TestShardedMPIChild.
+func TestShardedTwoMPIRanks(t *testing.T) {
+	if mpirun.IsChild("TestShardedMPIChild") {
+		t.Skip("a rank does not start ranks")
+	}
+	out := mpirun.Run(t, 2, "TestShardedMPIChild", 2*time.Minute)
+	for r := range 2 {
+		if want := fmt.Sprintf("rank %d: ZeRO-1 and ZeRO-2 equal unsharded", r); !strings.Contains(out, want) {
+			t.Errorf("no %q in the job's output:\n%s", want, out)
+		}
+	}
+}
+
+func TestShardedMPIChild(t *testing.T) {
+	if !mpirun.IsChild("TestShardedMPIChild") {
+		t.Skip("runs only as a rank of TestShardedTwoMPIRanks")
+	}
+	c, err := mpi.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const steps = 4
+	for _, bucket := range []int64{64, 1 << 20} {
+		ref := trainRank(t, c, 0, bucket, steps, 0.05)
+		for _, stage := range []int{1, 2} {
+			got := trainRank(t, c, stage, bucket, steps, 0.05)
+			for s := range steps {
+				if got.norms[s] != ref.norms[s] {
+					t.Fatalf("rank %d, ZeRO-%d, bucket %d, step %d: norm %v, unsharded %v", c.Rank(), stage, bucket, s+1, got.norms[s], ref.norms[s])
+				}
+				for i := range got.params[s] {
+					if !sameBits(got.params[s][i], ref.params[s][i]) {
+						t.Fatalf("rank %d, ZeRO-%d, bucket %d, step %d: parameter %d differs", c.Rank(), stage, bucket, s+1, i)
+					}
+				}
+			}
+			got.release()
+		}
+	}
+	fmt.Printf("rank %d: ZeRO-1 and ZeRO-2 equal unsharded over %d steps\n", c.Rank(), steps)
 }
