@@ -90,8 +90,16 @@ func trainRanks(t *testing.T, ranks int, cfg train.Config) []zeroRun {
 func TestShardedTrainingEqualsDataParallel(t *testing.T) {
 	const ranks, steps = 3, 4
 	ref := trainRanks(t, ranks, train.Config{Steps: steps, Clip: 0.05})
+	// Gradient accumulation: the reducer hooks the last micro-batch only.
+	refAccum := trainRanks(t, ranks, train.Config{Steps: steps, Clip: 0.05, Accum: 2})
 	for _, shard := range []int{1, 2} {
-		got := trainRanks(t, ranks, train.Config{Steps: steps, Clip: 0.05, Shard: shard})
+		got := trainRanks(t, ranks, train.Config{Steps: steps, Clip: 0.05, Shard: shard, Accum: 2})
+		for r := range got {
+			if !sameBits(got[r].params, refAccum[r].params) {
+				t.Fatalf("shard %d, accumulating 2 micro-batches, rank %d: parameters differ from unsharded", shard, r)
+			}
+		}
+		got = trainRanks(t, ranks, train.Config{Steps: steps, Clip: 0.05, Shard: shard})
 		for r := range got {
 			for i := range ref[r].losses {
 				if got[r].losses[i] != ref[r].losses[i] {
