@@ -534,3 +534,5 @@ func decodeManifest(b []byte) (keys []string, scalars map[string]float64, err er
 	}
 	return keys, scalars, nil
 }
+
+var _ optim.Stateful = (*ShardedOptimizer)(nil)
