@@ -12,6 +12,8 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/device/cuda"
+	"ferry/device/cuda/fake"
 	"ferry/dist"
 	"ferry/dist/internal/mpirun"
 	"ferry/dist/mpi"
@@ -84,9 +86,14 @@ func trainDataParallel(t *testing.T, comms []dist.Comm, stage int, bucket int64,
 // trainRank is one rank of trainDataParallel: ZeRO stage 0 (unsharded),
 // 1 (ShardedOptimizer) or 2 (GradientScatterer and ShardedOptimizer).
 func trainRank(t tb, c dist.Comm, stage int, bucket int64, steps int, clip float64) *dpRun {
+	return trainRankOn(t, c, func() (device.Device, error) { return device.Open("cpu", device.Options{}) }, stage, bucket, steps, clip)
+}
+
+// trainRankOn is trainRank on the device open makes.
+func trainRankOn(t tb, c dist.Comm, open func() (device.Device, error), stage int, bucket int64, steps int, clip float64) *dpRun {
 	sharded := stage > 0
 	rank, size := c.Rank(), c.Size()
-	dev, err := device.Open("cpu", device.Options{})
+	dev, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -537,4 +544,45 @@ func TestShardedMPIChild(t *testing.T) {
 		}
 	}
 	fmt.Printf("rank %d: ZeRO-1 and ZeRO-2 equal unsharded over %d steps\n", c.Rank(), steps)
+}
+
+// ZeRO-1 and ZeRO-2 on two in-process ranks over the CUDA device (the
+// fake driver): gradients and parameters go through device memory, and
+// the result equals unsharded data parallelism on the same device bit for
+// bit.
+func TestShardedOnCUDAFake(t *testing.T) {
+	open := func() (device.Device, error) { return cuda.Open(fake.New(fake.Options{}), 0, device.Options{}) }
+	run := func(stage int) []*dpRun {
+		runs := make([]*dpRun, 2)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i, c := range dist.NewGroup(2) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runs[i] = trainRankOn(&rankT{t: t, mu: &mu}, c, open, stage, 1<<20, 3, 0.05)
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		return runs
+	}
+	ref := run(0)
+	for _, stage := range []int{1, 2} {
+		got := run(stage)
+		for r := range got {
+			for s := range got[r].params {
+				for i := range got[r].params[s] {
+					if !sameBits(got[r].params[s][i], ref[r].params[s][i]) {
+						t.Fatalf("ZeRO-%d on cuda (fake), rank %d, step %d, parameter %d differs from unsharded", stage, r, s+1, i)
+					}
+				}
+			}
+			if got[r].stateBytes >= ref[r].stateBytes {
+				t.Errorf("ZeRO-%d, rank %d: %d bytes of state, unsharded %d", stage, r, got[r].stateBytes, ref[r].stateBytes)
+			}
+		}
+	}
 }
