@@ -586,3 +586,36 @@ func TestShardedOnCUDAFake(t *testing.T) {
 		}
 	}
 }
+
+// ZeRO-2's owners: no rank above a share (or the largest parameter) and
+// 5%, and buckets of many parameters split evenly enough to be
+// reduce-scattered; a bucket of one parameter is all-reduced.
+func TestScatterOwnersBalance(t *testing.T) {
+	dev := mustCPU(t)
+	var ps []*ferry.Tensor
+	big := nn.NewParameter(ferry.Zeros(dev, 3000), "big")
+	ps = append(ps, big)
+	for i := range 40 {
+		ps = append(ps, nn.NewParameter(ferry.Zeros(dev, 200), fmt.Sprintf("p%d", i)))
+	}
+	const ranks = 4
+	s, err := dist.NewGradientScatterer(dist.NewGroup(ranks)[0], ps, dist.ReducerOptions{BucketBytes: 2000 * 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := make([]int, ranks)
+	for i, o := range s.Owners() {
+		total[o] += ps[i].Numel()
+	}
+	limit := 3000 + 2750/20
+	for r, n := range total {
+		if n > limit {
+			t.Errorf("rank %d owns %d elements, over %d (owners %v)", r, n, limit, total)
+		}
+	}
+	st := s.Stats()
+	if st.Buckets != 5 || st.BucketsAllReduced != 1 {
+		t.Errorf("%d buckets, %d all-reduced; want 5 and only the large parameter's", st.Buckets, st.BucketsAllReduced)
+	}
+	t.Logf("elements per rank %v, %+v", total, st)
+}

@@ -97,14 +97,11 @@ func TestRankMemoryOnMeta(t *testing.T) {
 						t.Errorf("%s: gradients peak at %d bytes, one process %d", name, grad, fullGrad)
 					}
 				} else {
-					// The same owners, so the same state: the sharded
-					// optimizer's StateBytes agree exactly, but on GPT-2
-					// 124M the category's peak at ZeRO-1 is 786432 bytes
-					// (0.16%) higher, in the allocator's accounting of the
-					// same tensors (presumably blocks reused at a larger
-					// size); not traced further.
-					if d := state - z1; d < -z1/100 || d > z1/100 {
-						t.Errorf("%s: %d bytes of state, ZeRO-1 %d (the same owners)", name, state, z1)
+					// ZeRO-2's owners balance each bucket under a cap of
+					// a share (or the largest parameter) plus 5%, so its
+					// state is within about 5% of ZeRO-1's.
+					if d := state - z1; d < -z1/16 || d > z1/16 {
+						t.Errorf("%s: %d bytes of state, ZeRO-1 %d", name, state, z1)
 					}
 					// Fewer gradient bytes at once, where the peak of the
 					// category is not an activation's gradient (GPT-2's
