@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/models"
 	"ferry/nn"
 	"ferry/train"
@@ -73,7 +74,12 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if err := nn.LoadSafetensors(filepath.Join(path, "model.safetensors"), g); err != nil {
 			return err
 		}
-		text, err := models.Generate(g, dev, []byte(*prompt), *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
+		ctx, unlisten := interruptContext()
+		defer unlisten()
+		text, err := models.Generate(ctx, g, dev, []byte(*prompt), *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w after %d bytes of the sample", demo.ErrInterrupted, len(text)-len(*prompt))
+		}
 		if err != nil {
 			return err
 		}

@@ -79,15 +79,15 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 	fs.StringVar(&o.device, "device", "cpu", "device to train on: cpu or cuda[:N]")
 	fs.StringVar(&o.mode, "mode", string(offload.None), "memory mode: "+strings.Join(trainModes, ", "))
 	fs.BoolVar(&o.offload, "offload", false, "offload saved activations (the same as --mode offload)")
-	fs.StringVar(&o.policy, "policy", "", "offload policy file from `ferry plan` (implies the offloader)")
+	fs.StringVar(&o.policy, "policy", "", "policy file written by ferry plan --out (runs mode policy)")
 	fs.StringVar(&o.diskDir, "disk-dir", "", "directory for the offloader's disk tier (offload-disk, or a policy with disk placements)")
 	fs.IntVar(&o.accum, "accum", 1, "micro-batches per optimizer step (gradient accumulation)")
 	fs.Float64Var(&o.lr, "lr", lr, "peak learning rate")
-	fs.Float64Var(&o.minLR, "min-lr", -1, "learning rate at the end of the cosine decay (default a tenth of --lr)")
-	fs.IntVar(&o.warmup, "warmup", -1, "linear warm-up steps (default a tenth of the steps)")
+	fs.Float64Var(&o.minLR, "min-lr", 0, "learning rate at the end of the cosine decay (default: a tenth of --lr)")
+	fs.IntVar(&o.warmup, "warmup", 0, "linear warm-up steps (default: a tenth of the steps)")
 	fs.Float64Var(&o.clip, "clip", 0, "clip gradients to this global L2 norm (0: no clipping)")
 	fs.StringVar(&o.optimizer, "optimizer", optimizer, "sgd or adamw")
-	fs.Float64Var(&o.weightDecay, "weight-decay", -1, "weight decay (default: 0 for sgd, 0.1 for adamw)")
+	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "weight decay (default: 0 for sgd, 0.1 for adamw)")
 	fs.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initialisation, the data order and dropout")
 	fs.IntVar(&o.logEvery, "log-every", 0, "steps between progress lines and --log records (default: about 50 per run)")
@@ -135,14 +135,17 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	if o.optimizer != "sgd" && o.optimizer != "adamw" {
 		return fmt.Errorf("--optimizer %q: want sgd or adamw", o.optimizer)
 	}
-	if o.minLR < 0 {
+	if !set["min-lr"] {
 		o.minLR = o.lr / 10
 	}
-	if o.weightDecay < 0 {
-		o.weightDecay = 0
-		if o.optimizer == "adamw" {
-			o.weightDecay = 0.1
-		}
+	if !set["warmup"] {
+		o.warmup = -1 // a tenth of the steps, once they are known
+	}
+	if !set["weight-decay"] && o.optimizer == "adamw" {
+		o.weightDecay = 0.1
+	}
+	if !(o.lr > 0) || math.IsInf(o.lr, 0) {
+		return fmt.Errorf("--lr must be a positive finite number, got %v", o.lr)
 	}
 	finite := func(name string, v float64) error {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {

@@ -137,9 +137,11 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if first, ok := sum.initialVal("val_loss"); ok {
 			sum.Metrics["initial_val_loss"] = first
 		}
+		sampleCut := false
 		if *sample > 0 && !sum.Interrupted && ctx.Err() == nil && o.comm.Rank() == 0 {
-			s, err := models.Generate(task.LM, dev, []byte(*prompt), *sample, 0.8, 20, rand.New(rand.NewPCG(o.seed, 5)))
-			if err != nil {
+			// Ctrl-C here cuts the sample short; the summary still follows.
+			s, err := models.Generate(ctx, task.LM, dev, []byte(*prompt), *sample, 0.8, 20, rand.New(rand.NewPCG(o.seed, 5)))
+			if sampleCut = ctx.Err() != nil; err != nil && !sampleCut {
 				return err
 			}
 			sum.Sample = s
@@ -147,7 +149,14 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 				fmt.Fprintf(out, "\nsample (temperature 0.8, top-k 20):\n\n%s\n", s)
 			}
 		}
-		return finishTraining(out, asJSON, sum, o.unit)
+		if err := finishTraining(out, asJSON, sum, o.unit); err != nil || !sampleCut {
+			return err
+		}
+		err = fmt.Errorf("%w: during the sample, which was cut short; the training had finished", demo.ErrInterrupted)
+		if asJSON {
+			return quietError{err}
+		}
+		return err
 	}
 }
 
