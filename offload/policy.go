@@ -37,6 +37,11 @@ type Policy struct {
 	// module path) that run as checkpoints: what their ops save is dropped
 	// in forward and recomputed in backward. Apply it with SegmentHooks.
 	Recompute []string `json:"recompute,omitempty"`
+	// Model and Sizes name the model the policy was planned for (a
+	// family of package models and its sizes), so that a command can take
+	// them from the file, or say which differ.
+	Model string             `json:"model,omitempty"`
+	Sizes map[string]float64 `json:"sizes,omitempty"`
 
 	index map[tensorKey]Placement
 }

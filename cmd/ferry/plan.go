@@ -49,7 +49,9 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		written := ""
 		if p.Fits && *out != "" {
-			if err := p.Policy().Save(*out); err != nil {
+			pol := p.Policy()
+			pol.Model, pol.Sizes = f.Name(), cfg.Sizes
+			if err := pol.Save(*out); err != nil {
 				return err
 			}
 			written = *out

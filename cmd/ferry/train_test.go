@@ -317,7 +317,7 @@ func TestTrainTextPolicy(t *testing.T) {
 	// The same policy for a wider model: shapes differ.
 	args := smallText(data, "--steps", "1", "--policy", policy)
 	args[9] = "64" // --embd
-	if _, errOut, code := runCLI(t, args...); code != 1 || !strings.Contains(errOut, "--policy") || !strings.Contains(errOut, "shape") {
+	if _, errOut, code := runCLI(t, args...); code != 1 || !strings.Contains(errOut, "was planned for another model: pass --embd 32") {
 		t.Errorf("a policy for another model: exit %d, %s", code, errOut)
 	}
 }

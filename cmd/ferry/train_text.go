@@ -16,6 +16,7 @@ import (
 	"ferry/device"
 	"ferry/device/meta"
 	"ferry/models"
+	"ferry/offload"
 	"ferry/plan"
 )
 
@@ -74,6 +75,16 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		s, err := sizes.sizes(fam, "cpu")
 		if err != nil {
 			return err
+		}
+		if o.policy != "" { // a policy for another model: say which flags it was planned with
+			pol, err := offload.LoadPolicy(o.policy)
+			if err != nil {
+				return err
+			}
+			sizes.modelSet = true
+			if _, _, err := sizes.fromPolicy(pol, o.policy, fam, s); err != nil {
+				return err
+			}
 		}
 		for k, v := range s {
 			if v > maxTrainDim {
