@@ -225,6 +225,9 @@ func printDemo(w io.Writer, r *demo.Result) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(act = one activation; kept by forward = after − before; forward peak = peak − before)")
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
 }
 
 // fitsThisMachine runs one step of cfg on the meta device, which allocates
