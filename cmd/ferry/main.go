@@ -141,9 +141,10 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(jsonSafe(v))
 }
 
-// mib formats bytes as PyTorch users print them: MiB with two decimals,
-// labelled MB.
-func mib(b int64) string { return fmt.Sprintf("%.2f MB", float64(b)/(1<<20)) }
+// mib formats bytes as MiB with two decimals: what the origin user's
+// script printed as "MB" (memory_allocated() / 1024**2), labelled as what
+// it is.
+func mib(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
 
 // byteSize is a flag value that takes "3GiB", "512MiB", "1e9" or plain
 // bytes.

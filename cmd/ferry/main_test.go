@@ -25,9 +25,9 @@ func TestDemoPrintsTheOriginLines(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Testing with none:",
-		"Memory allocated before forward pass: 2576.62 MB",
-		"Memory allocated after forward pass: 3216.62 MB",
-		"Max memory allocated during forward pass: 3232.62 MB",
+		"Memory allocated before forward pass: 2576.62 MiB",
+		"Memory allocated after forward pass: 3216.62 MiB",
+		"Max memory allocated during forward pass: 3232.62 MiB",
 		"Testing with naive:", `Why "naive" saves nothing`,
 		"Testing with save-on-host:", "Testing with offload:", "Testing with offload-disk:",
 	} {
