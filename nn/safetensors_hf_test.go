@@ -1,0 +1,99 @@
+package nn_test
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"ferry/nn"
+	"ferry/safetensors"
+)
+
+// Files named and laid out as Hugging Face writes GPT-2, written by
+// testdata/hf/gen.py with PyTorch's logits beside them.
+const hfDir = "../testdata/hf/"
+
+func TestLoadHuggingFaceGPT2(t *testing.T) {
+	dev := cpuDev(t)
+	io := loadIO(t, dev, "../hf/gpt2_io.safetensors")
+	for _, c := range []struct {
+		file, logits string
+		convert      bool
+	}{
+		{"gpt2.safetensors", "logits", false},             // F32, GPT2Model's names, Conv1D layout, buffers
+		{"gpt2_lm_bf16.safetensors", "logits_bf16", true}, // BF16, transformer. prefix, lm_head beside wte
+		{"gpt2_f16.safetensors", "logits_f16", true},      // F16, no buffers
+	} {
+		t.Run(c.file, func(t *testing.T) {
+			m := newGPT(t, dev, 11)
+			conv, err := nn.DetectConvention(hfDir+c.file, m)
+			if err != nil || conv != nn.ConventionHFGPT2 {
+				t.Fatalf("convention %q, %v", conv, err)
+			}
+			if err := nn.LoadSafetensorsWith(hfDir+c.file, m, nn.LoadOptions{ConvertFloats: c.convert}); err != nil {
+				t.Fatal(err)
+			}
+			got, want := forward(m, io["tokens"]), io[c.logits].Float32s()
+			var worst, scale float64
+			for i := range want {
+				worst = math.Max(worst, math.Abs(float64(got[i]-want[i])))
+				scale = math.Max(scale, math.Abs(float64(want[i])))
+			}
+			t.Logf("logits: max error %.3g (max |logit| %.3g)", worst, scale)
+			closeTo(t, "logits of "+c.file, got, want, 1e-5)
+			if c.logits != "logits" {
+				// The rounded weights compute something else: the test
+				// could tell the two apart.
+				var d float64
+				for i, w := range io["logits"].Float32s() {
+					d = math.Max(d, math.Abs(float64(got[i]-w)))
+				}
+				if d < 1e-4*scale {
+					t.Errorf("%s's logits are within %.3g of the float32 weights'; rounding not visible", c.file, d)
+				}
+			}
+		})
+	}
+}
+
+// nanoGPT's own files are still read as they are, and a file of another
+// size is refused, naming the translated names.
+func TestHuggingFaceGPT2Conventions(t *testing.T) {
+	dev := cpuDev(t)
+	m := newGPT(t, dev, 12)
+	if conv, err := nn.DetectConvention(stDir+"gpt.safetensors", m); err != nil || conv != nn.ConventionModel {
+		t.Errorf("nanoGPT's file: convention %q, %v", conv, err)
+	}
+	if conv, err := nn.DetectConvention(hfDir+"gpt2.safetensors", newMLP(t, dev, 1)); err != nil || conv != nn.ConventionModel {
+		t.Errorf("an MLP reads as %q, %v", conv, err)
+	}
+	// Without ConvertFloats a BF16 file is refused.
+	var le *nn.LoadError
+	err := nn.LoadSafetensors(hfDir+"gpt2_lm_bf16.safetensors", m)
+	if !errors.As(err, &le) || le.Convention != nn.ConventionHFGPT2 || !strings.Contains(err.Error(), "hf-gpt2") {
+		t.Fatalf("BF16 without ConvertFloats: %v", err)
+	}
+	// A file whose c_attn is not transposed (as nanoGPT would write it,
+	// but without the prefix) reads as Hugging Face's and is refused.
+	path := rewrite(t, hfDir+"gpt2.safetensors", func(ts []safetensors.Tensor) []safetensors.Tensor {
+		for i := range ts {
+			if ts[i].Name == "h.1.mlp.c_fc.weight" {
+				ts[i].Shape = []int{ts[i].Shape[1], ts[i].Shape[0]}
+			}
+		}
+		return ts
+	})
+	before := snapshot(m)
+	err = nn.LoadSafetensors(path, m)
+	if !errors.As(err, &le) || len(le.Mismatched) != 1 || !strings.Contains(le.Mismatched[0], "transformer.h.1.mlp.c_fc.weight") {
+		t.Errorf("a c_fc in nn.Linear's layout: %v", err)
+	}
+	after := snapshot(m)
+	for n := range before {
+		if !slices.Equal(before[n], after[n]) {
+			t.Fatalf("a refused file changed %s", n)
+		}
+	}
+}
