@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -126,4 +127,144 @@ func transposed(st safetensors.Tensor) safetensors.Tensor {
 	}
 	st.Shape, st.Data = []int{c, r}, d
 	return st
+}
+
+// hfConfig holds the fields of a Hugging Face config.json that ferry's
+// GPT and Llama read (the others are ignored).
+type hfConfig struct {
+	ModelType string `json:"model_type"`
+	// GPT-2
+	NPositions *int     `json:"n_positions"`
+	NEmbd      *int     `json:"n_embd"`
+	NLayer     *int     `json:"n_layer"`
+	NHead      *int     `json:"n_head"`
+	LNEps      *float64 `json:"layer_norm_epsilon"`
+	// Llama
+	MaxPositions  *int            `json:"max_position_embeddings"`
+	Hidden        *int            `json:"hidden_size"`
+	Intermediate  *int            `json:"intermediate_size"`
+	Layers        *int            `json:"num_hidden_layers"`
+	Heads         *int            `json:"num_attention_heads"`
+	KVHeads       *int            `json:"num_key_value_heads"`
+	HeadDim       *int            `json:"head_dim"`
+	RopeTheta     *float64        `json:"rope_theta"`
+	RMSNormEps    *float64        `json:"rms_norm_eps"`
+	HiddenAct     string          `json:"hidden_act"`
+	TieEmbeddings *bool           `json:"tie_word_embeddings"`
+	RopeScaling   json.RawMessage `json:"rope_scaling"`
+	AttentionBias *bool           `json:"attention_bias"`
+	MLPBias       *bool           `json:"mlp_bias"`
+	Vocab         *int            `json:"vocab_size"`
+}
+
+func parseHFConfig(b []byte) (*hfConfig, error) {
+	var c hfConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("nn: a Hugging Face config.json: %w", err)
+	}
+	return &c, nil
+}
+
+// HFModelType is the model_type of a Hugging Face config.json ("gpt2",
+// "llama", ...).
+func HFModelType(configJSON []byte) (string, error) {
+	c, err := parseHFConfig(configJSON)
+	if err != nil {
+		return "", err
+	}
+	return c.ModelType, nil
+}
+
+func need(problems *[]string, name string, v *int) int {
+	if v == nil {
+		*problems = append(*problems, "no "+name)
+		return 0
+	}
+	return *v
+}
+
+// GPTConfigFromHF reads the config.json of a Hugging Face GPT-2
+// (model_type "gpt2"): vocab_size, n_positions, n_layer, n_head, n_embd.
+// Dropout is left 0 (Hugging Face's resid_pdrop and attn_pdrop are for
+// its own training; set Dropout to fine-tune with it); Bias is true.
+func GPTConfigFromHF(configJSON []byte) (GPTConfig, error) {
+	c, err := parseHFConfig(configJSON)
+	if err != nil {
+		return GPTConfig{}, err
+	}
+	var problems []string
+	if c.ModelType != "gpt2" {
+		problems = append(problems, fmt.Sprintf("model_type %q is not gpt2", c.ModelType))
+	}
+	if c.LNEps != nil && *c.LNEps != 1e-5 {
+		problems = append(problems, fmt.Sprintf("layer_norm_epsilon %v (ferry's GPT uses 1e-5)", *c.LNEps))
+	}
+	cfg := GPTConfig{Vocab: need(&problems, "vocab_size", c.Vocab), Seq: need(&problems, "n_positions", c.NPositions),
+		Layers: need(&problems, "n_layer", c.NLayer), Heads: need(&problems, "n_head", c.NHead),
+		Embd: need(&problems, "n_embd", c.NEmbd), Bias: true}
+	if len(problems) == 0 {
+		if err := cfg.Validate(); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return GPTConfig{}, fmt.Errorf("nn: not a GPT-2 config ferry can build: %s", strings.Join(problems, "; "))
+	}
+	return cfg, nil
+}
+
+// LlamaConfigFromHF reads the config.json of a Hugging Face Llama
+// (model_type "llama"): vocab_size, max_position_embeddings (Seq),
+// num_hidden_layers, num_attention_heads, num_key_value_heads (default:
+// the heads), hidden_size, intermediate_size, rope_theta (default 10000)
+// and rms_norm_eps. What ferry's Llama does not do is an error: tied
+// embeddings, rope_scaling, biases, an activation other than silu, a
+// head_dim other than hidden_size/num_attention_heads.
+func LlamaConfigFromHF(configJSON []byte) (LlamaConfig, error) {
+	c, err := parseHFConfig(configJSON)
+	if err != nil {
+		return LlamaConfig{}, err
+	}
+	var problems []string
+	if c.ModelType != "llama" {
+		problems = append(problems, fmt.Sprintf("model_type %q is not llama", c.ModelType))
+	}
+	if c.HiddenAct != "" && c.HiddenAct != "silu" {
+		problems = append(problems, fmt.Sprintf("hidden_act %q (ferry's Llama uses silu)", c.HiddenAct))
+	}
+	if c.TieEmbeddings != nil && *c.TieEmbeddings {
+		problems = append(problems, "tie_word_embeddings (ferry's Llama has an untied head)")
+	}
+	if len(c.RopeScaling) > 0 && string(c.RopeScaling) != "null" {
+		problems = append(problems, "rope_scaling "+string(c.RopeScaling)+" (not supported)")
+	}
+	if c.AttentionBias != nil && *c.AttentionBias || c.MLPBias != nil && *c.MLPBias {
+		problems = append(problems, "biases (ferry's Llama has none)")
+	}
+	cfg := LlamaConfig{Vocab: need(&problems, "vocab_size", c.Vocab), Seq: need(&problems, "max_position_embeddings", c.MaxPositions),
+		Layers: need(&problems, "num_hidden_layers", c.Layers), Heads: need(&problems, "num_attention_heads", c.Heads),
+		Embd: need(&problems, "hidden_size", c.Hidden), Hidden: need(&problems, "intermediate_size", c.Intermediate)}
+	cfg.KVHeads = cfg.Heads
+	if c.KVHeads != nil {
+		cfg.KVHeads = *c.KVHeads
+	}
+	if c.HeadDim != nil && cfg.Heads > 0 && *c.HeadDim*cfg.Heads != cfg.Embd {
+		problems = append(problems, fmt.Sprintf("head_dim %d is not hidden_size/num_attention_heads", *c.HeadDim))
+	}
+	if c.RopeTheta != nil {
+		cfg.RopeTheta = *c.RopeTheta
+	}
+	if c.RMSNormEps != nil {
+		cfg.NormEps = float32(*c.RMSNormEps)
+	}
+	cfg = cfg.WithDefaults()
+	if len(problems) == 0 {
+		if err := cfg.Validate(); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return LlamaConfig{}, fmt.Errorf("nn: not a Llama config ferry can build: %s", strings.Join(problems, "; "))
+	}
+	return cfg, nil
 }

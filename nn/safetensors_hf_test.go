@@ -97,3 +97,46 @@ func TestHuggingFaceGPT2Conventions(t *testing.T) {
 		}
 	}
 }
+
+// The config.json files of gpt2 and TinyLlama-1.1B as Hugging Face
+// publishes them (abridged to the fields that matter and a few others).
+const (
+	hfGPT2Config = `{"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+		"embd_pdrop": 0.1, "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768,
+		"n_head": 12, "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "vocab_size": 50257}`
+	hfTinyLlamaConfig = `{"architectures": ["LlamaForCausalLM"], "attention_bias": false, "hidden_act": "silu",
+		"hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 5632, "max_position_embeddings": 2048,
+		"model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 22, "num_key_value_heads": 4,
+		"rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0, "tie_word_embeddings": false,
+		"torch_dtype": "bfloat16", "vocab_size": 32000}`
+)
+
+func TestConfigsFromHuggingFace(t *testing.T) {
+	if typ, err := nn.HFModelType([]byte(hfTinyLlamaConfig)); err != nil || typ != "llama" {
+		t.Errorf("model type %q, %v", typ, err)
+	}
+	g, err := nn.GPTConfigFromHF([]byte(hfGPT2Config))
+	if err != nil || g != (nn.GPTConfig{Vocab: 50257, Seq: 1024, Layers: 12, Heads: 12, Embd: 768, Bias: true}) || g.ParameterCount() != 124_439_808 {
+		t.Errorf("gpt2: %+v, %v", g, err)
+	}
+	l, err := nn.LlamaConfigFromHF([]byte(hfTinyLlamaConfig))
+	want := nn.LlamaConfig{Vocab: 32000, Seq: 2048, Layers: 22, Heads: 32, KVHeads: 4, Embd: 2048, Hidden: 5632, RopeTheta: 10000, NormEps: 1e-5}
+	if err != nil || l != want || l.ParameterCount() != 1_100_048_384 {
+		t.Errorf("TinyLlama: %+v, %v", l, err)
+	}
+	for _, c := range []struct{ json, want string }{
+		{strings.Replace(hfTinyLlamaConfig, `"tie_word_embeddings": false`, `"tie_word_embeddings": true`, 1), "tie_word_embeddings"},
+		{strings.Replace(hfTinyLlamaConfig, `"rope_scaling": null`, `"rope_scaling": {"type": "linear", "factor": 2.0}`, 1), "rope_scaling"},
+		{strings.Replace(hfTinyLlamaConfig, `"num_key_value_heads": 4`, `"num_key_value_heads": 5`, 1), "key/value heads"},
+		{strings.Replace(hfTinyLlamaConfig, `"hidden_size": 2048,`, ``, 1), "no hidden_size"},
+		{hfGPT2Config, `model_type "gpt2" is not llama`},
+		{`{`, "config.json"},
+	} {
+		if _, err := nn.LlamaConfigFromHF([]byte(c.json)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want an error saying %q, got %v", c.want, err)
+		}
+	}
+	if _, err := nn.GPTConfigFromHF([]byte(strings.Replace(hfGPT2Config, `"n_head": 12`, `"n_head": 7`, 1))); err == nil {
+		t.Error("12 heads of 768/7 accepted")
+	}
+}
