@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -8,8 +9,10 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/device/cpu"
 	"ferry/device/meta"
 	"ferry/nn"
+	"ferry/offload"
 )
 
 func TestLlamaConfig(t *testing.T) {
@@ -160,5 +163,79 @@ func TestLlamaBlockAlone(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "1 to 12") {
 		t.Errorf("a sequence longer than Seq: %v", err)
+	}
+}
+
+// Every memory mode, and a block recomputed through the tape's segment
+// hooks (as a plan's policy does), gives the plain run's loss and
+// gradients bit for bit.
+func TestLlamaMemoryModesAreBitwise(t *testing.T) {
+	dev, err := cpu.New(device.Options{PoisonFreed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	m := smallLlama(t, dev)
+	rng := rand.New(rand.NewPCG(8, 8))
+	toks := make([]int32, 2*12)
+	for i := range toks {
+		toks[i] = int32(rng.IntN(29))
+	}
+	tok := ferry.FromInt32s(dev, toks, 2, 12)
+	defer tok.Release()
+	run := func(mode offload.Mode, segs *ferry.SegmentHooks) (float32, [][]float32) {
+		cfg := offload.DefaultConfig()
+		cfg.MinBytes = 0 // move even the small tensors of this model
+		mem, err := offload.NewMemory(dev, offload.Setup{Mode: mode, DiskDir: t.TempDir(), Config: &cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mem.Close()
+		m.CheckpointBlocks = mem.Recompute()
+		defer func() { m.CheckpointBlocks = false }()
+		var loss float32
+		err = ferry.Step(func(tape *ferry.Tape) error {
+			if segs != nil {
+				tape.SetSegmentHooks(segs)
+			}
+			var logits *ferry.Tensor
+			mem.Forward(tape, func() { logits = m.Forward(tape.Input(tok)) })
+			l := ferry.CrossEntropy(logits, tape.Input(tok))
+			loss = l.Float32s()[0]
+			return l.Backward()
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		var gs [][]float32
+		for _, p := range m.Parameters() {
+			gs = append(gs, p.Grad().Float32s())
+			p.SetGrad(nil)
+		}
+		return loss, gs
+	}
+	l0, g0 := run(offload.None, nil)
+	var entered []string
+	segs := &ferry.SegmentHooks{
+		Enter:     func(module string, _ []*ferry.Tensor) { entered = append(entered, module) },
+		Recompute: func(module string) bool { return module == "model.layers.1" },
+	}
+	cases := map[string]func() (float32, [][]float32){"segment model.layers.1": func() (float32, [][]float32) { return run(offload.None, segs) }}
+	for _, mode := range offload.Modes()[1:] {
+		cases[string(mode)] = func() (float32, [][]float32) { return run(mode, nil) }
+	}
+	for name, f := range cases {
+		l, g := f()
+		if math.Float32bits(l) != math.Float32bits(l0) {
+			t.Errorf("%s: loss %v, plain %v", name, l, l0)
+		}
+		for i := range g {
+			if !slices.Equal(g[i], g0[i]) {
+				t.Errorf("%s: gradient of %s differs from the plain run's", name, m.Parameters()[i].Name())
+			}
+		}
+	}
+	if !slices.Equal(entered, []string{"model.layers.0", "model.layers.1"}) {
+		t.Errorf("segments entered: %v", entered)
 	}
 }
