@@ -140,3 +140,45 @@ func TestConfigsFromHuggingFace(t *testing.T) {
 		t.Error("12 heads of 768/7 accepted")
 	}
 }
+
+// Older Hugging Face Llama files carry a rotary_emb.inv_freq buffer per
+// layer; the Llama loads them, skipping the buffers, in bfloat16 too.
+func TestLoadLlamaWithBuffersAndBF16(t *testing.T) {
+	dev := cpuDev(t)
+	path := rewrite(t, "../testdata/llama/llama.safetensors", func(ts []safetensors.Tensor) []safetensors.Tensor {
+		for i, x := range ts {
+			v, _ := x.Float32s()
+			d := make([]byte, 2*len(v))
+			for k, f := range v {
+				b := math.Float32bits(f) + 0x8000 // round half up to bfloat16
+				d[2*k], d[2*k+1] = byte(b>>16), byte(b>>24)
+			}
+			ts[i] = safetensors.Tensor{Name: x.Name, DType: safetensors.BF16, Shape: x.Shape, Data: d}
+		}
+		for _, l := range []string{"0", "1"} {
+			ts = append(ts, safetensors.FromFloat32s("model.layers."+l+".self_attn.rotary_emb.inv_freq", []float32{1, 0.1, 0.01, 0.001}, 4))
+		}
+		return ts
+	})
+	m, err := nn.NewLlama(dev, nn.LlamaConfig{Vocab: 64, Seq: 16, Layers: 2, Heads: 4, KVHeads: 2, Embd: 32, Hidden: 48, NormEps: 1e-5}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nn.Release(m)
+	if err := nn.LoadSafetensorsWith(path, m, nn.LoadOptions{ConvertFloats: true}); err != nil {
+		t.Fatal(err)
+	}
+	ref, _, err := nn.LoadTensors("../testdata/llama/llama.safetensors", dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nn.NamedParameters(m) {
+		got, want := n.Tensor.Float32s(), ref[n.Name].Float32s()
+		ref[n.Name].Release()
+		for i := range want {
+			if d := math.Abs(float64(got[i] - want[i])); d > math.Abs(float64(want[i]))/256 {
+				t.Fatalf("%s[%d] = %v, PyTorch's float32 %v: not its bfloat16 rounding", n.Name, i, got[i], want[i])
+			}
+		}
+	}
+}
