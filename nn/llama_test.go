@@ -158,7 +158,7 @@ func TestLlamaBlockAlone(t *testing.T) {
 	err := ferry.Catch(func() error {
 		tok := ferry.FromInt32s(dev, make([]int32, 13), 1, 13)
 		defer tok.Release()
-		m.Forward(tok)
+		m.Forward(tok) //ferry:discard it panics: the sequence is too long
 		return nil
 	})
 	if err == nil || !strings.Contains(err.Error(), "1 to 12") {
