@@ -398,6 +398,15 @@ func (m *Llama) SetTraining(on bool) {}
 // SetStep does nothing: nothing in the model draws from the step.
 func (m *Llama) SetStep(step uint64) {}
 
+// Context is the longest sequence the model takes (Config.Seq).
+func (m *Llama) Context() int { return m.Config.Seq }
+
+// Vocab is the vocabulary size.
+func (m *Llama) Vocab() int { return m.Config.Vocab }
+
+// SetRecompute makes Forward checkpoint every block (CheckpointBlocks).
+func (m *Llama) SetRecompute(on bool) { m.CheckpointBlocks = on }
+
 // Forward maps int32 tokens [B, T] to logits [B, T, Vocab]. On a tape,
 // modules run in scopes named as Hugging Face names them
 // (model.layers.3.self_attn), so saved tensors carry those paths.

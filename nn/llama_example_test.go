@@ -25,7 +25,7 @@ func ExampleNewLlama() {
 		log.Fatal(err)
 	}
 	defer nn.Release(m)
-	m.CheckpointBlocks = true // recompute each block in backward
+	m.SetRecompute(true) // CheckpointBlocks: recompute each block in backward
 	ps := nn.NamedParameters(m)
 	fmt.Println(cfg.ParameterCount(), "parameters;", ps[0].Name, "...", ps[2].Name, ps[2].Tensor.Shape(), "...", ps[len(ps)-1].Name)
 
