@@ -177,9 +177,31 @@ type LoadOptions struct {
 
 // LoadSafetensorsWith is LoadSafetensors with options.
 func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
-	f, err := safetensors.ReadFile(path, 0)
-	if err != nil {
-		return fmt.Errorf("nn.LoadSafetensors: %w", err)
+	return LoadSafetensorsFiles([]string{path}, m, opts)
+}
+
+// LoadSafetensorsFiles is LoadSafetensorsWith for a model whose tensors
+// are spread over several files (a sharded checkpoint: HFWeightFiles
+// lists them), read as one; a tensor in two files is an error.
+func LoadSafetensorsFiles(paths []string, m Module, opts LoadOptions) error {
+	if len(paths) == 0 {
+		return fmt.Errorf("nn.LoadSafetensors: no files")
+	}
+	path := strings.Join(paths, ", ") // names the files in errors
+	f := &safetensors.File{}
+	from := map[string]string{}
+	for _, p := range paths {
+		g, err := safetensors.ReadFile(p, 0)
+		if err != nil {
+			return fmt.Errorf("nn.LoadSafetensors: %w", err)
+		}
+		for _, st := range g.Tensors {
+			if other, dup := from[st.Name]; dup {
+				return fmt.Errorf("nn.LoadSafetensors: tensor %s is in both %s and %s", st.Name, other, p)
+			}
+			from[st.Name] = p
+		}
+		f.Tensors = append(f.Tensors, g.Tensors...)
 	}
 	ps := NamedParameters(m)
 	model := make(map[string]*ferry.Tensor, len(ps))
@@ -245,7 +267,7 @@ func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
 	if len(e.Missing)+len(e.Unexpected)+len(e.Mismatched) > 0 {
 		return e
 	}
-	err = ferry.Catch(func() error {
+	err := ferry.Catch(func() error {
 		for _, n := range ps {
 			func() {
 				tmp := upload(n.Tensor.Device(), source[n.Name])

@@ -2,11 +2,17 @@ package nn
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 
 	"ferry"
+	"ferry/internal/fsx"
 	"ferry/safetensors"
 )
 
@@ -267,4 +273,46 @@ func LlamaConfigFromHF(configJSON []byte) (LlamaConfig, error) {
 		return LlamaConfig{}, fmt.Errorf("nn: not a Llama config ferry can build: %s", strings.Join(problems, "; "))
 	}
 	return cfg, nil
+}
+
+// HFWeightFiles lists the safetensors files of a Hugging Face model
+// directory: model.safetensors, or the shards that
+// model.safetensors.index.json maps the tensors to (each once, sorted).
+// Load them with LoadSafetensorsFiles; read config.json beside them with
+// GPTConfigFromHF or LlamaConfigFromHF (HFModelType says which).
+func HFWeightFiles(dir string) ([]string, error) {
+	single := filepath.Join(dir, "model.safetensors")
+	if st, err := os.Stat(single); err == nil && !st.IsDir() {
+		return []string{single}, nil
+	}
+	indexPath := filepath.Join(dir, "model.safetensors.index.json")
+	b, err := fsx.ReadLimited(indexPath, 64<<20)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("nn: no model.safetensors or model.safetensors.index.json in %s (a PyTorch .bin checkpoint? ferry reads safetensors)", dir)
+		}
+		return nil, fmt.Errorf("nn: %w", err)
+	}
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &index); err != nil {
+		return nil, fmt.Errorf("nn: %s: %w", indexPath, err)
+	}
+	seen := map[string]bool{}
+	var files []string
+	for _, f := range index.WeightMap {
+		if f == "" || filepath.IsAbs(f) || f != filepath.Base(f) {
+			return nil, fmt.Errorf("nn: %s maps a tensor to %q, not a file beside it", indexPath, f)
+		}
+		if !seen[f] {
+			seen[f] = true
+			files = append(files, filepath.Join(dir, f))
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("nn: %s maps no tensors", indexPath)
+	}
+	sort.Strings(files)
+	return files, nil
 }

@@ -1,8 +1,13 @@
 package nn_test
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -180,5 +185,58 @@ func TestLoadLlamaWithBuffersAndBF16(t *testing.T) {
 				t.Fatalf("%s[%d] = %v, PyTorch's float32 %v: not its bfloat16 rounding", n.Name, i, got[i], want[i])
 			}
 		}
+	}
+}
+
+// A sharded checkpoint (two files and model.safetensors.index.json, as
+// Hugging Face writes large models) loads as the single file does.
+func TestLoadShardedLlama(t *testing.T) {
+	dev := cpuDev(t)
+	f, err := safetensors.ReadFile("../testdata/llama/llama.safetensors", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	shards := [2][]safetensors.Tensor{}
+	index := map[string]string{}
+	for i, x := range f.Tensors {
+		shards[i%2] = append(shards[i%2], x)
+		index[x.Name] = fmt.Sprintf("model-%05d-of-00002.safetensors", i%2+1)
+	}
+	for i, s := range shards {
+		if err := safetensors.WriteFile(filepath.Join(dir, fmt.Sprintf("model-%05d-of-00002.safetensors", i+1)), s, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{}, "weight_map": index})
+	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), b, 0o644)
+	files, err := nn.HFWeightFiles(dir)
+	if err != nil || len(files) != 2 {
+		t.Fatalf("files %v, %v", files, err)
+	}
+	cfg := nn.LlamaConfig{Vocab: 64, Seq: 16, Layers: 2, Heads: 4, KVHeads: 2, Embd: 32, Hidden: 48, NormEps: 1e-5}
+	load := func(f func(m nn.Module) error) map[string][]float32 {
+		m, err := nn.NewLlama(dev, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nn.Release(m)
+		if err := f(m); err != nil {
+			t.Fatal(err)
+		}
+		return snapshot(m)
+	}
+	one := load(func(m nn.Module) error { return nn.LoadSafetensors("../testdata/llama/llama.safetensors", m) })
+	two := load(func(m nn.Module) error { return nn.LoadSafetensorsFiles(files, m, nn.LoadOptions{}) })
+	if !reflect.DeepEqual(one, two) {
+		t.Error("the sharded checkpoint loads other values")
+	}
+	m, _ := nn.NewLlama(dev, cfg, nil)
+	defer nn.Release(m)
+	if err := nn.LoadSafetensorsFiles([]string{files[0], files[0]}, m, nn.LoadOptions{}); err == nil || !strings.Contains(err.Error(), "in both") {
+		t.Errorf("a shard given twice: %v", err)
+	}
+	if _, err := nn.HFWeightFiles(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no model.safetensors") {
+		t.Errorf("an empty directory: %v", err)
 	}
 }
