@@ -9,6 +9,7 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/device/cpu"
 	"ferry/device/meta"
 	"ferry/nn"
 	"ferry/optim"
@@ -49,8 +50,28 @@ func maxErr(got, want []float32) (float64, float64) {
 	return e, s
 }
 
+// TestGoldenLlama runs with matrix products in OpenBLAS (skipped where
+// it cannot be loaded) and in the pure-Go GEMM, on a CPU that poisons
+// freed memory.
 func TestGoldenLlama(t *testing.T) {
-	dev := cpuDev(t)
+	for _, b := range []string{"blas", "go"} {
+		t.Run(b, func(t *testing.T) {
+			if err := cpu.SetMatmulBackend(b); err != nil {
+				t.Skip(err)
+			}
+			t.Cleanup(func() { _ = cpu.SetMatmulBackend("auto") })
+			dev, err := cpu.New(device.Options{PoisonFreed: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { dev.Close() })
+			t.Logf("matmul: %s", cpu.MatmulBackend())
+			goldenLlama(t, dev)
+		})
+	}
+}
+
+func goldenLlama(t *testing.T, dev device.Device) {
 	weights, wmeta, err := nn.LoadTensors(llamaDir+"llama.safetensors", dev)
 	if err != nil {
 		t.Fatalf("%v (regenerate with /usr/bin/python3 testdata/llama/gen.py)", err)
