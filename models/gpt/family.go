@@ -107,16 +107,7 @@ func (g *workload) Parameters() []*ferry.Tensor { return g.m.Parameters() }
 func (g *workload) Release()                    { nn.Release(g.m) }
 
 func (g *workload) Data(dev device.Device, seed uint64) (input, target *ferry.Tensor) {
-	rng := rand.New(rand.NewPCG(seed, 0x1277))
-	cfg := g.m.Config
-	n := g.batch * cfg.Seq
-	tok, tgt := make([]int32, n), make([]int32, n)
-	if device.HasData(dev) {
-		for i := range tok {
-			tok[i], tgt[i] = int32(rng.IntN(cfg.Vocab)), int32(rng.IntN(cfg.Vocab))
-		}
-	}
-	return ferry.FromInt32s(dev, tok, g.batch, cfg.Seq), ferry.FromInt32s(dev.Host(), tgt, g.batch, cfg.Seq)
+	return models.RandomTokens(dev, seed, g.batch, g.m.Config.Seq, g.m.Config.Vocab)
 }
 
 func (g *workload) Forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor {
@@ -150,21 +141,4 @@ func (g *workload) ActivationBytes() int64 {
 func (g *workload) MatmulShape() (rows, width int) { return g.batch * g.m.Config.Seq, g.m.Config.Embd }
 
 // Smaller halves the batch, then the sequence at this batch.
-func (g *workload) Smaller() []models.Variant {
-	with := func(name string, v int) models.Sizes {
-		s := models.Sizes{}
-		for k, x := range g.sizes {
-			s[k] = x
-		}
-		s[name] = float64(v)
-		return s
-	}
-	var vs []models.Variant
-	for b := g.batch / 2; b >= 1; b /= 2 {
-		vs = append(vs, models.Variant{Change: fmt.Sprintf("batch %d", b), Sizes: with("batch", b)})
-	}
-	for s := g.m.Config.Seq / 2; s >= 16; s /= 2 {
-		vs = append(vs, models.Variant{Change: fmt.Sprintf("sequence %d at batch %d", s, g.batch), Sizes: with("seq", s)})
-	}
-	return vs
-}
+func (g *workload) Smaller() []models.Variant { return models.SmallerSequences(g.sizes) }
