@@ -10,8 +10,8 @@ import (
 
 	"ferry/device"
 	"ferry/models"
-	"ferry/offload"
 	_ "ferry/models/all" // every family ferry ships, known to every command
+	"ferry/offload"
 )
 
 // sizeFlags are the model families' sizes as flags: each size name once
@@ -22,7 +22,7 @@ type sizeFlags struct {
 	model    *string
 	modelSet bool
 	values   map[string]float64
-	set    map[string]bool
+	set      map[string]bool
 	// overrides are a command's own defaults for some sizes (ferry train
 	// text trains a small model whatever the family's usual size).
 	overrides models.Sizes
