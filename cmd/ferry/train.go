@@ -472,7 +472,11 @@ func (s *trainSummary) initialVal(name string) (float64, bool) {
 // have run; the device's own limit still catches the rest, with an error.
 func preflight(dev device.Device, params int64, stateCopies int, minStepBytes, hostBytes int64, advice string) error {
 	need := params*4*int64(2+stateCopies) + minStepBytes
-	if c := dev.Allocator().Stats().Capacity; c > 0 && need > c {
+	c := dev.Allocator().Stats().Capacity
+	if kind, _, _ := device.ParseName(dev.Name()); c == 0 && kind == "cpu" {
+		c = cpu.AvailableMemory() // the CPU device's memory is the machine's
+	}
+	if c > 0 && need > c {
 		return fmt.Errorf("this run needs at least %s on %s (%d parameters with gradients and optimizer state: %s; activations: %s), "+
 			"and the device holds %s: %s",
 			device.FormatBytes(need), dev.Name(), params, device.FormatBytes(params*4*int64(2+stateCopies)),

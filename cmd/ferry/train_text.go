@@ -106,12 +106,17 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		// Parameters with their gradients and optimizer state, and the
 		// activations of one block and the logits, at least: the model as
 		// its family builds it for the demo, on the meta device.
-		w, err := fam.Workload(meta.New(device.Options{}, nil), s, o.seed)
-		if err != nil {
-			return err
+		var params, act int64
+		if c, ok := fam.(models.Counter); ok {
+			params, act = c.ParameterCount(s), 4*int64(o.batch)*int64(s.Int("seq"))*int64(s.Int("embd"))
+		} else {
+			w, err := fam.Workload(meta.New(device.Options{}, nil), s, o.seed)
+			if err != nil {
+				return err
+			}
+			params, act = w.ParameterCount(), w.ActivationBytes()
+			w.Release()
 		}
-		params, act := w.ParameterCount(), w.ActivationBytes()
-		w.Release()
 		tokens := int64(o.batch) * int64(s.Int("seq"))
 		if err := preflight(dev, params, stateCopies(o.optimizer), tokens*256*4*3+int64(s.Int("layers"))*act*4, tokens*8*int64(max(1, *valBatches)),
 			"lower --batch or the model's sizes (or offload: --mode offload)"); err != nil {

@@ -31,9 +31,12 @@ func (family) Sizes() []models.Size {
 	whole := func(name, usage string, cpu, other float64) models.Size {
 		return models.Size{Name: name, Usage: usage, Default: models.KindDefault(cpu, other), Integer: true, Min: 1, Max: 1 << 30}
 	}
+	// A step records every block's ops: a deeper model is refused rather
+	// than built for minutes.
+	blocks := func(z models.Size) models.Size { z.Max = 1 << 16; return z }
 	return []models.Size{
-		whole("layers", "transformer blocks", 6, 12),
-		whole("heads", "attention heads", 6, 12),
+		blocks(whole("layers", "transformer blocks", 6, 12)),
+		blocks(whole("heads", "attention heads", 6, 12)),
 		whole("embd", "embedding width", 384, 768),
 		whole("seq", "sequence length", 256, 1024),
 		whole("vocab", "vocabulary size", 65, 50257),
@@ -47,6 +50,9 @@ func Config(s models.Sizes, seed uint64) nn.GPTConfig {
 	return nn.GPTConfig{Vocab: s.Int("vocab"), Seq: s.Int("seq"), Layers: s.Int("layers"), Heads: s.Int("heads"), Embd: s.Int("embd"),
 		Dropout: float32(s["dropout"]), Bias: true, Seed: seed}
 }
+
+// ParameterCount counts the parameters at s.
+func (family) ParameterCount(s models.Sizes) int64 { return Config(s, 1).ParameterCount() }
 
 // Check refuses a GPT whose tensors no device could hold, or whose tokens
 // would not fit this machine.

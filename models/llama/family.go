@@ -31,9 +31,12 @@ func (family) Sizes() []models.Size {
 	whole := func(name, usage string, cpu, other float64, lo float64) models.Size {
 		return models.Size{Name: name, Usage: usage, Default: models.KindDefault(cpu, other), Integer: true, Min: lo, Max: 1 << 30}
 	}
+	// A step records every block's ops: a deeper model is refused rather
+	// than built for minutes.
+	blocks := func(z models.Size) models.Size { z.Max = 1 << 16; return z }
 	return []models.Size{
-		whole("layers", "decoder blocks", 6, 22, 1),
-		whole("heads", "attention heads", 6, 32, 1),
+		blocks(whole("layers", "decoder blocks", 6, 22, 1)),
+		blocks(whole("heads", "attention heads", 6, 32, 1)),
 		whole("kv-heads", "key/value heads shared by the attention heads (grouped-query attention; a divisor of --heads)", 2, 4, 1),
 		whole("embd", "model width", 384, 2048, 1),
 		whole("hidden", "SwiGLU width (0: 8/3 of --embd rounded up to a multiple of 256)", 0, 5632, 0),
@@ -52,6 +55,9 @@ func Config(s models.Sizes, seed uint64) nn.LlamaConfig {
 	return nn.LlamaConfig{Vocab: s.Int("vocab"), Seq: s.Int("seq"), Layers: s.Int("layers"), Heads: s.Int("heads"),
 		KVHeads: s.Int("kv-heads"), Embd: s.Int("embd"), Hidden: hidden, Seed: seed}.WithDefaults()
 }
+
+// ParameterCount counts the parameters at s.
+func (family) ParameterCount(s models.Sizes) int64 { return Config(s, 1).ParameterCount() }
 
 func (family) Check(s models.Sizes) error {
 	c, batch := Config(s, 1), s.Int("batch")
