@@ -188,8 +188,8 @@ func TestCalibrateGPTFlags(t *testing.T) {
 		{[]string{"--model", "gpt", "--seq", "-4"}, "--seq must be a whole number"},
 		{[]string{"--model", "gpt", "--batch", "0"}, "--batch must be a whole number"},
 		{[]string{"--model", "gpt", "--width", "512"}, "--width: no such size for --model gpt"},
-		{[]string{"--heads", "2"}, "add --model (gpt, mlp)"},
-		{[]string{"--model", "bert"}, "choose gpt, mlp"},
+		{[]string{"--heads", "2"}, "add --model (gpt, llama, mlp)"},
+		{[]string{"--model", "bert"}, "choose gpt, llama, mlp"},
 	} {
 		_, errOut, code := runCLI(t, append([]string{"calibrate"}, c.args...)...)
 		if code == 0 || !strings.Contains(errOut, c.want) {
