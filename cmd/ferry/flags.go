@@ -7,6 +7,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"ferry/train"
 )
 
 // setFlags names the flags given on the command line, so that a value
@@ -34,7 +36,9 @@ func positive(set map[string]bool, values map[string]int) error {
 
 // interruptions returns a channel closed at the first SIGINT or SIGTERM,
 // and the function that stops listening. A second signal ends the process
-// at once (exit 130), for a run that cannot reach a step boundary.
+// at once (exit 130), for a run that cannot reach a step boundary, after
+// removing the checkpoint being written (train.RemoveTemporaries): the
+// previous checkpoint and latest stay as they were.
 func interruptions() (<-chan struct{}, func()) {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -50,6 +54,7 @@ func interruptions() (<-chan struct{}, func()) {
 		}
 		select {
 		case <-sig:
+			train.RemoveTemporaries()
 			fmt.Fprintln(os.Stderr, "ferry: interrupted twice; quitting")
 			os.Exit(130)
 		case <-done:
