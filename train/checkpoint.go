@@ -352,19 +352,8 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range []string{modelFile, optimizerFile} {
-		want, ok := meta.Files[f]
-		if !ok {
-			return nil, fmt.Errorf("checkpoint %s: %s does not list %s", path, metaFile, f)
-		}
-		got, err := sumFile(filepath.Join(path, f))
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint %s: %w", path, err)
-		}
-		if got != want {
-			return nil, fmt.Errorf("checkpoint %s: %s is damaged (%d bytes, SHA-256 %.12s…; %s recorded %d bytes, %.12s…)",
-				path, f, got.Size, got.SHA256, metaFile, want.Size, want.SHA256)
-		}
+	if err := verifyFiles(path, meta); err != nil {
+		return nil, err
 	}
 	params := model.Parameters()
 	if len(params) == 0 {
@@ -399,6 +388,38 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	c.accepted = accepted
 	c.mu.Unlock()
 	return meta, nil
+}
+
+// Verify reads a checkpoint's trainer.json (ReadMeta) and checks every
+// file it lists against its recorded size and SHA-256, for readers that
+// load the files themselves (ferry sample).
+func Verify(path string) (*Meta, error) {
+	meta, err := ReadMeta(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := verifyFiles(path, meta); err != nil {
+		return nil, err
+	}
+	return meta, nil
+}
+
+func verifyFiles(path string, meta *Meta) error {
+	for _, f := range []string{modelFile, optimizerFile} {
+		want, ok := meta.Files[f]
+		if !ok {
+			return fmt.Errorf("checkpoint %s: %s does not list %s", path, metaFile, f)
+		}
+		got, err := sumFile(filepath.Join(path, f))
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", path, err)
+		}
+		if got != want {
+			return fmt.Errorf("checkpoint %s: %s is damaged (%d bytes, SHA-256 %.12s…; %s recorded %d bytes, %.12s…)",
+				path, f, got.Size, got.SHA256, metaFile, want.Size, want.SHA256)
+		}
+	}
+	return nil
 }
 
 // ReadMeta reads and checks a checkpoint's trainer.json.

@@ -2,6 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,5 +30,61 @@ func TestTextOutputToAFullDisk(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut.String(), "no space left on device") {
 			t.Errorf("ferry %s to a full disk: exit %d, stderr %q", strings.Join(args, " "), code, errOut.String())
 		}
+	}
+}
+
+// textCheckpoint trains a small GPT for 2 steps and returns its
+// --checkpoint-dir.
+func textCheckpoint(t *testing.T) string {
+	t.Helper()
+	ck := filepath.Join(t.TempDir(), "ck")
+	_, errOut, code := runCLI(t, smallText(corpus(t), "--steps", "2", "--checkpoint-dir", ck)...)
+	if code != 0 {
+		t.Fatalf("train text: exit %d: %s", code, errOut)
+	}
+	return ck
+}
+
+// ferry sample --json keeps every byte (text_base64), though JSON strings
+// cannot hold invalid UTF-8; its text output to a full disk exits 1; a
+// damaged weights file is refused.
+func TestSample(t *testing.T) {
+	ck := textCheckpoint(t)
+	prompt := "\xff\xfe func"
+	out, errOut, code := runCLI(t, "sample", "--checkpoint-dir", ck, "--prompt", prompt, "--n", "30", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Text      string `json:"text"`
+		Base64    string `json:"text_base64"`
+		ValidUTF8 *bool  `json:"valid_utf8"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := base64.StdEncoding.DecodeString(r.Base64)
+	if err != nil || !strings.HasPrefix(string(b), prompt) || len(b) != len(prompt)+30 {
+		t.Fatalf("text_base64 %q (%v): want the prompt's exact bytes and 30 more", b, err)
+	}
+	if r.ValidUTF8 == nil || *r.ValidUTF8 {
+		t.Fatalf("valid_utf8 %v for a text starting with 0xff", r.ValidUTF8)
+	}
+	// The same text in text mode, byte for byte.
+	txt, _, _ := runCLI(t, "sample", "--checkpoint-dir", ck, "--prompt", prompt, "--n", "30")
+	if !strings.Contains(txt, string(b)) {
+		t.Fatalf("text mode and --json differ:\n%q\n%q", txt, b)
+	}
+	var errBuf bytes.Buffer
+	if code := run([]string{"sample", "--checkpoint-dir", ck, "--n", "5"}, fullWriter{}, &errBuf); code != 1 {
+		t.Fatalf("sample to a full disk: exit %d, %s", code, errBuf.String())
+	}
+	latest, _ := os.ReadFile(filepath.Join(ck, "latest"))
+	model := filepath.Join(ck, strings.TrimSpace(string(latest)), "model.safetensors")
+	w, _ := os.ReadFile(model)
+	w[len(w)-2] ^= 1
+	os.WriteFile(model, w, 0o644)
+	if _, errOut, code := runCLI(t, "sample", "--checkpoint-dir", ck); code != 1 || !strings.Contains(errOut, "damaged") {
+		t.Fatalf("damaged weights: exit %d: %s", code, errOut)
 	}
 }
