@@ -88,3 +88,44 @@ func TestSample(t *testing.T) {
 		t.Fatalf("damaged weights: exit %d: %s", code, errOut)
 	}
 }
+
+// A profile with an extreme, non-finite or misspelt field is refused with
+// every bad field named; ferry plan never prints NaN.
+func TestPlanRefusesExtremeProfiles(t *testing.T) {
+	good := `"matmul_flops": 5e13, "memory_bytes_per_sec": 3e12, "kernel_seconds": 5e-6, "h2d_bytes_per_sec": 5e10,
+		"disk_write_bytes_per_sec": 5e9, "disk_read_bytes_per_sec": 7e9`
+	for _, tc := range []struct{ body, want string }{
+		{`{` + good + `, "d2h_bytes_per_sec": 1e-300}`, "d2h_bytes_per_sec is 1e-300"},
+		{`{` + good + `, "d2h_bytes_per_sec": 1e300}`, "d2h_bytes_per_sec is 1e+300"},
+		{`{` + good + `, "d2h_bytes_per_sec": 5e10, "kernel_seconds": 1e9}`, "kernel_seconds"},
+		{`{` + good + `, "d2h_bytes_per_sec": 5e10, "copy_compute_share": -1}`, "copy_compute_share"},
+		{`{` + good + `, "d2h_bytes_per_sec": 5e10, "memory_bytes": -5}`, "memory_bytes is -5"},
+		{`{` + good + `, "d2h_bytes_per_second": 5e10}`, "unknown field"},
+		{`{"matmul_flops": 0, "memory_bytes_per_sec": -1}`, "memory_bytes_per_sec is -1"},
+		{`null`, "matmul_flops is 0"},
+	} {
+		p := filepath.Join(t.TempDir(), "p.json")
+		os.WriteFile(p, []byte(tc.body), 0o644)
+		out, errOut, code := runCLI(t, "plan", "--budget", "3GiB", "--profile", p)
+		if code != 1 || !strings.Contains(errOut, tc.want) || strings.Contains(out+errOut, "NaN") {
+			t.Errorf("%s: exit %d, %s%s; want an error saying %q", tc.body, code, out, errOut, tc.want)
+		}
+	}
+}
+
+// ferry plan writes a policy file only when --out names one, and says
+// where.
+func TestPlanWritesOnlyWithOut(t *testing.T) {
+	t.Chdir(t.TempDir())
+	out, errOut, code := runCLI(t, "plan", "--budget", "3GiB")
+	if code != 0 || !strings.Contains(out, "give --out FILE") {
+		t.Fatalf("exit %d: %s%s", code, out, errOut)
+	}
+	if entries, _ := os.ReadDir("."); len(entries) != 0 {
+		t.Fatalf("ferry plan without --out wrote %v", entries)
+	}
+	out, _, code = runCLI(t, "plan", "--budget", "3GiB", "--out", "p.json")
+	if _, err := os.Stat("p.json"); code != 0 || err != nil || !strings.Contains(out, "policy written to p.json") {
+		t.Fatalf("--out p.json: exit %d, %v:\n%s", code, err, out)
+	}
+}

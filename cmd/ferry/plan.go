@@ -31,7 +31,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	fs.Var(&hostBudget, "host-budget", "host memory for offloaded tensors (default: unlimited)")
 	profile := fs.String("profile", "h200-pcie5", "hardware profile: "+strings.Join(plan.Profiles(), ", ")+", or a JSON file from ferry calibrate --save")
 	noDisk := fs.Bool("no-disk", false, "do not use the disk tier")
-	out := fs.String("out", "ferry-plan.json", "where to write the policy file (\"\" to skip)")
+	out := fs.String("out", "", "write the policy file (for ferry demo --policy, ferry train --policy) to this path; none is written without it")
 	return func(w io.Writer, asJSON bool) error {
 		set := setFlags(fs)
 		if budget <= 0 {
@@ -114,6 +114,11 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 		} else {
 			printPlan(w, p, replay)
+			if written != "" {
+				fmt.Fprintf(w, "policy written to %s\n", written)
+			} else if p.Fits {
+				fmt.Fprintln(w, "(no policy file written; give --out FILE to write one)")
+			}
 		}
 		if !p.Fits {
 			// The figures are out; the exit status says the budget failed.
