@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -127,5 +128,37 @@ func TestPlanWritesOnlyWithOut(t *testing.T) {
 	out, _, code = runCLI(t, "plan", "--budget", "3GiB", "--out", "p.json")
 	if _, err := os.Stat("p.json"); code != 0 || err != nil || !strings.Contains(out, "policy written to p.json") {
 		t.Fatalf("--out p.json: exit %d, %v:\n%s", code, err, out)
+	}
+}
+
+// child runs ferry args in a child process with env added.
+func child(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	b, _ := json.Marshal(args)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(append(os.Environ(), "FERRY_TEST_ARGS="+string(b)), env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	cmd.Run()
+	return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+}
+
+// A library FERRY_BLAS names that does not load is an error naming it,
+// from ferry doctor and from every command that opens the CPU device;
+// FERRY_BLAS=off still forces the pure-Go kernel.
+func TestFerryBLASThatDoesNotLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	bad := []string{"FERRY_BLAS=/nonexistent/libopenblas.so"}
+	for _, args := range [][]string{{"doctor"}, {"doctor", "--json"}, {"demo", "--device", "cpu", "--layers", "2", "--width", "16", "--batch", "4", "--steps", "1"}} {
+		out, errOut, code := child(t, bad, args...)
+		if code != 1 || !strings.Contains(errOut, "FERRY_BLAS=/nonexistent/libopenblas.so does not load") {
+			t.Errorf("ferry %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	out, errOut, code := child(t, []string{"FERRY_BLAS=off"}, "doctor")
+	if code != 0 || !strings.Contains(out, "pure Go") {
+		t.Errorf("FERRY_BLAS=off: exit %d\n%s%s", code, out, errOut)
 	}
 }
