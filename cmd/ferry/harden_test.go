@@ -162,3 +162,25 @@ func TestFerryBLASThatDoesNotLoad(t *testing.T) {
 		t.Errorf("FERRY_BLAS=off: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// Help names each flag's type, not a backquoted word of its usage, and
+// does not add "(default -1)" after a usage that says what -1 means.
+func TestHelpText(t *testing.T) {
+	for _, cmd := range [][]string{{"train", "text", "-h"}, {"train", "mnist", "-h"}, {"demo", "-h"}, {"sample", "-h"}} {
+		_, help, code := runCLI(t, cmd...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d", cmd, code)
+		}
+		for _, bad := range []string{"(default -1)", "-policy ferry", "-checkpoint-dir ferry"} {
+			if strings.Contains(help, bad) {
+				t.Errorf("ferry %s: help says %q:\n%s", strings.Join(cmd, " "), bad, help)
+			}
+		}
+	}
+	_, help, _ := runCLI(t, "demo", "-h")
+	for _, want := range []string{"-policy string", "(default 40)", "-capacity size"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("ferry demo -h lacks %q:\n%s", want, help)
+		}
+	}
+}

@@ -87,6 +87,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.SetOutput(stderr)
 		asJSON := fs.Bool("json", false, "print one JSON object instead of text for people")
 		do := c.setup(fs)
+		fs.Usage = func() {
+			fmt.Fprintf(stderr, "Usage of %s:\n", fs.Name())
+			printFlags(stderr, fs)
+		}
 		if err := fs.Parse(args[1:]); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return 0
