@@ -132,6 +132,13 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			if !set["modes"] {
 				cfg.Modes = []string{demo.None, demo.Policy}
 			}
+			// Only the offloader's modes apply a policy: a --policy no mode
+			// runs would be ignored without a word.
+			users := []string{demo.Policy, demo.Offload, demo.OffloadDisk, demo.RecomputeOffload}
+			if !slices.ContainsFunc(cfg.Modes, func(m string) bool { return slices.Contains(users, m) }) {
+				return fmt.Errorf("--policy applies to the modes %s; --modes %s runs none of them (add policy to --modes, or drop --policy)",
+					strings.Join(users, ", "), *modes)
+			}
 			// The policy is checked against the model's saves, recorded on
 			// the meta device; disk placements need a disk tier.
 			info, err := plan.Record(demo.PlanModel(cfg))

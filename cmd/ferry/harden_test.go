@@ -184,3 +184,17 @@ func TestHelpText(t *testing.T) {
 		}
 	}
 }
+
+// A --policy that no chosen mode applies is an error, not silence.
+func TestDemoPolicyNeedsAMode(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "p.json")
+	os.WriteFile(p, []byte(`{"version":1,"default":"host"}`), 0o644)
+	_, errOut, code := runCLI(t, "demo", "--device", "meta", "--steps", "1", "--modes", "none", "--policy", p)
+	if code != 1 || !strings.Contains(errOut, "runs none of them") {
+		t.Fatalf("--modes none --policy: exit %d: %s", code, errOut)
+	}
+	out, errOut, code := runCLI(t, "demo", "--device", "meta", "--steps", "1", "--modes", "none,policy", "--policy", p)
+	if code != 0 || !strings.Contains(out, "policy") {
+		t.Fatalf("--modes none,policy --policy: exit %d: %s%s", code, out, errOut)
+	}
+}
