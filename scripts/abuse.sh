@@ -27,12 +27,13 @@ declare -A count
 OUT=$work/out   # where a probe's stdout goes (/dev/full for the write-error class)
 ENVV=()         # extra environment for a probe
 CWD=            # run in this directory instead of a fresh empty one (files left are then not counted)
+TMO=60          # seconds before a probe counts as a hang
 probe() { # expect(ok|err|ok-clean|known-loop:err|known-loop:ok) args...
   local expect=$1 loop=; shift
   case $expect in known-loop:*) loop=1; expect=${expect#known-loop:};; esac
   local d="$work/run"; rm -rf "$d"; mkdir -p "$d"
   local in=$d; [ -n "$CWD" ] && in=$CWD
-  (cd "$in" && timeout 60 env ${ENVV[@]+"${ENVV[@]}"} "$bin" "$@" >"$OUT" 2>"$work/err"); local rc=$?
+  (cd "$in" && timeout "$TMO" env ${ENVV[@]+"${ENVV[@]}"} "$bin" "$@" >"$OUT" 2>"$work/err"); local rc=$?
   local left; left=$(ls -A "$d" | head -3)
   local what
   if grep -qE '^(panic:|fatal error:)|^goroutine [0-9]+ \[' "$work/err"; then what=panic
@@ -63,7 +64,7 @@ probe err plan --budget 2.6GiB --out ""
 probe err plan --budget 3GiB --host-budget NaN
 probe err plan --budget 3GiB --layers 9000000000 --out ""
 probe err plan --budget 3GiB --layers 100000 --out ""
-G="plan --model gpt --budget 1GiB --out """
+G="plan --model gpt --budget 1GiB"
 for f in layers embd heads seq vocab batch; do
   for v in 0 -3 abc 1.5 99999999999999999999 1000000000 4611686018427387904; do probe err $G --$f "$v"; done
 done
@@ -118,8 +119,10 @@ N=(train mnist --depth 1 --width 16 --batch 8)
 for f in steps batch layers heads embd seq accum keep checkpoint-every eval-every max-bytes val-batches log-every stop-after; do
   for v in 0 -3 abc 1.5 99999999999999999999; do probe err "${T[@]}" --steps 2 --$f "$v"; done
 done
+probe known-loop:err "${T[@]}" --steps 2 --weight-decay -1   # -1 is the flag's "not given"
 for v in NaN Inf -Inf -1 abc; do probe err "${T[@]}" --steps 2 --lr "$v"; done
-for v in NaN -1 Inf; do probe err "${T[@]}" --steps 2 --clip "$v"; probe err "${T[@]}" --steps 2 --weight-decay "$v"; done
+for v in NaN Inf; do probe err "${T[@]}" --steps 2 --clip "$v"; probe err "${T[@]}" --steps 2 --weight-decay "$v"; done
+probe err "${T[@]}" --steps 2 --clip -1
 for v in 1 1.5 NaN; do probe err "${T[@]}" --steps 2 --momentum "$v" --optimizer sgd; done
 for v in -5 abc; do probe err "${T[@]}" --steps 2 --warmup "$v"; done
 probe err "${T[@]}" --steps 2 --min-lr -1
@@ -129,7 +132,7 @@ probe err "${T[@]}" --steps 2 --heads 3 --embd 16
 probe err "${T[@]}" --steps 2 --layers 100000
 probe err "${T[@]}" --steps 2 --embd 4000000000
 for d in "$work/missing.txt" "$work/empty.txt" "$work/emptydir"; do probe err train text --data "$d" --steps 2 --sample 0; done
-probe known-loop:err train text --data "$work/fifo" --steps 2 --sample 0     # LoadText opens a FIFO and waits for a writer
+TMO=5 probe known-loop:err train text --data "$work/fifo" --steps 2 --sample 0     # LoadText opens a FIFO and waits for a writer
 probe err "${T[@]}" --steps 2 --resume
 probe err "${T[@]}" --steps 2 --checkpoint-dir "$work/file"
 probe err "${T[@]}" --steps 2 --checkpoint-dir /dev/full
@@ -144,9 +147,11 @@ probe ok "${T[@]}" --steps 2 --json
 OUT=/dev/full probe err "${T[@]}" --steps 2
 OUT=/dev/full probe err "${T[@]}" --steps 2 --json
 OUT=$work/out
-for f in depth width batch epochs steps; do
+for f in width batch epochs steps; do
   for v in 0 -3 abc 99999999999999999999; do probe err "${N[@]}" --$f "$v"; done
 done
+for v in -3 abc 99999999999999999999; do probe err "${N[@]}" --depth "$v"; done
+probe known-loop:err "${N[@]}" --steps 1 --depth 0   # trains a model without hidden layers
 for d in "$work/missing" "$work/emptydir" "$work/file" "$work/fifo"; do probe err "${N[@]}" --steps 1 --data "$d"; done
 probe err "${N[@]}" --steps 1 --device meta
 probe ok "${N[@]}" --steps 1 --json
@@ -163,17 +168,22 @@ probe known-loop:err "${T[@]}" --steps 4 --checkpoint-dir "$ck" --resume --lr 0.
 fresh_ck
 probe known-loop:err "${T[@]}" --steps 8 --checkpoint-dir "$ck" --resume --stop-after 1 --clip 1
 fresh_ck
-cp "$work/small.txt" "$work/other.txt"; echo "other content" >> "$work/other.txt"; cp "$work/other.txt" "$work/same-name.txt"
-probe known-loop:err train text --data "$work/other.txt" "${T[@]:4}" --steps 4 --checkpoint-dir "$ck" --resume --stop-after 1
+cp "$work/small.txt" "$work/data.txt"
+rm -rf "$ck"; "$bin" train text --data "$work/data.txt" "${T[@]:4}" --steps 3 --checkpoint-dir "$ck" >/dev/null 2>&1
+echo "other content" >> "$work/data.txt"   # the same name, other content
+probe known-loop:err train text --data "$work/data.txt" "${T[@]:4}" --steps 4 --checkpoint-dir "$ck" --resume --stop-after 1
 fresh_ck
 probe known-loop:ok train text --data ./small.txt "${T[@]:4}" --steps 4 --checkpoint-dir ck --resume --stop-after 1   # same file, another spelling
 fresh_ck
-# A diverging run (a learning rate of 1e30) must not replace the good checkpoint.
-probe err "${T[@]}" --steps 6 --checkpoint-dir "$ck" --resume --lr 1e30 --checkpoint-every 1 --keep 1
+# A diverging run (a learning rate of 1e30) must not replace the last
+# finite checkpoint: latest must load and be one Save checked finite.
+probe err "${T[@]}" --steps 8 --checkpoint-dir "$ck" --resume --lr 1e30 --checkpoint-every 1 --keep 1
 lost=0
-if [ "$(cat "$ck/latest" 2>/dev/null)" != "$good" ] || [ ! -d "$ck/$good" ]; then lost=$((lost + 1)); echo "GOOD CHECKPOINT LOST: latest is $(cat "$ck/latest" 2>/dev/null), was $good"; fi
+latest=$(cat "$ck/latest" 2>/dev/null)
+if ! grep -q '"finite": true' "$ck/$latest/trainer.json" 2>/dev/null; then lost=$((lost + 1)); echo "GOOD CHECKPOINT LOST: latest ($latest) is not a finite checkpoint"; fi
 "$bin" sample --checkpoint-dir "$ck" --n 4 >/dev/null 2>&1 || { lost=$((lost + 1)); echo "GOOD CHECKPOINT LOST: latest does not load"; }
 # An edited trainer.json is detected.
+fresh_ck
 sed -i 's/"step": 3/"step": 30/' "$ck/$good/trainer.json"
 probe err "${T[@]}" --steps 6 --checkpoint-dir "$ck" --resume
 probe err sample --checkpoint-dir "$ck"

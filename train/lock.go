@@ -229,8 +229,27 @@ func RemoveTemporaries() {
 				}
 			}
 		}
-		os.RemoveAll(p)
+		removeAllNow(p)
 		delete(temporaries.paths, p)
+	}
+}
+
+// removeAllNow removes path while a Save may still be writing into it.
+// os.RemoveAll alone can lose that race: a file created after it listed
+// the directory makes the final rmdir fail. Renamed first, the directory
+// takes no new file by its old path (Save's writes fail instead), and a
+// few more passes catch a create already under way.
+func removeAllNow(path string) {
+	dead := path + "-removing"
+	if os.Rename(path, dead) == nil {
+		path = dead
+	}
+	for i := 0; i < 50; i++ {
+		if os.RemoveAll(path) == nil {
+			if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+				return
+			}
+		}
 	}
 }
 
