@@ -193,6 +193,12 @@ func TestCheckpointCheckWritable(t *testing.T) {
 	if _, err := (&Checkpointer{Dir: file}).Lock(); err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Fatalf("a file as directory: %v", err)
 	}
+	// /proc/self is a directory no one, root included, can add a file to.
+	if st, err := os.Stat("/proc/self"); err == nil && st.IsDir() {
+		if err := (&Checkpointer{Dir: "/proc/self"}).CheckWritable(); err == nil || !strings.Contains(err.Error(), "not writable") {
+			t.Errorf("/proc/self: %v", err)
+		}
+	}
 	if os.Geteuid() == 0 {
 		t.Skip("root writes to read-only directories")
 	}
