@@ -133,7 +133,7 @@ probe err "${T[@]}" --steps 2 --heads 3 --embd 16
 probe err "${T[@]}" --steps 2 --layers 100000
 probe err "${T[@]}" --steps 2 --embd 4000000000
 for d in "$work/missing.txt" "$work/empty.txt" "$work/emptydir"; do probe err train text --data "$d" --steps 2 --sample 0; done
-TMO=5 probe known-loop:err train text --data "$work/fifo" --steps 2 --sample 0     # LoadText opens a FIFO and waits for a writer
+TMO=3 probe known-loop:err train text --data "$work/fifo" --steps 2 --sample 0     # LoadText opens a FIFO and waits for a writer
 probe err "${T[@]}" --steps 2 --resume
 probe err "${T[@]}" --steps 2 --checkpoint-dir "$work/file"
 probe err "${T[@]}" --steps 2 --checkpoint-dir /dev/full
@@ -256,7 +256,7 @@ done
 # two Ctrl-Cs must leave no temporary; after kill -9 the next run sweeps;
 # latest must always load.
 tk=$work/tk; ck_left=0; ck_bad=0; tkills=0
-TK=(train text --data "$work/small.txt" --layers 4 --heads 6 --embd 384 --seq 32 --batch 2 --val-batches 1 --sample 0 --eval-every 100000 --steps 100000 --checkpoint-dir "$tk" --checkpoint-every 1 --keep 2 --resume)
+TK=(train text --data "$work/small.txt" --layers 2 --heads 4 --embd 256 --seq 32 --batch 2 --val-batches 1 --sample 0 --eval-every 100000 --steps 100000 --checkpoint-dir "$tk" --checkpoint-every 1 --keep 2 --resume)
 for sig in INT KILL; do
   for i in $(seq "$KILLS"); do
     "$bin" "${TK[@]}" >/dev/null 2>&1 &
