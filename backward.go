@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"fmt"
+	"slices"
 
 	"ferry/device"
 )
@@ -46,7 +47,7 @@ func (t *Tensor) BackwardWith(opts BackwardOptions) error {
 		if opts.Grad == nil && t.Numel() != 1 {
 			return errorf("backward", "%s has %d elements: Backward needs a one-element loss, or BackwardWith a Grad", t.describe(), t.Numel())
 		}
-		if opts.Grad != nil && !sameShape(opts.Grad.shape, t.shape) {
+		if opts.Grad != nil && !slices.Equal(opts.Grad.shape, t.shape) {
 			return errorf("backward", "gradient shape %v does not match %s", opts.Grad.shape, t.describe())
 		}
 		return t.tape.runBackward(t, opts)
@@ -212,7 +213,7 @@ func (b *backward) Accumulate(i int, g *Tensor) {
 	} else {
 		shape = e.leaf.shape
 	}
-	if !sameShape(g.shape, shape) {
+	if !slices.Equal(g.shape, shape) {
 		r := sumTo(g, shape)
 		g.Release()
 		g = r

@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"fmt"
+	"slices"
 )
 
 // Activation checkpointing: a segment of forward keeps only its inputs and
@@ -197,7 +198,7 @@ func (g *segment) recompute() error {
 			"a checkpointed function must compute the same ops each time", g.slots, len(captured))
 	}
 	for k, t := range captured {
-		if !sameShape(t.shape, g.shapes[k]) {
+		if !slices.Equal(t.shape, g.shapes[k]) {
 			for _, t := range captured {
 				t.Release()
 			}

@@ -72,7 +72,10 @@ func runLinearReLU(t *testing.T, dev device.Device, c linearReLUCase, fused bool
 		tape.PushModule("0")
 		var y *ferry.Tensor
 		if fused {
-			y = ferry.LinearReLUAs(in, w, b, "1")
+			var ok bool
+			if y, ok = ferry.LinearEpilogue(in, w, b, ferry.EpilogueReLU, "1"); !ok {
+				t.Fatal("no fused Linear+ReLU")
+			}
 		} else {
 			z := ferry.Linear(in, w, b)
 			tape.PopModule()

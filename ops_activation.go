@@ -1,6 +1,10 @@
 package ferry
 
-import "ferry/device"
+import (
+	"slices"
+
+	"ferry/device"
+)
 
 // Activations and softmax. Each saves what its derivative needs: ReLU,
 // Tanh, Sigmoid and the softmaxes their output (as PyTorch does, so that a
@@ -109,7 +113,7 @@ func softmax(op string, x *Tensor, log bool) *Tensor {
 // binaryNoBroadcast computes kop(a, b) for two tensors of one shape,
 // without recording (for backward functions).
 func binaryNoBroadcast(op string, kop device.BinaryOp, a, b *Tensor) *Tensor {
-	if !sameShape(a.shape, b.shape) {
+	if !slices.Equal(a.shape, b.shape) {
 		panicf(op, "shapes %v and %v differ", a.shape, b.shape)
 	}
 	out, _ := binary(op, kop, a, b)

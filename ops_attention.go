@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"math"
+	"slices"
 	"unsafe"
 
 	"ferry/device"
@@ -39,7 +40,7 @@ func ScaledDotProductAttention(q, k, v *Tensor, opts AttentionOptions) *Tensor {
 	tp := tapeOf(op, q, k, v)
 	dev := sameDevice(op, q, k, v)
 	floats32(op, q, k, v)
-	if q.Rank() != 4 || !sameShape(q.shape, k.shape) || !sameShape(q.shape, v.shape) {
+	if q.Rank() != 4 || !slices.Equal(q.shape, k.shape) || !slices.Equal(q.shape, v.shape) {
 		panicf(op, "q, k and v must be [batch, heads, seq, head_dim] of one shape, got %v, %v, %v", q.shape, k.shape, v.shape)
 	}
 	if !(opts.Dropout >= 0 && opts.Dropout < 1) {

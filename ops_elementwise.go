@@ -1,6 +1,8 @@
 package ferry
 
 import (
+	"slices"
+
 	"ferry/device"
 )
 
@@ -20,7 +22,7 @@ func binary(op string, kop device.BinaryOp, a, b *Tensor) (*Tensor, *Tape) {
 	tp := tapeOf(op, a, b)
 	dev := sameDevice(op, a, b)
 	floats32(op, a, b)
-	if sameShape(a.shape, b.shape) { // no broadcast: the operands' own views
+	if slices.Equal(a.shape, b.shape) { // no broadcast: the operands' own views
 		out := newOutput(tp, dev, a.shape)
 		if out.st.block != nil {
 			check(op, dev.Kernels().Binary(kop, out.view(), a.view(), b.view()))
@@ -190,7 +192,7 @@ func inPlaceBinary(op string, kop device.BinaryOp, dst, src *Tensor) {
 	src.live(op)
 	sameDevice(op, dst, src)
 	floats32(op, src)
-	if !sameShape(broadcastShapes(op, dst.shape, src.shape), dst.shape) {
+	if !slices.Equal(broadcastShapes(op, dst.shape, src.shape), dst.shape) {
 		panicf(op, "%v cannot be broadcast into %v", src.shape, dst.shape)
 	}
 	if dst.st.block != nil {
@@ -235,7 +237,7 @@ func (t *Tensor) CopyFrom(src *Tensor) {
 	inPlace("copy_", t)
 	src.live("copy_")
 	sameDevice("copy_", t, src)
-	if !sameShape(t.shape, src.shape) || !t.IsContiguous() {
+	if !slices.Equal(t.shape, src.shape) || !t.IsContiguous() {
 		panicf("copy_", "copy of %v into %v (must be the same shape, destination contiguous)", src.shape, t.shape)
 	}
 	if t.st.block != nil {

@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"math"
+	"slices"
 
 	"ferry/device"
 )
@@ -14,7 +15,7 @@ func MSELoss(x, target *Tensor) *Tensor {
 	tp := tapeOf("mse_loss", x, target)
 	dev := sameDevice("mse_loss", x, target)
 	floats32("mse_loss", x, target)
-	if !sameShape(x.shape, target.shape) {
+	if !slices.Equal(x.shape, target.shape) {
 		panicf("mse_loss", "input %v and target %v differ in shape", x.shape, target.shape)
 	}
 	n := x.Numel()
@@ -116,7 +117,7 @@ func NLLLoss(logp, target *Tensor) *Tensor {
 func CrossEntropy(logits, target *Tensor) *Tensor {
 	if logits.Rank() > 2 || (logits.Rank() == 2 && target.Rank() != 1) {
 		V := logits.shape[logits.Rank()-1]
-		if device.Numel(target.shape)*V != logits.Numel() || !sameShape(target.shape, logits.shape[:logits.Rank()-1]) {
+		if device.Numel(target.shape)*V != logits.Numel() || !slices.Equal(target.shape, logits.shape[:logits.Rank()-1]) {
 			panicf("cross_entropy", "want logits [..., classes] and target [...] with the same leading axes, got %v and %v", logits.shape, target.shape)
 		}
 		l2 := logits.Reshape(-1, V)

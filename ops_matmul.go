@@ -205,14 +205,37 @@ func Linear(x, weight, bias *Tensor) *Tensor {
 // the bias gradient (a sum over rows) take one pass too.
 func LinearReLU(x, weight, bias *Tensor) *Tensor { return linearReLU(x, weight, bias, "") }
 
-// LinearReLUAs is LinearReLU for a container that runs the Linear and the
-// ReLU as two of its layers: the relu op is recorded in module scope
-// reluModule, a sibling of the current innermost scope (nn.Sequential runs
-// a Linear at index 3 in scope "3" and the ReLU after it in "4").
-func LinearReLUAs(x, weight, bias *Tensor, reluModule string) *Tensor {
-	return linearReLU(x, weight, bias, reluModule)
+// Epilogue is an elementwise function that an op applies to its output
+// in the same pass over memory (cuBLASLt's epilogues). The op layer
+// decides which ops have a fused form with which epilogue; a caller asks
+// (LinearEpilogue) and falls back to the two ops when there is none.
+type Epilogue uint8
+
+const (
+	EpilogueNone Epilogue = iota // the op alone
+	EpilogueReLU                 // ReLU, recorded as its own relu op (LinearReLU)
+)
+
+// LinearEpilogue returns e(Linear(x, weight, bias)) as one fused op and
+// true, or nil and false, having done nothing, when the op layer has no
+// fused form of Linear and e. The fused op computes, records, saves and
+// allocates what the two ops do one after the other (see LinearReLU).
+// epilogueScope is the module scope the epilogue's op is recorded in, a
+// sibling of the current innermost scope (nn.Sequential runs a Linear at
+// index 3 in scope "3" and the ReLU after it in "4"); "" records it in
+// the current scope.
+func LinearEpilogue(x, weight, bias *Tensor, e Epilogue, epilogueScope string) (*Tensor, bool) {
+	switch e {
+	case EpilogueNone:
+		return Linear(x, weight, bias), true
+	case EpilogueReLU:
+		return linearReLU(x, weight, bias, epilogueScope), true
+	}
+	return nil, false
 }
 
+// linearReLU is LinearReLU with the relu op recorded in sibling scope
+// reluModule (see LinearEpilogue).
 func linearReLU(x, weight, bias *Tensor, reluModule string) *Tensor {
 	tp, dev, rows, in, outF := linearArgs("linear", x, weight, bias)
 	shape := append(cloneShape(x.shape[:x.Rank()-1]), outF)
@@ -416,21 +439,4 @@ func gemm(op string, dev device.Device, c, a, b matrix, beta float32) {
 		panicf(op, "operand layout is not a matrix (internal error)")
 	}
 	check(op, dev.Kernels().Gemm(p))
-}
-
-// flatView returns an unrecorded handle of t as a rows×cols matrix: a view
-// when t's layout allows, a contiguous copy otherwise. The caller releases
-// it.
-func (t *Tensor) flatView(rows, cols int) *Tensor {
-	if t.Rank() == 2 {
-		return t.handle(nil)
-	}
-	var h *Tensor
-	if t.IsContiguous() {
-		h = t.handle(nil)
-	} else {
-		h = t.contiguousCopy(nil)
-	}
-	h.shape, h.strides = []int{rows, cols}, []int{cols, 1}
-	return h
 }

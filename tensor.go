@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -152,17 +153,12 @@ func cloneShape(s []int) []int { return append([]int(nil), s...) }
 // elements are NaN).
 //
 // The constructors count their memory as activations; their -As forms
-// (EmptyAs, ZerosAs, UniformAs, RandnAs) take the category, so that the
+// (ZerosAs, UniformAs, RandnAs) take the category, so that the
 // allocator's statistics, and an out-of-memory error's advice, say what the
 // memory is from the first byte: nn makes weights with
 // UniformAs(..., device.Parameter, ...).
 func Empty(dev device.Device, shape ...int) *Tensor {
 	return allocate(dev, device.Float32, device.Activation, shape)
-}
-
-// EmptyAs is Empty, counting the memory as cat.
-func EmptyAs(dev device.Device, cat device.Category, shape ...int) *Tensor {
-	return allocate(dev, device.Float32, cat, shape)
 }
 
 // Full returns a float32 tensor with every element v.
@@ -398,7 +394,8 @@ func (t *Tensor) IsLeaf() bool { return t.node == nil }
 // Name is a parameter's name ("layers.3.weight"), or "".
 func (t *Tensor) Name() string { return t.name }
 
-// SetName names t (nn names parameters by their path).
+// SetName names t (nn's containers write a parameter's path in the model
+// they build; nn.NamedParameters gives the path in any model).
 func (t *Tensor) SetName(n string) *Tensor { t.name = n; return t }
 
 // Grad is a leaf's accumulated gradient, or nil before backward. The leaf
@@ -553,25 +550,13 @@ func (t *Tensor) String() string {
 // AllClose reports whether a and b have the same shape and every pair of
 // elements satisfies |a-b| <= atol + rtol·|b| (NaNs never match).
 func AllClose(a, b *Tensor, rtol, atol float64) bool {
-	if !sameShape(a.shape, b.shape) {
+	if !slices.Equal(a.shape, b.shape) {
 		return false
 	}
 	x, y := a.Float32s(), b.Float32s()
 	for i := range x {
 		d := math.Abs(float64(x[i]) - float64(y[i]))
 		if !(d <= atol+rtol*math.Abs(float64(y[i]))) {
-			return false
-		}
-	}
-	return true
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
 			return false
 		}
 	}

@@ -20,3 +20,13 @@ func (c Checkpoint) Forward(x *ferry.Tensor) *ferry.Tensor {
 
 // Parameters are the module's.
 func (c Checkpoint) Parameters() []*ferry.Tensor { return c.Module.Parameters() }
+
+// NamedParameters are the module's, under the same names (PyTorch's
+// checkpoint is a function, not a module, and adds nothing to a path).
+func (c Checkpoint) NamedParameters() []Named { return NamedParameters(c.Module) }
+
+// SetTraining passes the mode to the module.
+func (c Checkpoint) SetTraining(on bool) { SetTraining(c.Module, on) }
+
+// SetStep passes the step to the module.
+func (c Checkpoint) SetStep(step uint64) { SetStep(c.Module, step) }

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"ferry"
 	"ferry/device"
@@ -90,6 +91,22 @@ func (d *Dropout) Forward(x *ferry.Tensor) *ferry.Tensor {
 // Parameters: none.
 func (d *Dropout) Parameters() []*ferry.Tensor { return nil }
 
+// SetTraining switches the dropout on (true) or off (eval). The state is
+// shared by the dropout sites of a model: it switches them all.
+func (d *Dropout) SetTraining(on bool) {
+	if d.State != nil {
+		d.State.Training = on
+	}
+}
+
+// SetStep sets the step that keys the masks (of every site sharing the
+// state).
+func (d *Dropout) SetStep(step uint64) {
+	if d.State != nil {
+		d.State.Step = step
+	}
+}
+
 // Tanh is tanh as a module.
 type Tanh struct{}
 
@@ -122,6 +139,7 @@ func NewEmbedding(dev device.Device, num, dim int, std float32, rng *rand.Rand) 
 
 func (e *Embedding) Forward(idx *ferry.Tensor) *ferry.Tensor { return ferry.Embedding(e.Weight, idx) }
 func (e *Embedding) Parameters() []*ferry.Tensor             { return []*ferry.Tensor{e.Weight} }
+func (e *Embedding) NamedParameters() []Named                { return weightBias(e.Weight, nil) }
 
 // LayerNorm normalises over the last axis (PyTorch: nn.LayerNorm(C) with
 // eps 1e-5), with Weight and Bias (either may be nil).
@@ -156,6 +174,7 @@ func (l *LayerNorm) Forward(x *ferry.Tensor) *ferry.Tensor {
 }
 
 func (l *LayerNorm) Parameters() []*ferry.Tensor { return nonNil(l.Weight, l.Bias) }
+func (l *LayerNorm) NamedParameters() []Named    { return weightBias(l.Weight, l.Bias) }
 
 func nonNil(ts ...*ferry.Tensor) []*ferry.Tensor {
 	var out []*ferry.Tensor
@@ -187,6 +206,10 @@ type CausalSelfAttention struct {
 
 func (a *CausalSelfAttention) Parameters() []*ferry.Tensor {
 	return append(a.CAttn.Parameters(), a.CProj.Parameters()...)
+}
+
+func (a *CausalSelfAttention) NamedParameters() []Named {
+	return append(Prefixed("c_attn", a.CAttn), Prefixed("c_proj", a.CProj)...)
 }
 
 // Forward maps x [B, T, C] to [B, T, C].
@@ -231,6 +254,10 @@ func (m *MLP) Parameters() []*ferry.Tensor {
 	return append(m.CFc.Parameters(), m.CProj.Parameters()...)
 }
 
+func (m *MLP) NamedParameters() []Named {
+	return append(Prefixed("c_fc", m.CFc), Prefixed("c_proj", m.CProj)...)
+}
+
 func (m *MLP) Forward(x *ferry.Tensor) *ferry.Tensor {
 	h := scoped(x, "c_fc", m.CFc.Forward)
 	g := releaseInto(h, ferry.GELUTanh)
@@ -253,6 +280,13 @@ func (b *Block) Parameters() []*ferry.Tensor {
 	ps = append(ps, b.Attn.Parameters()...)
 	ps = append(ps, b.LN2.Parameters()...)
 	return append(ps, b.MLP.Parameters()...)
+}
+
+func (b *Block) NamedParameters() []Named {
+	ns := Prefixed("ln_1", b.LN1)
+	ns = append(ns, Prefixed("attn", b.Attn)...)
+	ns = append(ns, Prefixed("ln_2", b.LN2)...)
+	return append(ns, Prefixed("mlp", b.MLP)...)
 }
 
 func (b *Block) Forward(x *ferry.Tensor) *ferry.Tensor {
@@ -399,7 +433,7 @@ func NewGPTFromWeights(cfg GPTConfig, w map[string]*ferry.Tensor) (*GPT, error) 
 		switch {
 		case !ok:
 			problems = append(problems, "missing "+n)
-		case !sameInts(t.Shape(), want[n]):
+		case !slices.Equal(t.Shape(), want[n]):
 			problems = append(problems, fmt.Sprintf("%s has shape %v, want %v", n, t.Shape(), want[n]))
 		}
 	}
@@ -439,18 +473,6 @@ func NewGPTFromWeights(cfg GPTConfig, w map[string]*ferry.Tensor) (*GPT, error) 
 	return g, nil
 }
 
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // SetTraining switches dropout on (true) or off (eval).
 func (g *GPT) SetTraining(on bool) { g.Dropout.Training = on }
 
@@ -466,6 +488,16 @@ func (g *GPT) Parameters() []*ferry.Tensor {
 		ps = append(ps, b.Parameters()...)
 	}
 	return append(ps, g.LNF.Parameters()...)
+}
+
+// NamedParameters names the parameters as PyTorch does, in nanoGPT's
+// order (GPTParameterNames).
+func (g *GPT) NamedParameters() []Named {
+	ns := append(Prefixed("transformer.wte", g.WTE), Prefixed("transformer.wpe", g.WPE)...)
+	for i, b := range g.H {
+		ns = append(ns, Prefixed("transformer.h."+moduleName(i), b)...)
+	}
+	return append(ns, Prefixed("transformer.ln_f", g.LNF)...)
 }
 
 // Forward maps int32 tokens [B, T] to logits [B, T, Vocab]. On a tape,
@@ -548,3 +580,12 @@ func releaseInto(x *ferry.Tensor, f func(*ferry.Tensor) *ferry.Tensor) *ferry.Te
 	x.Release()
 	return y
 }
+
+// Context is the longest sequence the model takes (Config.Seq).
+func (g *GPT) Context() int { return g.Config.Seq }
+
+// Vocab is the vocabulary size.
+func (g *GPT) Vocab() int { return g.Config.Vocab }
+
+// SetRecompute makes Forward checkpoint every block (CheckpointBlocks).
+func (g *GPT) SetRecompute(on bool) { g.CheckpointBlocks = on }

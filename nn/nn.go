@@ -22,8 +22,8 @@ type Module interface {
 	// Forward computes the module's output for x. x stays the caller's;
 	// the result is a new tensor the caller owns.
 	Forward(x *ferry.Tensor) *ferry.Tensor
-	// Parameters lists the module's parameters, named by their path in
-	// the module ("0.weight"; see ferry.Tensor.Name).
+	// Parameters lists the module's parameters, each once. Their names
+	// in the module ("0.weight") come from NamedParameters.
 	Parameters() []*ferry.Tensor
 }
 
@@ -83,6 +83,17 @@ func NewLinear(dev device.Device, in, out int, bias bool, rng *rand.Rand) (l *Li
 // Forward returns x·Wᵀ + b.
 func (l *Linear) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.Linear(x, l.Weight, l.Bias) }
 
+// ForwardFused runs the Linear and next as one op when next is an
+// elementwise function (Epiloguer) that the op layer fuses into a linear
+// op (ferry.LinearEpilogue): a ReLU, as ferry.LinearReLU. See Fuser.
+func (l *Linear) ForwardFused(x *ferry.Tensor, next Module, nextScope string) (*ferry.Tensor, bool) {
+	e, ok := next.(Epiloguer)
+	if !ok || e.Epilogue() == ferry.EpilogueNone {
+		return nil, false
+	}
+	return ferry.LinearEpilogue(x, l.Weight, l.Bias, e.Epilogue(), nextScope)
+}
+
 // Parameters returns the weight and, if any, the bias.
 func (l *Linear) Parameters() []*ferry.Tensor {
 	if l.Bias == nil {
@@ -91,11 +102,37 @@ func (l *Linear) Parameters() []*ferry.Tensor {
 	return []*ferry.Tensor{l.Weight, l.Bias}
 }
 
+// NamedParameters names them "weight" and "bias".
+func (l *Linear) NamedParameters() []Named { return weightBias(l.Weight, l.Bias) }
+
+// weightBias names a weight and an optional bias.
+func weightBias(w, b *ferry.Tensor) []Named {
+	var ns []Named
+	if w != nil {
+		ns = append(ns, Named{Name: "weight", Tensor: w})
+	}
+	if b != nil {
+		ns = append(ns, Named{Name: "bias", Tensor: b})
+	}
+	return ns
+}
+
+// Epiloguer is an optional interface of a Module that is an elementwise
+// function an op before it can apply in its own pass over memory
+// (ferry.Epilogue); a Linear before it in a Sequential asks the op layer
+// for the fused pair (ferry.LinearEpilogue).
+type Epiloguer interface {
+	Epilogue() ferry.Epilogue
+}
+
 // ReLU is max(x, 0) as a module.
 type ReLU struct{}
 
 func (ReLU) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.ReLU(x) }
 func (ReLU) Parameters() []*ferry.Tensor           { return nil }
+
+// Epilogue: a Linear before a ReLU runs as ferry.LinearReLU.
+func (ReLU) Epilogue() ferry.Epilogue { return ferry.EpilogueReLU }
 
 // GELU is the Gaussian error linear unit as a module; Tanh selects the tanh
 // approximation (PyTorch: approximate="tanh").
@@ -109,6 +146,18 @@ func (g GELU) Forward(x *ferry.Tensor) *ferry.Tensor {
 }
 func (GELU) Parameters() []*ferry.Tensor { return nil }
 
+// Fuser is an optional interface of a Module that can run together with
+// the module after it in a container as one op, in fewer passes over
+// memory. ForwardFused returns next.Forward(m.Forward(x)) and true, or
+// false having done nothing when it cannot fuse with next. Fused, it must
+// compute what the two modules compute, record the same ops, save the
+// same tensors and allocate the same memory, next's ops in module scope
+// nextScope, a sibling of the innermost scope (as ferry.LinearEpilogue
+// records it), so that a container need not know which modules fuse.
+type Fuser interface {
+	ForwardFused(x *ferry.Tensor, next Module, nextScope string) (*ferry.Tensor, bool)
+}
+
 // Sequential runs modules one after another (PyTorch: nn.Sequential).
 // Each intermediate output is released as soon as the next module has used
 // it; autograd keeps what backward needs.
@@ -116,26 +165,22 @@ type Sequential struct {
 	Modules []Module
 }
 
-// NewSequential chains modules, naming their parameters by position
-// ("0.weight", "1.bias").
+// NewSequential chains modules. A parameter's name in the result is its
+// module's position and its name there ("0.weight", "2.bias"; nested:
+// "0.2.weight"), computed by NamedParameters without renaming the
+// modules; see Note [parameter labels] for the names written into the
+// tensors.
 func NewSequential(modules ...Module) *Sequential {
-	named := map[*ferry.Tensor]bool{}
-	for i, m := range modules {
-		for _, p := range m.Parameters() {
-			if !named[p] { // a module used twice keeps its first name
-				named[p] = true
-				p.SetName(fmt.Sprintf("%d.%s", i, p.Name()))
-			}
-		}
-	}
-	return &Sequential{Modules: modules}
+	s := &Sequential{Modules: modules}
+	label(s)
+	return s
 }
 
 // Forward runs each module on the previous one's output. On a tape, each
 // module runs in a module scope named by its index, so that saved tensors
-// know which layer saved them. A Linear followed by a ReLU runs as
-// ferry.LinearReLU, which computes the same, records the same ops and
-// allocates the same memory, in fewer passes over it.
+// know which layer saved them. A module that implements Fuser may run
+// together with the module after it, as one op (a Linear and the ReLU
+// after it run as ferry.LinearReLU).
 func (s *Sequential) Forward(x *ferry.Tensor) *ferry.Tensor {
 	h := x
 	tp := x.Tape()
@@ -145,8 +190,11 @@ func (s *Sequential) Forward(x *ferry.Tensor) *ferry.Tensor {
 			tp.PushModule(moduleName(i))
 		}
 		var next *ferry.Tensor
-		if l, ok := m.(*Linear); ok && i+1 < len(s.Modules) && isReLU(s.Modules[i+1]) {
-			next = ferry.LinearReLUAs(h, l.Weight, l.Bias, moduleName(i+1))
+		fused := false
+		if f, ok := m.(Fuser); ok && i+1 < len(s.Modules) {
+			next, fused = f.ForwardFused(h, s.Modules[i+1], moduleName(i+1))
+		}
+		if fused {
 			i++
 		} else {
 			next = m.Forward(h)
@@ -165,62 +213,59 @@ func (s *Sequential) Forward(x *ferry.Tensor) *ferry.Tensor {
 	return h
 }
 
-func isReLU(m Module) bool {
-	switch m.(type) {
-	case ReLU, *ReLU:
-		return true
-	}
-	return false
-}
-
 // moduleName is strconv.Itoa, which makes no garbage for indices under 100.
 func moduleName(i int) string { return strconv.Itoa(i) }
 
 // Parameters returns every module's parameters, in order, each once (a
 // module used twice shares its parameters).
-func (s *Sequential) Parameters() []*ferry.Tensor {
-	var ps []*ferry.Tensor
-	for _, m := range s.Modules {
-		ps = append(ps, m.Parameters()...)
-	}
-	return uniqueParams(ps)
-}
+func (s *Sequential) Parameters() []*ferry.Tensor { return tensors(s.NamedParameters()) }
 
-func uniqueParams(ps []*ferry.Tensor) []*ferry.Tensor {
-	seen := map[*ferry.Tensor]bool{}
-	out := ps[:0:0]
-	for _, p := range ps {
-		if !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
-	return out
-}
+// NamedParameters names each module's parameters by its index.
+func (s *Sequential) NamedParameters() []Named { return ModuleList(s.Modules).NamedParameters() }
+
+// SetTraining sets every module that has a training mode (Trainable).
+func (s *Sequential) SetTraining(on bool) { ModuleList(s.Modules).SetTraining(on) }
+
+// SetStep sets the step of every module that has one (Stepped).
+func (s *Sequential) SetStep(step uint64) { ModuleList(s.Modules).SetStep(step) }
 
 // ModuleList holds modules that the caller runs itself (PyTorch:
 // nn.ModuleList); it gives them names and collects their parameters.
 type ModuleList []Module
 
-// NewModuleList names the modules' parameters by position.
+// NewModuleList names the modules' parameters by position, as
+// NewSequential does.
 func NewModuleList(modules ...Module) ModuleList {
-	NewSequential(modules...) // same naming
-	return ModuleList(modules)
+	l := ModuleList(modules)
+	label(l)
+	return l
 }
 
 // Parameters returns every module's parameters, in order, each once.
-func (l ModuleList) Parameters() []*ferry.Tensor {
-	var ps []*ferry.Tensor
-	for _, m := range l {
-		ps = append(ps, m.Parameters()...)
+func (l ModuleList) Parameters() []*ferry.Tensor { return tensors(l.NamedParameters()) }
+
+// NamedParameters names each module's parameters by its index.
+func (l ModuleList) NamedParameters() []Named {
+	var ns []Named
+	for i, m := range l {
+		ns = append(ns, Prefixed(moduleName(i), m)...)
 	}
-	return uniqueParams(ps)
+	return uniqueNamed(ns)
+}
+
+// SetTraining sets every module that has a training mode (Trainable).
+func (l ModuleList) SetTraining(on bool) {
+	for _, m := range l {
+		SetTraining(m, on)
+	}
+}
+
+// SetStep sets the step of every module that has one (Stepped).
+func (l ModuleList) SetStep(step uint64) {
+	for _, m := range l {
+		SetStep(m, step)
+	}
 }
 
 // MSELoss is ferry.MSELoss, here for PyTorch users' muscle memory.
 func MSELoss(x, target *ferry.Tensor) *ferry.Tensor { return ferry.MSELoss(x, target) }
-
-// CrossEntropyLoss is ferry.CrossEntropy.
-func CrossEntropyLoss(logits, target *ferry.Tensor) *ferry.Tensor {
-	return ferry.CrossEntropy(logits, target)
-}

@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -89,5 +90,101 @@ func TestSequentialReleasesIntermediates(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLinearFusesWithEpilogues: a Linear fuses with the modules that are
+// epilogues the op layer fuses (a ReLU, by value or pointer), giving
+// ferry.LinearReLU's values bit for bit, and declines anything else
+// without allocating.
+func TestLinearFusesWithEpilogues(t *testing.T) {
+	dev, _ := cpu.New(device.Options{})
+	defer dev.Close()
+	rng := rand.New(rand.NewPCG(3, 3))
+	l, _ := nn.NewLinear(dev, 40, 30, true, rng)
+	defer nn.Release(l)
+	x := ferry.Randn(dev, rng, 9, 40)
+	defer x.Release()
+	want := ferry.LinearReLU(x, l.Weight, l.Bias)
+	defer want.Release()
+	for _, next := range []nn.Module{nn.ReLU{}, &nn.ReLU{}} {
+		y, ok := l.ForwardFused(x, next, "")
+		if !ok {
+			t.Fatalf("%T: not fused", next)
+		}
+		if !ferry.AllClose(y, want, 0, 0) {
+			t.Errorf("%T: differs from ferry.LinearReLU", next)
+		}
+		y.Release()
+	}
+	before := dev.Allocator().Allocated()
+	for _, next := range []nn.Module{nn.GELU{}, nn.Tanh{}, l} {
+		if y, ok := l.ForwardFused(x, next, ""); ok || y != nil {
+			t.Errorf("%T: fused", next)
+		}
+	}
+	if _, ok := ferry.LinearEpilogue(x, l.Weight, l.Bias, ferry.Epilogue(200), ""); ok {
+		t.Error("an unknown epilogue fused")
+	}
+	if got := dev.Allocator().Allocated(); got != before {
+		t.Errorf("declining allocated %d bytes", got-before)
+	}
+}
+
+// TestLayerConstructors: NewEmbedding and NewLayerNorm make parameters
+// initialised as PyTorch does, named "weight" and "bias", and refuse
+// sizes below one; Sigmoid and Tanh are their ops as modules.
+func TestLayerConstructors(t *testing.T) {
+	dev, _ := cpu.New(device.Options{})
+	defer dev.Close()
+	rng := rand.New(rand.NewPCG(6, 6))
+	e, err := nn.NewEmbedding(dev, 50, 8, 0.02, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nn.Release(e)
+	var sq float64
+	for _, v := range e.Weight.Float32s() {
+		sq += float64(v) * float64(v)
+	}
+	if std := math.Sqrt(sq / 400); std < 0.015 || std > 0.025 {
+		t.Errorf("embedding std %v, want about 0.02", std)
+	}
+	ln, err := nn.NewLayerNorm(dev, 4, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nn.Release(ln)
+	if w, b := ln.Weight.Float32s(), ln.Bias.Float32s(); w[0] != 1 || w[3] != 1 || b[0] != 0 || b[3] != 0 {
+		t.Errorf("LayerNorm weight %v, bias %v; want ones and zeros", w, b)
+	}
+	var got []string
+	for _, n := range nn.NewModuleList(e, ln).NamedParameters() {
+		got = append(got, n.Name)
+		if n.Tensor.Category() != device.Parameter || !n.Tensor.RequiresGrad() {
+			t.Errorf("%s is not a parameter", n.Name)
+		}
+	}
+	if want := "[0.weight 1.weight 1.bias]"; fmt.Sprint(got) != want {
+		t.Errorf("names %v, want %s", got, want)
+	}
+	if _, err := nn.NewEmbedding(dev, 0, 8, 1, rng); err == nil {
+		t.Error("an embedding of no rows was made")
+	}
+	if _, err := nn.NewLayerNorm(dev, 0, false); err == nil {
+		t.Error("a LayerNorm of width 0 was made")
+	}
+	x := ferry.FromFloat32s(dev, []float32{-2, 0, 3}, 3)
+	defer x.Release()
+	for _, c := range []struct {
+		m  nn.Module
+		op func(*ferry.Tensor) *ferry.Tensor
+	}{{nn.Sigmoid{}, ferry.Sigmoid}, {nn.Tanh{}, ferry.Tanh}} {
+		y, want := c.m.Forward(x), c.op(x)
+		if !ferry.AllClose(y, want, 0, 0) || c.m.Parameters() != nil {
+			t.Errorf("%T differs from its op", c.m)
+		}
+		y.Release()
+		want.Release()
 	}
 }

@@ -27,21 +27,21 @@ import (
 // a model that has the target parameter and none named as the alias.
 var TiedAliases = map[string]string{"lm_head.weight": "transformer.wte.weight"}
 
-// SaveSafetensors writes every parameter of m to path under its name
-// (p.Name(), e.g. "0.weight"), with __metadata__ {"format": "pt"} as
-// PyTorch's save_model writes it. A tied parameter is listed once by
-// m.Parameters() and so stored once. The file is replaced atomically.
+// SaveSafetensors writes every parameter of m to path under its name in
+// m (NamedParameters, e.g. "0.weight"), with __metadata__ {"format": "pt"}
+// as PyTorch's save_model writes it. A tied parameter is listed once and
+// so stored once. The file is replaced atomically.
 func SaveSafetensors(path string, m Module) error {
-	ps := m.Parameters()
+	ps := NamedParameters(m)
 	named := make(map[string]*ferry.Tensor, len(ps))
 	for _, p := range ps {
-		if p.Name() == "" {
-			return fmt.Errorf("nn.SaveSafetensors %s: a parameter of shape %v has no name", path, p.Shape())
+		if p.Name == "" {
+			return fmt.Errorf("nn.SaveSafetensors %s: a parameter of shape %v has no name", path, p.Tensor.Shape())
 		}
-		if named[p.Name()] != nil {
-			return fmt.Errorf("nn.SaveSafetensors %s: two parameters are named %q", path, p.Name())
+		if named[p.Name] != nil {
+			return fmt.Errorf("nn.SaveSafetensors %s: two parameters are named %q", path, p.Name)
 		}
-		named[p.Name()] = p
+		named[p.Name] = p.Tensor
 	}
 	if err := SaveTensors(path, named, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("nn.SaveSafetensors: %w", err)
@@ -171,13 +171,13 @@ func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
 	if err != nil {
 		return fmt.Errorf("nn.LoadSafetensors: %w", err)
 	}
-	ps := m.Parameters()
+	ps := NamedParameters(m)
 	model := make(map[string]*ferry.Tensor, len(ps))
 	for _, p := range ps {
-		if p.Name() == "" || model[p.Name()] != nil {
-			return fmt.Errorf("nn.LoadSafetensors %s: the model has an unnamed or twice-named parameter %q; name parameters uniquely (NewSequential does)", path, p.Name())
+		if p.Name == "" || model[p.Name] != nil {
+			return fmt.Errorf("nn.LoadSafetensors %s: the model has an unnamed or twice-named parameter %q; name parameters uniquely (implement nn.ParameterNamer)", path, p.Name)
 		}
-		model[p.Name()] = p
+		model[p.Name] = p.Tensor
 	}
 	file := make(map[string]*safetensors.Tensor, len(f.Tensors))
 	for i := range f.Tensors {
@@ -193,28 +193,29 @@ func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
 	}
 	e := &LoadError{File: path}
 	source := make(map[string]*safetensors.Tensor, len(ps))
-	for _, p := range ps {
-		st := file[p.Name()]
+	for _, n := range ps {
+		p := n.Tensor
+		st := file[n.Name]
 		if st == nil {
 			for a := range TiedAliases {
-				if t, ok := alias(a); ok && t == p.Name() && file[a] != nil {
+				if t, ok := alias(a); ok && t == n.Name && file[a] != nil {
 					st = file[a]
 				}
 			}
 		}
 		if st == nil {
-			e.Missing = append(e.Missing, p.Name())
+			e.Missing = append(e.Missing, n.Name)
 			continue
 		}
 		if p.DType() != device.Float32 {
-			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s is %s in the model; ferry loads float32 parameters", p.Name(), p.DType()))
+			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s is %s in the model; ferry loads float32 parameters", n.Name, p.DType()))
 		} else if st.DType != safetensors.F32 && !(opts.ConvertFloats && convertible(st.DType)) {
 			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s is %s in the file, %s in the model", st.Name, st.DType, p.DType()))
 		}
 		if !slices.Equal(st.Shape, p.Shape()) {
 			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s has shape %v in the file, %v in the model", st.Name, st.Shape, p.Shape()))
 		}
-		source[p.Name()] = st
+		source[n.Name] = st
 	}
 	for _, st := range f.Tensors {
 		if model[st.Name] != nil {
@@ -233,11 +234,11 @@ func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
 		return e
 	}
 	err = ferry.Catch(func() error {
-		for _, p := range ps {
+		for _, n := range ps {
 			func() {
-				tmp := upload(p.Device(), source[p.Name()])
+				tmp := upload(n.Tensor.Device(), source[n.Name])
 				defer tmp.Release() // also when CopyFrom panics
-				p.CopyFrom(tmp)
+				n.Tensor.CopyFrom(tmp)
 			}()
 		}
 		return nil

@@ -163,7 +163,7 @@ func TestOffloaderOnAnotherDevice(t *testing.T) {
 
 func testOnAnotherDevice(t *testing.T, kind string) {
 	dev, other := openCPU(t, device.Options{}), openCPU(t, device.Options{})
-	hooks := offload.SaveOnHost(dev)
+	hooks := offload.NewHostSaver(dev).Hooks()
 	if kind == "offloader" {
 		off, err := offload.New(dev, offload.DefaultConfig())
 		if err != nil {

@@ -106,7 +106,7 @@ func TestModesAgreeAndSaveMemory(t *testing.T) {
 	if got := base.after - base.before; got != layers*act {
 		t.Errorf("none: forward kept %d, want %d", got, layers*act)
 	}
-	soh, err := step(t, dev, m, offload.SaveOnHost(dev))
+	soh, err := step(t, dev, m, offload.NewHostSaver(dev).Hooks())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestDiskFailureIsClearAndRecoverable(t *testing.T) {
 
 // With slow copies, many are still in flight when backward starts; every
 // step still starts from the same bytes and computes the same gradients.
-// (internal/demo's TestOffloadStepsStartEqual catches the interleaving where
+// (cmd/ferry/internal/demo's TestOffloadStepsStartEqual catches the interleaving where
 // a copy finishes between two uses of one tensor in backward.)
 func TestBackwardOvertakingCopiesLeaksNothing(t *testing.T) {
 	dev := openCPU(t, device.Options{Params: map[string]string{"copy_delay": "3ms"}})

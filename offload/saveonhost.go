@@ -55,9 +55,6 @@ func NewHostSaver(dev device.Device) *HostSaver {
 	return s
 }
 
-// SaveOnHost returns the hooks of a new HostSaver.
-func SaveOnHost(dev device.Device) *ferry.SavedTensorHooks { return NewHostSaver(dev).Hooks() }
-
 // Hooks returns the hooks to push on a tape.
 func (s *HostSaver) Hooks() *ferry.SavedTensorHooks { return s.hooks }
 

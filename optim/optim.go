@@ -17,6 +17,10 @@ import (
 type Optimizer interface {
 	// Step updates every parameter that has a gradient.
 	Step() error
+	// LR is the learning rate the next Step uses; SetLR changes it (a
+	// schedule calls it before each step).
+	LR() float64
+	SetLR(lr float64)
 	// ZeroGrad drops the parameters' gradients, freeing their memory
 	// (PyTorch: zero_grad(set_to_none=True), the default).
 	ZeroGrad()
@@ -73,18 +77,19 @@ func checkParam(p *ferry.Tensor) error {
 // SGD is stochastic gradient descent with optional momentum, dampening,
 // Nesterov momentum and (L2) weight decay (PyTorch: torch.optim.SGD).
 type SGD struct {
-	Params                               []*ferry.Tensor
-	LR, Momentum, Dampening, WeightDecay float32
-	Nesterov                             bool
-	buf                                  map[*ferry.Tensor]*ferry.Tensor
-	index                                map[*ferry.Tensor]bool // built on first StepParam
+	Params                           []*ferry.Tensor
+	lr                               float32
+	Momentum, Dampening, WeightDecay float32
+	Nesterov                         bool
+	buf                              map[*ferry.Tensor]*ferry.Tensor
+	index                            map[*ferry.Tensor]bool // built on first StepParam
 }
 
 // NewSGD returns plain SGD with learning rate lr; set the other fields for
 // momentum and weight decay.
 func NewSGD(params []*ferry.Tensor, lr float32) *SGD {
 	params = unique(params)
-	return &SGD{Params: params, LR: lr, buf: map[*ferry.Tensor]*ferry.Tensor{}}
+	return &SGD{Params: params, lr: lr, buf: map[*ferry.Tensor]*ferry.Tensor{}}
 }
 
 // Step applies one update.
@@ -105,7 +110,7 @@ func (o *SGD) step(p *ferry.Tensor) error {
 		return err
 	}
 	return ferry.Catch(func() error {
-		hp := device.SGDParams{LR: o.LR, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
+		hp := device.SGDParams{LR: o.lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
 		var mv device.View
 		if o.Momentum != 0 {
 			b, ok := o.buf[p]
@@ -127,6 +132,12 @@ func (o *SGD) step(p *ferry.Tensor) error {
 // ZeroGrad drops the gradients.
 func (o *SGD) ZeroGrad() { zeroGrad(o.Params) }
 
+// LR is the learning rate.
+func (o *SGD) LR() float64 { return float64(o.lr) }
+
+// SetLR sets the learning rate of the next steps.
+func (o *SGD) SetLR(lr float64) { o.lr = float32(lr) }
+
 // Release frees the momentum buffers.
 func (o *SGD) Release() {
 	for p, b := range o.buf {
@@ -139,10 +150,11 @@ func (o *SGD) Release() {
 // whose defaults NewAdamW uses: betas 0.9, 0.999, eps 1e-8, weight decay
 // 0.01).
 type AdamW struct {
-	Params                             []*ferry.Tensor
-	LR, Beta1, Beta2, Eps, WeightDecay float32
-	state                              map[*ferry.Tensor]*adamState
-	index                              map[*ferry.Tensor]bool
+	Params                         []*ferry.Tensor
+	lr                             float32
+	Beta1, Beta2, Eps, WeightDecay float32
+	state                          map[*ferry.Tensor]*adamState
+	index                          map[*ferry.Tensor]bool
 }
 
 type adamState struct {
@@ -153,7 +165,7 @@ type adamState struct {
 // NewAdamW returns AdamW with PyTorch's defaults and learning rate lr.
 func NewAdamW(params []*ferry.Tensor, lr float32) *AdamW {
 	params = unique(params)
-	return &AdamW{Params: params, LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01,
+	return &AdamW{Params: params, lr: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01,
 		state: map[*ferry.Tensor]*adamState{}}
 }
 
@@ -178,7 +190,7 @@ func (o *AdamW) step(p *ferry.Tensor) error {
 			o.state[p] = s
 		}
 		s.step++
-		hp := device.AdamWParams{LR: o.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
+		hp := device.AdamWParams{LR: o.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
 		if err := p.Device().Kernels().AdamWStep(p.View(), g.View(), s.expAvg.View(), s.expSq.View(), hp); err != nil {
 			return err
 		}
@@ -189,6 +201,12 @@ func (o *AdamW) step(p *ferry.Tensor) error {
 
 // ZeroGrad drops the gradients.
 func (o *AdamW) ZeroGrad() { zeroGrad(o.Params) }
+
+// LR is the learning rate.
+func (o *AdamW) LR() float64 { return float64(o.lr) }
+
+// SetLR sets the learning rate of the next steps.
+func (o *AdamW) SetLR(lr float64) { o.lr = float32(lr) }
 
 // Release frees the moments.
 func (o *AdamW) Release() {

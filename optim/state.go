@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -82,7 +83,7 @@ func checkState(params []*ferry.Tensor, st State, tensorSlots, scalarSlots []str
 			problems = append(problems, fmt.Sprintf("unexpected state tensor %q", k))
 		case t == nil:
 			problems = append(problems, fmt.Sprintf("state tensor %q is nil", k))
-		case !sameShape(t.Shape(), p.Shape()):
+		case !slices.Equal(t.Shape(), p.Shape()):
 			problems = append(problems, fmt.Sprintf("state tensor %q has shape %v, parameter %q has %v", k, t.Shape(), pn, p.Shape()))
 		case t.DType() != p.DType():
 			problems = append(problems, fmt.Sprintf("state tensor %q is %s, parameter %q is %s", k, t.DType(), pn, p.DType()))
@@ -101,18 +102,6 @@ func checkState(params []*ferry.Tensor, st State, tensorSlots, scalarSlots []str
 		return nil, errors.New("optim: state does not match the parameters:\n  " + strings.Join(problems, "\n  "))
 	}
 	return byName, nil
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // copyState returns a new optimizer-state tensor on p's device holding
@@ -229,16 +218,10 @@ func (o *AdamW) SetState(st State) error {
 	return nil
 }
 
-// ClipGradNorm scales the gradients of params so that their global L2 norm
-// is at most maxNorm, as PyTorch's torch.nn.utils.clip_grad_norm_ does
-// (coefficient maxNorm/(norm+1e-6), applied only when below 1), and returns
-// the norm before clipping. Parameters without a gradient are skipped; a
-// parameter listed twice counts once. A non-finite norm is returned with an
-// error and the gradients are left as they were.
-func ClipGradNorm(params []*ferry.Tensor, maxNorm float64) (norm float64, err error) {
-	if !(maxNorm > 0) || math.IsInf(maxNorm, 1) {
-		return 0, fmt.Errorf("optim.ClipGradNorm: max norm must be positive and finite, got %v", maxNorm)
-	}
+// GradNorm returns the global L2 norm of params' gradients (parameters
+// without a gradient skipped, a parameter listed twice counted once): NaN
+// or +Inf when some gradient is not finite.
+func GradNorm(params []*ferry.Tensor) (norm float64, err error) {
 	params = unique(params)
 	err = ferry.Catch(func() error {
 		var sumSq float64
@@ -254,13 +237,33 @@ func ClipGradNorm(params []*ferry.Tensor, maxNorm float64) (norm float64, err er
 			s.Release()
 		}
 		norm = math.Sqrt(sumSq)
-		if math.IsNaN(norm) || math.IsInf(norm, 0) {
-			return fmt.Errorf("optim.ClipGradNorm: the gradients' norm is %v", norm)
-		}
-		coef := maxNorm / (norm + 1e-6)
-		if coef >= 1 {
-			return nil
-		}
+		return nil
+	})
+	return norm, err
+}
+
+// ClipGradNorm scales the gradients of params so that their global L2 norm
+// is at most maxNorm, as PyTorch's torch.nn.utils.clip_grad_norm_ does
+// (coefficient maxNorm/(norm+1e-6), applied only when below 1), and returns
+// the norm before clipping. Parameters without a gradient are skipped; a
+// parameter listed twice counts once. A non-finite norm is returned with an
+// error and the gradients are left as they were.
+func ClipGradNorm(params []*ferry.Tensor, maxNorm float64) (norm float64, err error) {
+	if !(maxNorm > 0) || math.IsInf(maxNorm, 1) {
+		return 0, fmt.Errorf("optim.ClipGradNorm: max norm must be positive and finite, got %v", maxNorm)
+	}
+	params = unique(params)
+	if norm, err = GradNorm(params); err != nil {
+		return norm, err
+	}
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return norm, fmt.Errorf("optim.ClipGradNorm: the gradients' norm is %v", norm)
+	}
+	coef := maxNorm / (norm + 1e-6)
+	if coef >= 1 {
+		return norm, nil
+	}
+	err = ferry.Catch(func() error {
 		for _, p := range params {
 			if g := p.Grad(); g != nil {
 				g.ScaleInPlace(float32(coef))

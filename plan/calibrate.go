@@ -17,10 +17,10 @@ type CalibrateOptions struct {
 	Seconds      float64 // time to spend on each figure (default 0.5)
 	// Fit, if set, fits the profile's elementwise rate and copy share to
 	// timed training steps on dev (the planner knows no model of its own;
-	// internal/demo's FitProfile times the origin model).
+	// cmd/ferry/internal/demo's FitProfile times the origin model).
 	Fit func(dev device.Device, p *meta.Profile, o CalibrateOptions) error
 	// FitOn says in the profile's Source what Fit times ("" = training
-	// steps of 8 such layers, as internal/demo's FitProfile does).
+	// steps of 8 such layers, as cmd/ferry/internal/demo's FitProfile does).
 	FitOn string
 }
 

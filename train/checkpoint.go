@@ -107,11 +107,6 @@ type Checkpointer struct {
 	accepted []Override // overrides of the resumed checkpoint and this run
 }
 
-// ErrNonFinite is wrapped by Save's error when the model's parameters or
-// the optimizer's state hold a NaN or an infinity: the run diverged, and
-// such a checkpoint would replace good ones with garbage.
-var ErrNonFinite = errors.New("non-finite values")
-
 // PathFor is where the checkpoint of step lives.
 func (c *Checkpointer) PathFor(step int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("step-%08d", step))
@@ -119,7 +114,8 @@ func (c *Checkpointer) PathFor(step int) string {
 
 // Save writes a checkpoint of model and opt at meta.Step and returns its
 // path. The previous checkpoint stays valid until this one is complete.
-// It refuses (ErrNonFinite) a model or optimizer state holding NaN or Inf,
+// It refuses (an error wrapping ErrNonFinite) a model or optimizer state
+// holding NaN or Inf,
 // writing nothing: the previous checkpoint and latest stay as they were.
 func (c *Checkpointer) Save(model nn.Module, opt optim.Stateful, meta Meta) (path string, err error) {
 	return c.save(model, opt, meta, true)
@@ -643,10 +639,4 @@ func syncDir(dir string) error {
 		return fmt.Errorf("fsync %s: %w", dir, err)
 	}
 	return nil
-}
-
-// Point is one value of a curve: a loss at a step.
-type Point struct {
-	Step  int     `json:"step"`
-	Value float64 `json:"value"`
 }

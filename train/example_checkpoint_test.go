@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"ferry/device"
-	"ferry/device/cpu"
+	_ "ferry/device/cpu"
 	"ferry/nn"
 	"ferry/optim"
 	"ferry/train"
@@ -22,7 +22,7 @@ import (
 func ExampleCheckpointer() {
 	dir, _ := os.MkdirTemp("", "ferry-example-")
 	defer os.RemoveAll(dir)
-	dev, _ := cpu.New(device.Options{})
+	dev, _ := device.Open("cpu", device.Options{})
 	defer dev.Close()
 	lin, _ := nn.NewLinear(dev, 4, 2, true, rand.New(rand.NewPCG(1, 1)))
 	opt := optim.NewAdamW(lin.Parameters(), 1e-3)

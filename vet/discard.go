@@ -270,7 +270,7 @@ func report(pass *analysis.Pass, call *ast.CallExpr, fn *types.Func, note string
 			Pos: call.Pos(), End: call.End(),
 			Message: x + ".To returns a copy and does not move " + x + "; the discarded copy leaks" + note + ". " +
 				"To move saved tensors off the device, push an offloader's hooks on the tape: " +
-				"tape.WithHooks(off.Hooks(), f) with off from offload.New (or offload.SaveOnHost(dev)); " +
+				"tape.WithHooks(off.Hooks(), f) with off from offload.New (or offload.NewHostSaver(dev)); " +
 				"to move " + x + " yourself, assign the result and Release the original",
 		})
 		return

@@ -10,11 +10,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
 	"ferry/device/cpu"
 	"ferry/device/meta"
-	"ferry/internal/demo"
-	"ferry/nn"
 	"ferry/offload"
 	"ferry/plan"
 )
@@ -25,16 +24,8 @@ func init() {
 
 func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	dev := fs.String("device", "cpu", "device to train on: cpu, cuda, cuda:N, meta")
-	model := fs.String("model", "mlp", "mlp: the origin model (Linear+ReLU layers); gpt: a GPT-2-style transformer")
-	layers := fs.Int("layers", 40, "number of Linear+ReLU layers (gpt: blocks; default 12 on meta and GPUs, 6 on cpu)")
-	heads := fs.Int("heads", 0, "gpt: attention heads (default 12 on meta and GPUs, 6 on cpu)")
-	embd := fs.Int("embd", 0, "gpt: embedding width (default 768 on meta and GPUs, 384 on cpu)")
-	seq := fs.Int("seq", 0, "gpt: sequence length (default 1024 on meta and GPUs, 256 on cpu)")
-	vocab := fs.Int("vocab", 0, "gpt: vocabulary size (default 50257 on meta and GPUs, 65 on cpu)")
-	dropout := fs.Float64("dropout", 0, "gpt: dropout probability")
-	width := fs.Int("width", 0, "layer width (default 1024 on cpu, 4096 elsewhere)")
-	batch := fs.Int("batch", 0, "batch size (default 256 on cpu, 1024 elsewhere)")
-	modes := fs.String("modes", strings.Join(demo.AllModes, ","), "comma-separated modes: "+strings.Join(demo.AllModes, ", "))
+	sizes := defineSizeFlags(fs, demo.Origin, nil, nil)
+	modes := fs.String("modes", "", "comma-separated modes: "+strings.Join(demo.AllModes, ", ")+" (default: all the model can run; naive only for mlp's hand-written loop)")
 	steps := fs.Int("steps", 5, "timed steps per mode, after one warm-up step; the median is reported")
 	seed := fs.Uint64("seed", 1, "seed for parameters and data")
 	diskDir := fs.String("disk-dir", "", "directory for offload-disk's files (default: the system's temporary directory)")
@@ -54,51 +45,23 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	profile := fs.String("profile", "", "meta device only: hardware profile for predicted times ("+strings.Join(plan.Profiles(), ", ")+" or a JSON file)")
 	return func(out io.Writer, asJSON bool) error {
 		set := setFlags(fs)
-		if err := positive(set, map[string]int{"layers": *layers, "width": *width, "batch": *batch, "steps": *steps,
-			"max-in-flight": *inFlight, "lookahead": *lookahead, "heads": *heads, "embd": *embd, "seq": *seq, "vocab": *vocab}); err != nil {
+		if err := positive(set, map[string]int{"steps": *steps, "max-in-flight": *inFlight, "lookahead": *lookahead}); err != nil {
 			return err
-		}
-		if *model != "mlp" && *model != "gpt" {
-			return fmt.Errorf("--model %q: choose mlp or gpt", *model)
-		}
-		if *model == "mlp" {
-			for _, f := range []string{"heads", "embd", "seq", "vocab", "dropout"} {
-				if set[f] {
-					return fmt.Errorf("--%s sizes a GPT; add --model gpt", f)
-				}
-			}
 		}
 		if set["keep-last"] && *keepLast < 0 {
 			return fmt.Errorf("--keep-last must be 0 or more, got %d", *keepLast)
 		}
 		cfg := demo.DefaultConfig(*dev)
-		cfg.Layers, cfg.Steps, cfg.Seed, cfg.DiskDir = *layers, *steps, *seed, *diskDir
-		if set["width"] {
-			cfg.Width = *width
+		f, err := sizes.family()
+		if err != nil {
+			return err
 		}
-		if set["batch"] {
-			cfg.Batch = *batch
+		if cfg.Sizes, err = sizes.sizes(f, *dev); err != nil {
+			return err
 		}
-		cfg.Modes = strings.Split(*modes, ",")
-		if *model == "gpt" {
-			cfg.Model = "gpt"
-			if !set["modes"] {
-				cfg.Modes = demo.GPTModes
-			}
-			cfg.GPT = nn.GPTConfig{Vocab: 50257, Seq: 1024, Layers: 12, Heads: 12, Embd: 768, Bias: true, Seed: *seed} // GPT-2 124M
-			cfg.Batch, cfg.LR = 8, 3e-4
-			if kind, _, _ := device.ParseName(*dev); kind == "cpu" { // nanoGPT's baby GPT
-				cfg.GPT.Vocab, cfg.GPT.Seq, cfg.GPT.Layers, cfg.GPT.Heads, cfg.GPT.Embd = 65, 256, 6, 6, 384
-			}
-			for name, dst := range map[string]*int{"layers": &cfg.GPT.Layers, "heads": &cfg.GPT.Heads, "embd": &cfg.GPT.Embd, "seq": &cfg.GPT.Seq, "vocab": &cfg.GPT.Vocab, "batch": &cfg.Batch} {
-				if set[name] {
-					*dst = map[string]int{"layers": *layers, "heads": *heads, "embd": *embd, "seq": *seq, "vocab": *vocab, "batch": *batch}[name]
-				}
-			}
-			cfg.GPT.Dropout = float32(*dropout)
-			if set["width"] {
-				return fmt.Errorf("--width sizes the MLP; a GPT's is --embd")
-			}
+		cfg.Family, cfg.Steps, cfg.Seed, cfg.DiskDir = f, *steps, *seed, *diskDir
+		if set["modes"] {
+			cfg.Modes = strings.Split(*modes, ",")
 		}
 		cfg.DeviceOptions = device.Options{Capacity: int64(capacity), PoisonFreed: *poison, Params: map[string]string{}}
 		if *params != "" {
@@ -131,13 +94,8 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 			if !set["modes"] {
 				cfg.Modes = []string{demo.None, demo.Policy}
-			}
-			// Only the offloader's modes apply a policy: a --policy no mode
-			// runs would be ignored without a word.
-			users := []string{demo.Policy, demo.Offload, demo.OffloadDisk, demo.RecomputeOffload}
-			if !slices.ContainsFunc(cfg.Modes, func(m string) bool { return slices.Contains(users, m) }) {
-				return fmt.Errorf("--policy applies to the modes %s; --modes %s runs none of them (add policy to --modes, or drop --policy)",
-					strings.Join(users, ", "), *modes)
+			} else if !slices.Contains(cfg.Modes, demo.Policy) {
+				return fmt.Errorf("--policy is applied by mode policy, and --modes %s has none: add policy to --modes, or drop --policy", *modes)
 			}
 			// The policy is checked against the model's saves, recorded on
 			// the meta device; disk placements need a disk tier.
@@ -208,12 +166,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 }
 
 func printDemo(w io.Writer, r *demo.Result) {
-	if r.Description != "" {
-		fmt.Fprintf(w, "ferry demo: %s, on %s\n", r.Description, r.Device)
-	} else {
-		fmt.Fprintf(w, "ferry demo: %d × (Linear(%d, %d) + ReLU), batch %d, MSE loss, SGD, on %s\n",
-			r.Layers, r.Width, r.Width, r.Batch, r.Device)
-	}
+	fmt.Fprintf(w, "ferry demo: %s, on %s\n", r.Description, r.Device)
 	if r.MatmulBackend != "" {
 		fmt.Fprintf(w, "matrix products: %s\n", r.MatmulBackend)
 	}
@@ -296,8 +249,9 @@ func fitsThisMachine(cfg demo.Config) error {
 	}
 	if need := worst.PeakStepBytes + worst.HostPeakBytes; need > avail/10*9 {
 		return fmt.Errorf("this configuration needs %s at its peak (mode %s: %s on the device, %s on the host) but the machine has %s free; "+
-			"lower --batch, --width or --layers, or see its memory without computing with --device meta",
-			device.FormatBytes(need), worst.Mode, device.FormatBytes(worst.PeakStepBytes), device.FormatBytes(worst.HostPeakBytes), device.FormatBytes(avail))
+			"lower the model's sizes (%s), or see its memory without computing with --device meta",
+			device.FormatBytes(need), worst.Mode, device.FormatBytes(worst.PeakStepBytes), device.FormatBytes(worst.HostPeakBytes), device.FormatBytes(avail),
+			sizeList(cfg.Family))
 	}
 	return nil
 }

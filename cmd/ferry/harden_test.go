@@ -190,7 +190,7 @@ func TestDemoPolicyNeedsAMode(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "p.json")
 	os.WriteFile(p, []byte(`{"version":1,"default":"host"}`), 0o644)
 	_, errOut, code := runCLI(t, "demo", "--device", "meta", "--steps", "1", "--modes", "none", "--policy", p)
-	if code != 1 || !strings.Contains(errOut, "runs none of them") {
+	if code != 1 || !strings.Contains(errOut, "has none") {
 		t.Fatalf("--modes none --policy: exit %d: %s", code, errOut)
 	}
 	out, errOut, code := runCLI(t, "demo", "--device", "meta", "--steps", "1", "--modes", "none,policy", "--policy", p)

@@ -23,11 +23,11 @@ import (
 	"strconv"
 	"strings"
 
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
 	_ "ferry/device/cpu"
 	_ "ferry/device/cuda"
 	_ "ferry/device/meta"
-	"ferry/internal/demo"
 )
 
 // command is one subcommand: its flags are registered on fs, run does the

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"ferry/internal/demo"
+	"ferry/cmd/ferry/internal/demo"
 
 	"bytes"
 	"encoding/json"
@@ -88,7 +88,7 @@ func TestPlanWritesAReplayablePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, code = runCLI(t, "demo", "--device", "meta", "--profile", "h200-pcie5", "--layers", "8", "--width", "512", "--batch", "256",
-		"--modes", "offload", "--steps", "1", "--policy", path, "--json")
+		"--modes", "policy", "--steps", "1", "--policy", path, "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -159,7 +159,7 @@ func TestDemoGPT(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 40·32 + 16·32 + 2·(64 + 32·96+96 + 32·32+32 + 64 + 32·128+128 + 128·32+32) + 64
-	if res.Model != "gpt" || res.ParameterCount != 27264 || len(res.Runs) != len(demo.GPTModes) {
+	if res.Model != "gpt" || res.ParameterCount != 27264 || len(res.Runs) != len(demo.AllModes)-1 {
 		t.Fatalf("%+v", res)
 	}
 	for _, r := range res.Runs {
@@ -172,7 +172,7 @@ func TestDemoGPT(t *testing.T) {
 		t.Errorf("768 wide with 5 heads: exit %d, %s", code, errOut)
 	}
 	_, errOut, code = runCLI(t, "demo", "--embd", "64")
-	if code == 0 || !strings.Contains(errOut, "--model gpt") {
+	if code == 0 || !strings.Contains(errOut, "--embd: no such size for --model mlp") {
 		t.Errorf("--embd without --model gpt: exit %d, %s", code, errOut)
 	}
 }
@@ -183,13 +183,13 @@ func TestCalibrateGPTFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--model", "gpt", "--heads", "3"}, "not a multiple"},
-		{[]string{"--model", "gpt", "--embd", "0"}, "--embd must be a positive integer"},
-		{[]string{"--model", "gpt", "--seq", "-4"}, "--seq must be a positive integer"},
-		{[]string{"--model", "gpt", "--batch", "0"}, "--batch must be a positive integer"},
-		{[]string{"--model", "gpt", "--width", "512"}, "a GPT's is --embd"},
-		{[]string{"--heads", "2"}, "add --model gpt"},
-		{[]string{"--model", "bert"}, "choose mlp or gpt"},
+		{[]string{"--model", "gpt", "--heads", "5"}, "not a multiple"},
+		{[]string{"--model", "gpt", "--embd", "0"}, "--embd must be a whole number"},
+		{[]string{"--model", "gpt", "--seq", "-4"}, "--seq must be a whole number"},
+		{[]string{"--model", "gpt", "--batch", "0"}, "--batch must be a whole number"},
+		{[]string{"--model", "gpt", "--width", "512"}, "--width: no such size for --model gpt"},
+		{[]string{"--heads", "2"}, "add --model (gpt, mlp)"},
+		{[]string{"--model", "bert"}, "choose gpt, mlp"},
 	} {
 		_, errOut, code := runCLI(t, append([]string{"calibrate"}, c.args...)...)
 		if code == 0 || !strings.Contains(errOut, c.want) {

@@ -6,9 +6,8 @@ import (
 	"io"
 	"strings"
 
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
-	"ferry/internal/demo"
-	"ferry/nn"
 	"ferry/plan"
 )
 
@@ -17,77 +16,28 @@ func init() {
 }
 
 func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
-	model := fs.String("model", "mlp", "mlp: the origin model (Linear+ReLU layers); gpt: a GPT-2-style transformer")
-	layers := fs.Int("layers", 0, "mlp: Linear+ReLU layers (default 40); gpt: blocks (default 12)")
-	width := fs.Int("width", 4096, "mlp: layer width")
-	heads := fs.Int("heads", 12, "gpt: attention heads")
-	embd := fs.Int("embd", 768, "gpt: embedding width")
-	seq := fs.Int("seq", 1024, "gpt: sequence length")
-	vocab := fs.Int("vocab", 50257, "gpt: vocabulary size")
-	dropout := fs.Float64("dropout", 0, "gpt: dropout probability")
-	batch := fs.Int("batch", 0, "batch size (default 1024 for mlp, 8 for gpt)")
+	sizes := defineSizeFlags(fs, demo.Origin, nil, nil)
 	var budget, hostBudget byteSize
 	fs.Var(&budget, "budget", "device memory the step may use at its peak (e.g. 20GiB); required")
 	fs.Var(&hostBudget, "host-budget", "host memory for offloaded tensors (default: unlimited)")
 	profile := fs.String("profile", "h200-pcie5", "hardware profile: "+strings.Join(plan.Profiles(), ", ")+", or a JSON file from ferry calibrate --save")
 	noDisk := fs.Bool("no-disk", false, "do not use the disk tier")
-	out := fs.String("out", "", "write the policy file (for ferry demo --policy, ferry train --policy) to this path; none is written without it")
+	out := fs.String("out", "", "write the policy file here (for ferry demo/train --policy); without it nothing is written")
 	return func(w io.Writer, asJSON bool) error {
-		set := setFlags(fs)
 		if budget <= 0 {
 			return fmt.Errorf("--budget is required (for example --budget 20GiB)")
 		}
-		if err := positive(set, map[string]int{"layers": *layers, "width": *width, "batch": *batch, "heads": *heads,
-			"embd": *embd, "seq": *seq, "vocab": *vocab}); err != nil {
+		cfg := demo.DefaultConfig("meta")
+		f, err := sizes.family()
+		if err != nil {
 			return err
 		}
-		cfg := demo.DefaultConfig("meta")
-		switch *model {
-		case "mlp":
-			for _, f := range []string{"heads", "embd", "seq", "vocab", "dropout"} {
-				if set[f] {
-					return fmt.Errorf("--%s sizes a GPT; add --model gpt", f)
-				}
-			}
-			cfg.Width = *width
-			if set["layers"] {
-				cfg.Layers = *layers
-			}
-			if set["batch"] {
-				cfg.Batch = *batch
-			}
-			if cfg.Layers > plan.MaxLayers {
-				return fmt.Errorf("plan: %d layers is more than the %d the planner takes", cfg.Layers, plan.MaxLayers)
-			}
-		case "gpt":
-			if set["width"] {
-				return fmt.Errorf("--width sizes the MLP; a GPT's is --embd")
-			}
-			cfg.Model, cfg.Batch, cfg.LR = "gpt", 8, 3e-4
-			cfg.GPT = nn.GPTConfig{Vocab: *vocab, Seq: *seq, Layers: 12, Heads: *heads, Embd: *embd, Bias: true, Dropout: float32(*dropout), Seed: cfg.Seed}
-			if set["layers"] {
-				cfg.GPT.Layers = *layers
-			}
-			if set["batch"] {
-				cfg.Batch = *batch
-			}
-			if err := cfg.GPT.Validate(); err != nil {
-				return err
-			}
-			if cfg.GPT.Layers > plan.MaxLayers {
-				return fmt.Errorf("plan: %d layers is more than the %d the planner takes", cfg.GPT.Layers, plan.MaxLayers)
-			}
-			if err := gptSizes(cfg.GPT, cfg.Batch); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("--model %q: choose mlp or gpt", *model)
+		if cfg.Sizes, err = sizes.sizes(f, "meta"); err != nil {
+			return fmt.Errorf("plan: %w", err)
 		}
-		if _, _, err := device.ShapeBytes([]int{cfg.Layers, cfg.Width, cfg.Width + 1}, 4); err != nil && cfg.Model != "gpt" {
-			return fmt.Errorf("plan: parameters of %d × Linear(%d, %d): %w", cfg.Layers, cfg.Width, cfg.Width, err)
-		}
-		if _, _, err := device.ShapeBytes([]int{cfg.Layers + 1, cfg.Batch, cfg.Width}, 4); err != nil && cfg.Model != "gpt" {
-			return fmt.Errorf("plan: activations of %d layers at batch %d, width %d: %w", cfg.Layers, cfg.Batch, cfg.Width, err)
+		cfg.Family = f
+		if l, ok := cfg.Sizes["layers"]; ok && l > plan.MaxLayers {
+			return fmt.Errorf("plan: %g layers is more than the %d the planner takes", l, plan.MaxLayers)
 		}
 		prof, err := plan.LoadProfile(*profile)
 		if err != nil {
@@ -128,47 +78,9 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	}
 }
 
-// maxTokens bounds batch × sequence: the planner's step makes its token
-// ids on the host, 4 bytes each, whatever the device.
-const maxTokens = 1 << 28
-
-// gptSizes refuses, before anything is built, a GPT whose tensors no
-// device could hold or whose tokens would not fit this machine.
-func gptSizes(g nn.GPTConfig, batch int) error {
-	for _, t := range []struct {
-		what  string
-		shape []int
-	}{
-		{"tokens", []int{batch, g.Seq}},
-		{"logits", []int{batch, g.Seq, g.Vocab}},
-		{"attention scores", []int{batch, g.Heads, g.Seq, g.Seq}},
-		{"MLP hidden layer", []int{batch, g.Seq, g.Embd, 4}},
-		{"token embeddings", []int{g.Vocab, g.Embd}},
-		{"position embeddings", []int{g.Seq, g.Embd}},
-		{"block weights", []int{g.Embd, g.Embd, 12}},
-	} {
-		if _, _, err := device.ShapeBytes(t.shape, 4); err != nil {
-			return fmt.Errorf("plan: the GPT's %s (shape %v): %w", t.what, t.shape, err)
-		}
-	}
-	if n, _, _ := device.ShapeBytes([]int{batch, g.Seq}, 1); n > maxTokens {
-		return fmt.Errorf("plan: batch %d × sequence %d is %d tokens, more than the %d the planner takes", batch, g.Seq, n, maxTokens)
-	}
-	return nil
-}
-
 // replayCommand is the ferry demo command that replays the plan on meta.
 func replayCommand(cfg demo.Config, profile, file string, disk bool) string {
-	c := "ferry demo --device meta --profile " + profile
-	if cfg.Model == "gpt" {
-		g := cfg.GPT
-		c += fmt.Sprintf(" --model gpt --layers %d --heads %d --embd %d --seq %d --vocab %d --batch %d", g.Layers, g.Heads, g.Embd, g.Seq, g.Vocab, cfg.Batch)
-		if g.Dropout > 0 {
-			c += fmt.Sprintf(" --dropout %g", g.Dropout)
-		}
-	} else {
-		c += fmt.Sprintf(" --layers %d --width %d --batch %d", cfg.Layers, cfg.Width, cfg.Batch)
-	}
+	c := "ferry demo --device meta --profile " + profile + " " + sizeArgs(cfg.Family, cfg.Sizes)
 	if disk {
 		c += " --disk-dir DIR"
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"unicode/utf8"
 
+	"ferry/models"
 	"ferry/nn"
 	"ferry/train"
 )
@@ -57,7 +58,7 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if err != nil {
 			return err
 		}
-		cfg, err := gptConfigOf(meta.Identity)
+		fam, sz, err := languageModelOf(meta.Identity)
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
@@ -66,7 +67,7 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return err
 		}
 		defer dev.Close()
-		g, err := nn.NewGPT(dev, cfg, rand.New(rand.NewPCG(1, 1)))
+		g, err := fam.LanguageModel(dev, sz, 1)
 		if err != nil {
 			return err
 		}
@@ -74,7 +75,7 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if err := nn.LoadSafetensors(filepath.Join(path, "model.safetensors"), g); err != nil {
 			return err
 		}
-		text, err := train.Generate(g, dev, []byte(*prompt), *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
+		text, err := models.Generate(g, dev, []byte(*prompt), *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
 		if err != nil {
 			return err
 		}
@@ -90,33 +91,37 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	}
 }
 
-// gptConfigOf rebuilds the GPT's configuration from a text checkpoint's
-// identity.
-func gptConfigOf(id map[string]any) (nn.GPTConfig, error) {
+// languageModelOf finds the family and sizes of a text checkpoint's model
+// in its identity (checkpoints from before the model registry are GPTs).
+func languageModelOf(id map[string]any) (models.LanguageFamily, models.Sizes, error) {
 	if id["task"] != "text" {
-		return nn.GPTConfig{}, fmt.Errorf("it was written by `ferry train %v`, not `ferry train text`", id["task"])
+		return nil, nil, fmt.Errorf("it was written by `ferry train %v`, not `ferry train text`", id["task"])
 	}
-	num := func(k string) (int, error) {
-		v, ok := id[k].(json.Number)
+	name, _ := id["model"].(string)
+	if name == "" {
+		name = "gpt"
+	}
+	f, err := models.Lookup(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	lf, ok := f.(models.LanguageFamily)
+	if !ok {
+		return nil, nil, fmt.Errorf("its model %s is not a language model", name)
+	}
+	s := models.Sizes{}
+	for _, z := range f.Sizes() {
+		v, ok := id[z.Name].(json.Number)
 		if !ok {
-			return 0, fmt.Errorf("its identity lacks %s", k)
+			if z.Name == "dropout" { // not recorded by early checkpoints: it does not change the weights' use
+				s[z.Name] = 0
+				continue
+			}
+			return nil, nil, fmt.Errorf("its identity lacks %s", z.Name)
 		}
-		i, err := v.Int64()
-		if err != nil || i < 1 || i > 1<<30 {
-			return 0, fmt.Errorf("its %s is %v", k, v)
-		}
-		return int(i), nil
-	}
-	var cfg nn.GPTConfig
-	var err error
-	for _, f := range []struct {
-		k string
-		p *int
-	}{{"vocab", &cfg.Vocab}, {"seq", &cfg.Seq}, {"layers", &cfg.Layers}, {"heads", &cfg.Heads}, {"embd", &cfg.Embd}} {
-		if *f.p, err = num(f.k); err != nil {
-			return cfg, err
+		if s[z.Name], err = v.Float64(); err != nil {
+			return nil, nil, fmt.Errorf("its %s is %v", z.Name, v)
 		}
 	}
-	cfg.Bias = id["bias"] == true
-	return cfg, cfg.Validate()
+	return lf, s, models.Validate(f, s)
 }

@@ -1,56 +1,27 @@
 package main
 
 import (
-	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
-	"ferry"
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
 	"ferry/device/cpu"
-	"ferry/internal/demo"
-	"ferry/nn"
 	"ferry/offload"
 	"ferry/optim"
 	"ferry/plan"
-	"ferry/trace"
 	"ferry/train"
 )
 
-// The train commands share one loop (runTraining) and differ in their
-// task: the model, the data and the evaluation.
-
-// trainTask is what runTraining trains.
-type trainTask interface {
-	// describe is one line about the model and data, for people; title
-	// is a short form for plots.
-	describe() string
-	title() string
-	model() nn.Module
-	// forward runs the model; recompute checkpoints each layer or block.
-	forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor
-	loss(out, y *ferry.Tensor) *ferry.Tensor
-	// batch returns the inputs and targets of micro-batch micro of step
-	// (1-based), and how many samples or tokens it holds. It depends on
-	// the step alone, so that a resumed run sees the same data.
-	batch(step, micro int) (x, y *ferry.Tensor, items int)
-	// setStep keys dropout; setTraining switches it.
-	setStep(step uint64)
-	setTraining(on bool)
-	// evaluate computes held-out metrics (lower "loss" is better).
-	evaluate() (map[string]float64, error)
-	// identity is what a checkpoint must match to be resumed by this run.
-	identity() map[string]any
-	release()
-}
+// The train commands parse flags into a train.Config and a task (from
+// package models/…), run them with train.Trainer, and print the result.
 
 // trainOptions are the flags every train command has.
 type trainOptions struct {
@@ -72,11 +43,17 @@ type trainOptions struct {
 
 // trainModes are the memory modes of a training run: the demo's, less
 // naive (which trains the same as none and only shows the origin mistake).
-var trainModes = []string{demo.None, demo.SaveOnHost, demo.Offload, demo.OffloadDisk, demo.Recompute, demo.RecomputeOffload}
+var trainModes = func() []string {
+	var names []string
+	for _, m := range offload.Modes() {
+		names = append(names, string(m))
+	}
+	return names
+}()
 
 func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) {
 	fs.StringVar(&o.device, "device", "cpu", "device to train on: cpu or cuda[:N]")
-	fs.StringVar(&o.mode, "mode", demo.None, "memory mode: "+strings.Join(trainModes, ", "))
+	fs.StringVar(&o.mode, "mode", string(offload.None), "memory mode: "+strings.Join(trainModes, ", "))
 	fs.BoolVar(&o.offload, "offload", false, "offload saved activations (the same as --mode offload)")
 	fs.StringVar(&o.policy, "policy", "", "offload policy file from `ferry plan` (implies the offloader)")
 	fs.StringVar(&o.diskDir, "disk-dir", "", "directory for the offloader's disk tier (offload-disk, or a policy with disk placements)")
@@ -116,19 +93,19 @@ func (o *trainOptions) validate(set map[string]bool) error {
 		return fmt.Errorf("--batch, --steps and --accum must be at most %d", maxTrainDim)
 	}
 	if o.offload {
-		if set["mode"] && o.mode != demo.Offload {
+		if set["mode"] && o.mode != string(offload.Offload) {
 			return fmt.Errorf("--offload and --mode %s disagree; give one", o.mode)
 		}
-		o.mode = demo.Offload
+		o.mode = string(offload.Offload)
 	}
 	if !contains(trainModes, o.mode) {
 		return fmt.Errorf("--mode %q is not one of %s", o.mode, strings.Join(trainModes, ", "))
 	}
-	if o.policy != "" && o.mode != demo.None && o.mode != demo.Offload && o.mode != demo.OffloadDisk {
+	if o.policy != "" && o.mode != string(offload.None) && o.mode != string(offload.Offload) && o.mode != string(offload.OffloadDisk) {
 		return fmt.Errorf("--policy applies to the offloader; it cannot be combined with --mode %s", o.mode)
 	}
-	if o.policy != "" && o.mode == demo.None {
-		o.mode = demo.Offload // a policy runs through the offloader
+	if o.policy != "" && o.mode == string(offload.None) {
+		o.mode = string(offload.Offload) // a policy runs through the offloader
 	}
 	if o.optimizer != "sgd" && o.optimizer != "adamw" {
 		return fmt.Errorf("--optimizer %q: want sgd or adamw", o.optimizer)
@@ -182,7 +159,8 @@ type trainSummary struct {
 	Mode           string             `json:"mode"`
 	Model          string             `json:"model"`
 	ParameterCount int64              `json:"parameter_count"`
-	Steps          int                `json:"steps"`
+	Steps          int                `json:"steps"`     // the last step done
+	RunSteps       int                `json:"run_steps"` // steps done by this run (fewer than steps when resumed)
 	ResumedFrom    int                `json:"resumed_from_step,omitempty"`
 	Interrupted    bool               `json:"interrupted"`
 	Stopped        bool               `json:"stopped_early"` // --stop-after
@@ -190,37 +168,44 @@ type trainSummary struct {
 	StepSeconds    float64            `json:"step_seconds"` // median
 	ItemsPerSecond float64            `json:"-"`
 	FinalTrainLoss float64            `json:"final_train_loss"`
+	SmoothedLoss   float64            `json:"smoothed_train_loss"`
 	Metrics        map[string]float64 `json:"-"` // task metrics, merged into the object
-	PeakBytes      map[string]int64   `json:"peak_bytes_by_category"`
-	PeakTotalBytes int64              `json:"peak_bytes"`
-	Offload        *offload.Stats     `json:"offload,omitempty"`
-	Checkpoint     string             `json:"checkpoint,omitempty"`
-	Plots          []string           `json:"plots,omitempty"`
-	Sample         string             `json:"sample,omitempty"`
-	history        *history
+	higher         map[string]bool
+	PeakBytes      map[string]int64 `json:"peak_bytes_by_category"`
+	PeakTotalBytes int64            `json:"peak_bytes"`
+	Offload        *offload.Stats   `json:"offload,omitempty"`
+	Checkpoint     string           `json:"checkpoint,omitempty"`
+	Plots          []string         `json:"plots,omitempty"`
+	Sample         string           `json:"sample,omitempty"`
+	history        *train.History
 }
 
-// history is what the loss curves are drawn from; a checkpoint carries it,
-// so a resumed run's plot starts at step 1.
-type history struct {
-	Train    []train.Point `json:"train"`
-	Val      []train.Point `json:"val"`                // validation or test loss
-	Accuracy []train.Point `json:"accuracy,omitempty"` // test accuracy, by epoch
+// trainRun is what a train command hands runTrainer: the task and the
+// parts of the configuration the command decides.
+type trainRun struct {
+	task     train.Task
+	describe string
+	planned  func() plan.Model // the task's step for the planner (policies); nil: none
 }
 
-// runTraining trains task for o.steps optimizer steps and returns the
-// summary. stop ends the run at the next step boundary.
-func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress, stop <-chan struct{}) (*trainSummary, error) {
-	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, Model: task.describe(), Steps: 0}
+// plannedTask adds the planner's view of a task's step (train.Planner).
+type plannedTask struct {
+	train.Task
+	planModel func() plan.Model
+}
+
+func (p plannedTask) PlanModel() plan.Model { return p.planModel() }
+
+// runTrainer runs r under the shared flags o and returns the summary.
+func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (*trainSummary, error) {
+	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, Model: r.describe}
 	if o.policy != "" {
 		sum.Mode = "policy"
 	}
-	model := task.model()
+	model := r.task.Model()
 	for _, prm := range model.Parameters() {
 		sum.ParameterCount += int64(prm.Numel())
 	}
-
-	// Optimizer.
 	var opt optim.Stateful
 	switch o.optimizer {
 	case "sgd":
@@ -232,385 +217,103 @@ func runTraining(task trainTask, dev device.Device, o *trainOptions, p *progress
 		a.Beta2, a.WeightDecay = 0.95, float32(o.weightDecay)
 		opt = a
 	}
-	defer opt.(interface{ Release() }).Release()
+	defer opt.Release()
 	warmup := o.warmup
 	if warmup < 0 {
 		warmup = o.steps / 10
 	}
-	sched := train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps}
-	if err := sched.Validate(); err != nil {
+	mem := offload.Setup{Mode: offload.Mode(o.mode), DiskDir: o.diskDir}
+	task := r.task
+	if o.policy != "" {
+		pol, err := offload.LoadPolicy(o.policy)
+		if err != nil {
+			return nil, err
+		}
+		mem.Mode, mem.Policy = offload.PolicyMode, pol
+		if r.planned == nil {
+			return nil, fmt.Errorf("--policy: ferry plan writes policies for the GPT (train text); this model has none")
+		}
+		task = plannedTask{r.task, r.planned}
+	}
+	cfg := train.Config{
+		Steps: o.steps, Accum: o.accum, Optimizer: opt, Clip: o.clip, Memory: mem,
+		Schedule:  train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps},
+		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath, PlotDir: o.plotDir,
+		CheckpointDir: o.checkpointDir, CheckpointEvery: o.checkpointEvery, Keep: o.keep, Resume: o.resume,
+		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit,
+		Hooks: train.Hooks{
+			Start:   func(first, total int) { p.phase("train", total, first-1) },
+			Message: func(msg string) { p.line("%s", msg) },
+			Eval: func(step int, ms []train.Metric) {
+				if step == 0 {
+					p.line("step 0: %s", formatMetricList(ms))
+				} else {
+					p.line("step %d: train loss %.4f, %s", step, sum.SmoothedLoss, formatMetricList(ms))
+				}
+			},
+			Step: func(s train.StepInfo) {
+				sum.SmoothedLoss = s.Smoothed
+				p.update(s.Step, fmt.Sprintf("loss %.4f | %s %s/s | %s", s.Smoothed, siCount(s.ItemsPerSecond), o.unit, device.FormatBytes(s.DeviceBytes)))
+				if s.Log {
+					p.plain("step %d/%d  loss %.4f  lr %.3g  %s %s/s  %s", s.Step, s.Total, s.Smoothed, s.LR, siCount(s.ItemsPerSecond), o.unit, device.FormatBytes(s.DeviceBytes))
+				}
+			},
+			Done: p.done,
+		},
+	}
+	if o.plotDir != "" {
+		if _, ok := task.(train.Describer); !ok {
+			return nil, fmt.Errorf("--plot: the task has no title")
+		}
+	}
+	tr, err := train.New(dev, task, cfg)
+	if err != nil {
+		return nil, flagError(err)
+	}
+	defer tr.Close()
+	res, err := tr.Run(ctx)
+	if err != nil {
 		return nil, err
 	}
-
-	// Memory mode.
-	var hooks *ferry.SavedTensorHooks
-	var segments *ferry.SegmentHooks // a policy's recomputed blocks
-	inBackward := false              // a policy's optimizer inside backward
-	var off *offload.Offloader
-	switch o.mode {
-	case demo.SaveOnHost:
-		hooks = offload.NewHostSaver(dev).Hooks()
-	case demo.Offload, demo.OffloadDisk, demo.RecomputeOffload:
-		cfg := offload.DefaultConfig()
-		cfg.DiskDir = o.diskDir
-		if o.mode == demo.OffloadDisk {
-			if cfg.DiskDir == "" {
-				cfg.DiskDir = os.TempDir()
-			}
-			cfg.HostLimit = -1
-		}
-		if o.policy != "" {
-			pol, err := loadTrainPolicy(task, o)
-			if err != nil {
-				return nil, err
-			}
-			cfg.Policy = pol.Place
-			segments = pol.SegmentHooks()
-			inBackward = pol.OptimizerInBackward
-		}
-		var err error
-		if off, err = offload.New(dev, cfg); err != nil {
-			return nil, err
-		}
-		defer off.Close()
-		hooks = off.Hooks()
+	sum.Steps, sum.ResumedFrom, sum.Interrupted, sum.Stopped = res.Steps, res.ResumedFrom, res.Interrupted, res.Stopped
+	sum.RunSteps = max(0, res.Steps-res.FirstStep+1)
+	sum.WallSeconds, sum.StepSeconds, sum.ItemsPerSecond = res.WallSeconds, res.StepSeconds, res.ItemsPerSecond
+	sum.FinalTrainLoss, sum.SmoothedLoss = res.LastLoss, res.SmoothedLoss
+	sum.Metrics, sum.higher = metricMap(res.Metrics), map[string]bool{}
+	for _, m := range res.Metrics {
+		sum.higher[m.Name] = m.Better == train.Higher
 	}
-	recompute := o.mode == demo.Recompute || o.mode == demo.RecomputeOffload
-
-	// Checkpoints and resume. A checkpoint resumes only a run of the same
-	// model, data and optimizer.
-	identity := task.identity()
-	identity["optimizer"] = o.optimizer
-	var ckpt *train.Checkpointer
-	hist := &history{}
-	first := 1
-	if o.checkpointDir != "" {
-		ckpt = &train.Checkpointer{Dir: o.checkpointDir, Keep: o.keep}
-		if o.resume {
-			meta, path, err := ckpt.Resume(model, opt, identity)
-			if err != nil {
-				return nil, err
-			}
-			if meta != nil {
-				first = meta.Step + 1
-				sum.ResumedFrom = meta.Step
-				if len(meta.Extra) > 0 {
-					if err := json.Unmarshal(meta.Extra, hist); err != nil {
-						return nil, fmt.Errorf("checkpoint %s: its history: %w", path, err)
-					}
-				}
-				p.line("resumed from %s (step %d of %d)", path, meta.Step, o.steps)
-			} else {
-				p.line("no checkpoint in %s yet; starting at step 1", o.checkpointDir)
-			}
-		} else if latest, err := ckpt.Latest(); err != nil || latest != "" {
-			if err != nil {
-				return nil, err
-			}
-			return nil, fmt.Errorf("--checkpoint-dir %s already holds checkpoints (latest %s); give --resume to continue that run, "+
-				"or another directory to start afresh (nothing was changed)", o.checkpointDir, filepath.Base(latest))
-		}
+	for _, m := range res.Best {
+		sum.Metrics["best_"+m.Name] = m.Value
+		sum.higher["best_"+m.Name] = m.Better == train.Higher
 	}
-	if first > o.steps {
-		return nil, fmt.Errorf("the checkpoint is at step %d, and this run has --steps %d: nothing left to train (give more --steps)", first-1, o.steps)
-	}
-
-	if o.plotDir != "" { // fail now, not after the run
-		if err := os.MkdirAll(o.plotDir, 0o755); err != nil {
-			return nil, fmt.Errorf("--plot: %w", err)
-		}
-	}
-
-	// Logging.
-	logEvery := o.logEvery
-	if logEvery == 0 {
-		logEvery = max(1, o.steps/50)
-	}
-	evalEvery := o.evalEvery
-	var logFile *os.File
-	var logW *bufio.Writer
-	if o.logPath != "" {
-		flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
-		if first > 1 {
-			flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND // a resumed run continues its log
-		}
-		f, err := os.OpenFile(o.logPath, flags, 0o644)
-		if err != nil {
-			return nil, fmt.Errorf("--log: %w", err)
-		}
-		logFile, logW = f, bufio.NewWriter(f)
-		defer logFile.Close()
-	}
-	writeLog := func(rec map[string]any) error {
-		if logW == nil {
-			return nil
-		}
-		b, err := json.Marshal(jsonSafe(rec))
-		if err != nil {
-			return err
-		}
-		logW.Write(append(b, '\n'))
-		if err := logW.Flush(); err != nil {
-			return fmt.Errorf("--log %s: %w", o.logPath, err)
-		}
-		return nil
-	}
-
-	saveCheckpoint := func(step int) error {
-		if ckpt == nil {
-			return nil
-		}
-		extra, _ := json.Marshal(hist)
-		path, err := ckpt.Save(model, opt, train.Meta{Step: step, Seed: o.seed, Identity: identity, Extra: extra,
-			DataPosition: map[string]any{"step": step, "note": "batches are drawn from generators keyed by (seed, step)"}})
-		if err != nil {
-			return err
-		}
-		sum.Checkpoint = path
-		return nil
-	}
-
-	best := map[string]float64{}
-	evaluate := func(step int) (map[string]float64, error) {
-		task.setTraining(false)
-		defer task.setTraining(true)
-		m, err := task.evaluate()
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range m {
-			b, seen := best[k]
-			higher := strings.Contains(k, "accuracy")
-			if !seen || (higher && v > b) || (!higher && v < b) {
-				best[k] = v
-			}
-		}
-		if v, ok := m["val_loss"]; ok {
-			hist.Val = append(hist.Val, train.Point{Step: step, Value: v})
-		}
-		if v, ok := m["test_loss"]; ok {
-			hist.Val = append(hist.Val, train.Point{Step: step, Value: v})
-		}
-		if v, ok := m["test_accuracy"]; ok && o.evalEvery > 0 {
-			hist.Accuracy = append(hist.Accuracy, train.Point{Step: step / o.evalEvery, Value: v})
-		}
-		return m, nil
-	}
-
-	alloc := dev.Allocator()
-	alloc.ResetPeak()
-	var rec *trace.Recorder
-	recordStep := -1
-	if o.plotDir != "" {
-		recordStep = min(first+1, o.steps) // a warm step, not the first
-	}
-	start := time.Now()
-	var stepTimes []float64
-	var items int64
-	smoothed := math.NaN()
-	var metrics map[string]float64
-	if first == 1 {
-		m, err := evaluate(0)
-		if err != nil {
-			return nil, err
-		}
-		metrics = m
-		p.line("step %d: %s", 0, formatMetrics(m))
-		if err := writeLog(map[string]any{"step": 0, "eval": m}); err != nil {
-			return nil, err
-		}
-	}
-	p.phase("train", o.steps, first-1)
-	step := first
-	for ; step <= o.steps; step++ {
-		select {
-		case <-stop:
-			sum.Interrupted = true
-		default:
-		}
-		if sum.Interrupted {
-			break
-		}
-		if o.stopAfter > 0 && step >= first+o.stopAfter {
-			sum.Stopped = true
-			break
-		}
-		lr := sched.At(step)
-		switch a := opt.(type) {
-		case *optim.SGD:
-			a.LR = float32(lr)
-		case *optim.AdamW:
-			a.LR = float32(lr)
-		}
-		var stopRec func()
-		if step == recordStep {
-			rec = trace.New(nil)
-			stopRec = rec.Allocator(dev.Name(), alloc)
-		}
-		t0 := time.Now()
-		var loss float64
-		for micro := 0; micro < o.accum; micro++ {
-			task.setStep(uint64((step-1)*o.accum + micro + 1))
-			x, y, n := task.batch(step, micro)
-			items += int64(n)
-			err := ferry.Step(func(tape *ferry.Tape) error {
-				if segments != nil {
-					tape.SetSegmentHooks(segments)
-				}
-				xin := tape.Input(x)
-				var out *ferry.Tensor
-				fwd := func() { out = task.forward(tape, xin, recompute) }
-				if hooks != nil {
-					tape.WithHooks(hooks, fwd)
-				} else {
-					fwd()
-				}
-				l := task.loss(out, tape.Input(y))
-				out.Release()
-				loss += float64(l.Item()) / float64(o.accum)
-				if o.accum > 1 {
-					l = ferry.Scale(l, 1/float32(o.accum))
-				}
-				if inBackward {
-					opts, e := optim.InBackward(opt.(optim.Stepper))
-					if err := l.BackwardWith(opts); err != nil {
-						return err
-					}
-					return e.Err()
-				}
-				return l.Backward()
-			})
-			x.Release()
-			y.Release()
-			if err != nil {
-				return nil, fmt.Errorf("step %d: %w", step, err)
-			}
-		}
-		if math.IsNaN(loss) || math.IsInf(loss, 0) {
-			return nil, fmt.Errorf("step %d: the loss is %v; lower --lr or set --clip", step, loss)
-		}
-		if o.clip > 0 {
-			if _, err := optim.ClipGradNorm(model.Parameters(), o.clip); err != nil {
-				return nil, fmt.Errorf("step %d: %w", step, err)
-			}
-		}
-		if !inBackward {
-			if err := opt.Step(); err != nil {
-				return nil, fmt.Errorf("step %d: %w", step, err)
-			}
-			opt.ZeroGrad()
-		}
-		if stopRec != nil {
-			stopRec()
-		}
-		stepTimes = append(stepTimes, time.Since(t0).Seconds())
-		sum.Steps = step
-		sum.FinalTrainLoss = loss
-		if math.IsNaN(smoothed) {
-			smoothed = loss
-		} else {
-			smoothed = 0.9*smoothed + 0.1*loss
-		}
-		hist.Train = append(hist.Train, train.Point{Step: step, Value: loss})
-		elapsed := time.Since(start).Seconds()
-		rate := float64(items) / elapsed
-		p.update(step, fmt.Sprintf("loss %.4f | %s %s/s | %s", smoothed, siCount(rate), o.unit, device.FormatBytes(alloc.Allocated())))
-		var evalNow map[string]float64
-		if step%evalEvery == 0 || step == o.steps {
-			m, err := evaluate(step)
-			if err != nil {
-				return nil, err
-			}
-			metrics, evalNow = m, m
-			p.line("step %d: train loss %.4f, %s", step, smoothed, formatMetrics(m))
-		}
-		if step%logEvery == 0 || evalNow != nil || step == o.steps {
-			p.plain("step %d/%d  loss %.4f  lr %.3g  %s %s/s  %s", step, o.steps, smoothed, lr, siCount(rate), o.unit, device.FormatBytes(alloc.Allocated()))
-			rec := map[string]any{"step": step, "loss": loss, "smoothed_loss": smoothed, "lr": lr,
-				o.unit + "_per_second": rate, "elapsed_seconds": elapsed, "device_bytes": alloc.Allocated()}
-			if evalNow != nil {
-				rec["eval"] = evalNow
-			}
-			if err := writeLog(rec); err != nil {
-				return nil, err
-			}
-		}
-		every := o.checkpointEvery
-		if every == 0 {
-			every = evalEvery
-		}
-		if ckpt != nil && (step%every == 0 || step == o.steps) {
-			if err := saveCheckpoint(step); err != nil {
-				return nil, fmt.Errorf("step %d: %w", step, err)
-			}
-		}
-	}
-	p.done()
-	if (sum.Interrupted || sum.Stopped) && ckpt != nil && sum.Steps >= first && sum.Checkpoint != ckpt.PathFor(sum.Steps) {
-		if err := saveCheckpoint(sum.Steps); err != nil {
-			return nil, fmt.Errorf("writing the final checkpoint: %w", err)
-		}
-	}
-	sum.WallSeconds = time.Since(start).Seconds()
-	sum.StepSeconds = demo.Median(stepTimes)
-	if sum.WallSeconds > 0 {
-		sum.ItemsPerSecond = float64(items) / sum.WallSeconds
-	}
-	sum.Metrics = map[string]float64{}
-	for k, v := range metrics {
-		sum.Metrics[k] = v
-	}
-	for k, v := range best {
-		sum.Metrics["best_"+k] = v
-	}
-	sum.history = hist
-	st := alloc.Stats()
-	sum.PeakBytes = map[string]int64{}
-	for c := device.Category(0); c < device.NumCategories; c++ {
-		sum.PeakBytes[c.String()] = st.ByCategory[c].Peak
-	}
-	sum.PeakTotalBytes = st.AllocatedBytes.Peak
-	if off != nil {
-		s := off.Stats()
-		sum.Offload = &s
-	}
-	if o.plotDir != "" {
-		files, err := writePlots(o.plotDir, task.title(), hist, rec, dev.Name())
-		if err != nil {
-			return nil, err
-		}
-		sum.Plots = files
-	}
+	sum.PeakBytes, sum.PeakTotalBytes, sum.Offload = res.PeakBytes, res.PeakTotalBytes, res.Offload
+	sum.Checkpoint, sum.Plots, sum.history = res.Checkpoint, res.Plots, res.History
 	return sum, nil
 }
 
-// loadTrainPolicy reads a policy file and checks it against the task's
-// model, recorded on the meta device: every name, slot and shape must be
-// the model's, and disk placements need --disk-dir.
-func loadTrainPolicy(task trainTask, o *trainOptions) (*offload.Policy, error) {
-	pm, ok := task.(interface{ planModel() plan.Model })
-	if !ok {
-		return nil, fmt.Errorf("--policy: ferry plan writes policies for the GPT (train text); this model has none")
+// formatMetricList writes one evaluation's metrics for people.
+func formatMetricList(ms []train.Metric) string {
+	higher := map[string]bool{}
+	for _, m := range ms {
+		higher[m.Name] = m.Better == train.Higher
 	}
-	pol, err := offload.LoadPolicy(o.policy)
-	if err != nil {
-		return nil, err
-	}
-	info, err := plan.Record(pm.planModel())
-	if err != nil {
-		return nil, fmt.Errorf("--policy %s: recording the model on meta: %w", o.policy, err)
-	}
-	if err := pol.Validate(info, o.diskDir != "" || o.mode == demo.OffloadDisk); err != nil {
-		return nil, fmt.Errorf("--policy %s: %w", o.policy, err)
-	}
-	if pol.OptimizerInBackward && (o.clip > 0 || o.accum > 1) {
-		return nil, fmt.Errorf("--policy %s updates each parameter inside backward, which leaves no moment for --clip or --accum; "+
-			"drop those flags, or plan for a larger budget", o.policy)
-	}
-	return pol, nil
+	return formatMetricsOf(metricMap(ms), higher)
 }
 
-func formatMetrics(m map[string]float64) string {
+func metricMap(ms []train.Metric) map[string]float64 {
+	m := make(map[string]float64, len(ms))
+	for _, x := range ms {
+		m[x.Name] = x.Value
+	}
+	return m
+}
+
+func formatMetrics(m map[string]float64) string { return formatMetricsOf(m, nil) }
+
+// formatMetricsOf writes metrics for people; higher marks the fractions
+// (accuracies), printed as percentages.
+func formatMetricsOf(m map[string]float64, higher map[string]bool) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -619,7 +322,7 @@ func formatMetrics(m map[string]float64) string {
 	var parts []string
 	for _, k := range keys {
 		v := m[k]
-		if strings.Contains(k, "accuracy") {
+		if higher[k] || (higher == nil && strings.Contains(k, "accuracy")) {
 			parts = append(parts, fmt.Sprintf("%s %.2f%%", strings.ReplaceAll(k, "_", " "), 100*v))
 		} else {
 			parts = append(parts, fmt.Sprintf("%s %.4f", strings.ReplaceAll(k, "_", " "), v))
@@ -659,10 +362,14 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 	} else if s.Stopped {
 		state = "stopped (--stop-after)"
 	}
-	fmt.Fprintf(w, "\n%s: %d steps in %.1f s (median step %.1f ms, %s %s/s) on %s, mode %s\n",
-		state, s.Steps, s.WallSeconds, 1e3*s.StepSeconds, siCount(s.ItemsPerSecond), unit, s.Device, s.Mode)
+	resumed := ""
+	if s.ResumedFrom > 0 {
+		resumed = fmt.Sprintf(" (steps %d–%d; resumed from step %d)", s.ResumedFrom+1, s.Steps, s.ResumedFrom)
+	}
+	fmt.Fprintf(w, "\n%s: %d steps in %.1f s%s (median step %.1f ms, %s %s/s) on %s, mode %s\n",
+		state, s.RunSteps, s.WallSeconds, resumed, 1e3*s.StepSeconds, siCount(s.ItemsPerSecond), unit, s.Device, s.Mode)
 	if len(s.Metrics) > 0 {
-		fmt.Fprintf(w, "  last step's train loss %.4f; %s\n", s.FinalTrainLoss, formatMetrics(s.Metrics))
+		fmt.Fprintf(w, "  train loss %.4f (smoothed; the last step's alone %.4f); %s\n", s.SmoothedLoss, s.FinalTrainLoss, formatMetricsOf(s.Metrics, s.higher))
 	}
 	fmt.Fprintf(w, "  peak device memory %s", device.FormatBytes(s.PeakTotalBytes))
 	sep := ":"
@@ -716,9 +423,11 @@ func finishTraining(out io.Writer, asJSON bool, s *trainSummary, unit string) er
 
 // initialVal is the validation loss before the first step, when this run
 // (or the one it resumed) measured it.
-func (s *trainSummary) initialVal() (float64, bool) {
-	if s.history != nil && len(s.history.Val) > 0 && s.history.Val[0].Step == 0 {
-		return s.history.Val[0].Value, true
+func (s *trainSummary) initialVal(name string) (float64, bool) {
+	if s.history != nil {
+		if v := s.history.Evals[name]; len(v) > 0 && v[0].Step == 0 {
+			return v[0].Value, true
+		}
 	}
 	return 0, false
 }
@@ -749,4 +458,37 @@ func stateCopies(optimizer string) int {
 		return 1
 	}
 	return 2
+}
+
+// interruptContext is cancelled by the first SIGINT or SIGTERM (see
+// interruptions): the Trainer then finishes its step and checkpoints.
+func interruptContext() (context.Context, func()) {
+	stop, unlisten := interruptions()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		unlisten()
+		cancel()
+	}
+}
+
+// flagError names the flag behind a train.ConfigError.
+func flagError(err error) error {
+	var ce *train.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	flags := map[string]string{"Steps": "--steps", "Accum": "--accum", "EvalEvery": "--eval-every", "LogEvery": "--log-every",
+		"CheckpointEvery": "--checkpoint-every", "StopAfter": "--stop-after", "Clip": "--clip", "Memory.Policy": "--policy",
+		"CheckpointDir": "--checkpoint-dir", "PlotDir": "--plot", "LogPath": "--log"}
+	if f, ok := flags[ce.Field]; ok {
+		return fmt.Errorf("%s: %w", f, ce.Err)
+	}
+	return err
 }

@@ -24,18 +24,23 @@ func TestBadValuesAreRejected(t *testing.T) {
 		want string // in stderr
 		code int
 	}{
-		{[]string{"demo", "--device", "meta", "--width", "-5"}, "--width must be a positive integer", 1},
-		{[]string{"demo", "--device", "meta", "--width", "0"}, "--width must be a positive integer", 1},
+		{[]string{"demo", "--device", "meta", "--width", "-5"}, "--width must be a whole number in [1, ", 1},
+		{[]string{"demo", "--device", "meta", "--width", "0"}, "--width must be a whole number", 1},
+		{[]string{"demo", "--device", "meta", "--width", "1.5"}, "--width must be a whole number", 1},
+		{[]string{"demo", "--device", "meta", "--width", "abc"}, "want a number", 2},
+		{[]string{"demo", "--device", "meta", "--embd", "64"}, "--embd: no such size for --model mlp", 1},
+		{[]string{"demo", "--device", "meta", "--modes", "none", "--policy", diskPolicy}, "add policy to --modes", 1},
 		{[]string{"demo", "--device", "meta", "--batch", "0"}, "--batch must be", 1},
 		{[]string{"demo", "--device", "meta", "--keep-last", "-5"}, "--keep-last", 1},
 		{[]string{"demo", "--device", "meta", "--max-in-flight", "-2"}, "--max-in-flight", 1},
 		{[]string{"demo", "--device", "meta", "--min-bytes", "NaN"}, "not a size", 2},
 		{[]string{"demo", "--device", "cpu:0junk"}, "not a non-negative integer", 1},
 		{[]string{"demo", "--device", "meta", "--device-param", "foo=1"}, "unknown parameter", 1},
-		{[]string{"demo", "--device", "meta", "--batch", "9223372036854775807"}, "exceeds what any device can hold", 1},
+		{[]string{"demo", "--device", "meta", "--batch", "9223372036854775807"}, "--batch must be a whole number", 1},
+		{[]string{"demo", "--device", "meta", "--batch", "1000000000", "--width", "1000000000"}, "exceeds what any device can hold", 1},
 		{[]string{"demo", "--device", "meta", "--policy", "/dev/zero"}, "larger than", 1},
-		{[]string{"demo", "--device", "meta", "--modes", "offload", "--policy", diskPolicy}, "no disk directory", 1},
-		{[]string{"demo", "--device", "meta", "--modes", "offload", "--policy", badPolicy}, "slot -1 is negative", 1},
+		{[]string{"demo", "--device", "meta", "--modes", "policy", "--policy", diskPolicy}, "no disk directory", 1},
+		{[]string{"demo", "--device", "meta", "--modes", "policy", "--policy", badPolicy}, "slot -1 is negative", 1},
 		{[]string{"demo", "--device", "meta", "--modes", "offload-disk", "--disk-dir", file}, "is a file, not a directory", 1},
 		{[]string{"plan", "--budget", "1e19"}, "more than any device holds", 2},
 		{[]string{"plan", "--budget", "1e300GiB"}, "more than any device holds", 2},
@@ -55,7 +60,7 @@ func TestBadValuesAreRejected(t *testing.T) {
 		t.Errorf("files left in %s: %v", dir, ents)
 	}
 	// Every problem of a policy at once.
-	_, errOut, _ := runCLI(t, "demo", "--device", "meta", "--modes", "offload", "--policy", badPolicy)
+	_, errOut, _ := runCLI(t, "demo", "--device", "meta", "--modes", "policy", "--policy", badPolicy)
 	for _, want := range []string{`"layers.99"`, `"nope"`, "slot -1"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("policy problems: %q lacks %s", errOut, want)

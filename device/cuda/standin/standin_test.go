@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,8 +17,9 @@ import (
 	"ferry/device/cuda/cu"
 	"ferry/device/cuda/standin"
 	"ferry/device/devicetest"
-	"ferry/internal/demo"
+	"ferry/offload"
 	"ferry/optim"
+	"ferry/train/traintest"
 )
 
 // Every test of this package runs ferry's real bindings against the
@@ -236,42 +236,31 @@ func closeTo(t *testing.T, what string, got, want []float32) {
 	}
 }
 
-// The demo in every offload mode: the offloader's side-stream copies to
-// and from the pinned pool (and disk), with copies slow enough to be seen
-// in flight. Gradients must equal those of no offloading.
+// Every memory mode through the Trainer: the offloader's side-stream
+// copies to and from the pinned pool (and disk), with copies slow enough
+// to be seen in flight. Training must give the bits of no offloading.
 func TestStandInOffload(t *testing.T) {
 	l := setup(t)
-	cfg := demo.DefaultConfig("cuda:0")
-	cfg.Layers, cfg.Width, cfg.Batch, cfg.Steps = 6, 64, 32, 2
-	cfg.DiskDir = t.TempDir()
-	cfg.DeviceOptions = device.Options{PoisonFreed: true}
-	cfg.Open = func(name string, opts device.Options) (device.Device, error) {
-		l.SetCopyDelay(200 * time.Microsecond)
-		return device.Open(name, opts)
-	}
 	copies := l.Counter("copies")
-	res, err := demo.Execute(cfg)
+	open := func() (device.Device, error) {
+		l.SetCopyDelay(200 * time.Microsecond)
+		return device.Open("cuda:0", device.Options{PoisonFreed: true})
+	}
+	runs, err := traintest.RunModes(open, offload.Modes(), t.TempDir(), 6, 64, 32, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	modes := map[string]bool{}
-	for _, r := range res.Runs {
-		modes[r.Mode] = true
-		t.Logf("%-13s after forward %7d  offloaded %d", r.Mode, r.AfterForwardBytes, r.OffloadedBytes)
-		if r.GradsEqualNone == nil || !*r.GradsEqualNone {
-			t.Errorf("%s: gradients differ from no offloading", r.Mode)
+	none := runs[0]
+	for _, r := range runs {
+		t.Logf("%-17s after forward %7d  offloaded %d", r.Mode, r.AfterForward, r.Offloaded)
+		if !r.Equal(none) {
+			t.Errorf("%s: training differs from no offloading", r.Mode)
 		}
-		if (r.Mode == demo.Offload || r.Mode == demo.OffloadDisk) && r.OffloadedBytes == 0 {
+		if (r.Mode == offload.Offload || r.Mode == offload.OffloadDisk) && r.Offloaded == 0 {
 			t.Errorf("%s offloaded nothing", r.Mode)
 		}
 	}
-	if !modes[demo.Offload] {
-		t.Errorf("the demo ran %v, not %s", modes, demo.Offload)
-	}
 	if l.Counter("copies") == copies {
 		t.Errorf("no copies reached the stand-in")
-	}
-	if !strings.Contains(fmt.Sprint(modes), demo.None) {
-		t.Errorf("no run without offloading to compare with")
 	}
 }

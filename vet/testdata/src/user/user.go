@@ -12,7 +12,7 @@ func origin(host ferry.Device, layers []*nn.Linear, x *ferry.Tensor) *ferry.Tens
 	prev := x
 	for _, l := range layers {
 		x = ferry.ReLU(l.Forward(prev))
-		prev.To(host) // want `^prev\.To returns a copy and does not move prev; the discarded copy leaks\. To move saved tensors off the device, push an offloader's hooks on the tape: tape\.WithHooks\(off\.Hooks\(\), f\) with off from offload\.New \(or offload\.SaveOnHost\(dev\)\); to move prev yourself, assign the result and Release the original$`
+		prev.To(host) // want `^prev\.To returns a copy and does not move prev; the discarded copy leaks\. To move saved tensors off the device, push an offloader's hooks on the tape: tape\.WithHooks\(off\.Hooks\(\), f\) with off from offload\.New \(or offload\.NewHostSaver\(dev\)\); to move prev yourself, assign the result and Release the original$`
 		prev = x
 	}
 	return x

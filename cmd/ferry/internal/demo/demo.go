@@ -1,0 +1,493 @@
+// Package demo runs the experiment ferry started from: L layers of
+// Linear(W, W) + ReLU at batch B, trained with MSE loss and SGD, once per
+// offload mode, measuring memory the way the original PyTorch user did
+// (allocated before and after forward, peak during forward) and more.
+// `ferry demo` prints its results; tests compare devices with it.
+package demo
+
+import (
+	"encoding/binary"
+	"errors"
+	"ferry/device/meta"
+	"ferry/internal/fsx"
+	"ferry/models"
+	_ "ferry/models/all" // the families the demo and the planner know
+	"fmt"
+	"hash/fnv"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+	"unsafe"
+
+	"ferry"
+	"ferry/device"
+	"ferry/internal/rss"
+	"ferry/offload"
+	"ferry/trace"
+	"ferry/trace/plots"
+)
+
+// The demo's modes: the memory modes of package offload, and naive, the
+// origin user's mistake, which only the demo runs.
+const (
+	None             = string(offload.None)
+	Naive            = "naive" // copy each layer input to the host and discard the copy
+	SaveOnHost       = string(offload.SaveOnHost)
+	Offload          = string(offload.Offload)
+	OffloadDisk      = string(offload.OffloadDisk)
+	Recompute        = string(offload.Recompute)
+	RecomputeOffload = string(offload.RecomputeOffload)
+	// Policy applies Config.Policy and Config.Segments whatever their
+	// placements (keep, host, disk, recompute), exactly as the planner
+	// replays them (PlanModel): `ferry demo --policy FILE` runs it.
+	Policy = string(offload.PolicyMode)
+)
+
+// AllModes lists the modes a demo runs by default (every mode but
+// policy, which needs a policy; naive only for a model that can make the
+// origin user's copy, models.NaiveForwarder).
+var AllModes = []string{None, Naive, SaveOnHost, Offload, OffloadDisk, Recompute, RecomputeOffload}
+
+// NaiveExplanation says why the naive mode saves nothing.
+const NaiveExplanation = `Why "naive" saves nothing: x.To(host) makes a new tensor on the host and leaves x where it is. ` +
+	`The copy is discarded at once, and the tape still holds the device tensor that Linear saved for ` +
+	`backward, so no device byte is freed (PyTorch: prev_tensor.to('cpu') returns a copy; autograd keeps ` +
+	`the original). Offloading has to happen where tensors are saved: saved-tensor hooks, as in ` +
+	`save-on-host and offload.`
+
+// Config describes one demo run.
+type Config struct {
+	Device        string
+	DeviceOptions device.Options
+	// Family is the model (models.Lookup) and Sizes its sizes (missing
+	// ones take the family's defaults for the device).
+	Family     models.Family
+	Sizes      models.Sizes
+	Modes      []string
+	Steps      int    // timed steps after one warm-up
+	SkipWarmup bool   // no warm-up step (the meta device needs none)
+	Seed       uint64 // parameters, input and target
+	LR         float32
+	DiskDir    string         // for offload-disk ("" = the system's temporary directory)
+	Offload    offload.Config // for offload and offload-disk
+	// Policy, if set, replaces the offloader's default choices (ferry plan
+	// writes one).
+	Policy func(ferry.SaveInfo, *ferry.Tensor) offload.Placement
+	// Segments says which segments mode policy recomputes (see
+	// offload.Policy.SegmentHooks); nil: none.
+	Segments *ferry.SegmentHooks
+	// OptimizerInBackward updates each parameter as soon as its gradient
+	// is complete and frees the gradient (optim.InBackward), so gradients
+	// never all exist at once.
+	OptimizerInBackward bool
+	// TraceDir, if set, receives for each mode a Chrome trace
+	// (<mode>.trace.json) and a chart (<mode>.memory.svg) of the last
+	// step's memory by category and its phases.
+	TraceDir string
+	// Open opens the device; nil uses device.Open.
+	Open func(name string, opts device.Options) (device.Device, error)
+	// Stop, when closed, ends the run at the next step boundary: the mode
+	// under way is abandoned and Execute returns the finished modes with
+	// ErrInterrupted.
+	Stop <-chan struct{}
+}
+
+// ErrInterrupted is returned (wrapped) by Execute when Config.Stop closed.
+var ErrInterrupted = errors.New("interrupted")
+
+func (c Config) stopped() bool {
+	select {
+	case <-c.Stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Origin is the family of the origin experiment, the demo's default.
+const Origin = "mlp"
+
+// DefaultConfig is the origin experiment at a size the device can take in
+// well under a minute: 40 layers of 4096 at batch 1024 on a GPU or the meta
+// device, of 1024 at batch 256 on the CPU (the mlp family's defaults).
+func DefaultConfig(dev string) Config {
+	f, err := models.Lookup(Origin)
+	if err != nil {
+		panic("demo: the origin model's family is not registered (import ferry/models/mlp)")
+	}
+	return Config{Device: dev, Family: f, Steps: 5, Seed: 1, Offload: offload.DefaultConfig()}
+}
+
+// sizes are cfg's sizes with the family's defaults for the device filled
+// in.
+func (cfg Config) sizes() models.Sizes {
+	kind, _, _ := device.ParseName(cfg.Device)
+	s := models.Defaults(cfg.Family, kind)
+	for k, v := range cfg.Sizes {
+		s[k] = v
+	}
+	return s
+}
+
+// Run is one mode's measurements. Byte figures are the device allocator's
+// (PyTorch's memory_allocated), from the last timed step; every step gives
+// the same figures.
+type Run struct {
+	Mode               string    `json:"mode"`
+	BeforeForwardBytes int64     `json:"before_forward_bytes"`
+	AfterForwardBytes  int64     `json:"after_forward_bytes"`
+	PeakForwardBytes   int64     `json:"peak_forward_bytes"`
+	PeakStepBytes      int64     `json:"peak_step_bytes"`
+	StepSeconds        float64   `json:"step_seconds"` // median of the timed steps
+	StepSecondsAll     []float64 `json:"step_seconds_all"`
+	Loss               float32   `json:"loss"` // of the first step
+	GradsEqualNone     *bool     `json:"grads_equal_none"`
+	OffloadedBytes     int64     `json:"offloaded_bytes"` // per step, to host and disk
+	ToHostBytes        int64     `json:"to_host_bytes"`
+	ToDiskBytes        int64     `json:"to_disk_bytes"`
+	StallSeconds       float64   `json:"stall_seconds"` // per step
+	OverlapRatio       float64   `json:"overlap_ratio"`
+	PeakRSSBytes       int64     `json:"peak_rss_bytes,omitempty"`
+	// Simulated is true when times are the meta device\'s predictions.
+	Simulated         bool  `json:"simulated,omitempty"`
+	HostPeakBytes     int64 `json:"host_peak_bytes"` // the host allocator's peak (pinned pool on a GPU)
+	ReservedPeakBytes int64 `json:"reserved_peak_bytes"`
+	gradHash          uint64
+	hasData           bool
+}
+
+// Result is a whole demo.
+type Result struct {
+	Device          string       `json:"device"`
+	Layers          int          `json:"layers"`
+	Width           int          `json:"width"`
+	Batch           int          `json:"batch"`
+	Steps           int          `json:"steps"`
+	ActivationBytes int64        `json:"activation_bytes"` // one layer's output
+	ParameterBytes  int64        `json:"parameter_bytes"`
+	Model           string       `json:"model"`
+	Sizes           models.Sizes `json:"sizes"`
+	Description     string       `json:"description,omitempty"`
+	ParameterCount  int64        `json:"parameter_count"`
+	MatmulBackend   string       `json:"matmul_backend,omitempty"`
+	Runs            []Run        `json:"runs"`
+	Notes           []string     `json:"notes,omitempty"`
+}
+
+// Execute runs every mode of cfg.
+func Execute(cfg Config) (*Result, error) {
+	if cfg.Family == nil {
+		return nil, fmt.Errorf("demo: no model family")
+	}
+	if cfg.Steps < 1 {
+		return nil, fmt.Errorf("demo: steps must be positive, got %d", cfg.Steps)
+	}
+	cfg.Sizes = cfg.sizes()
+	if err := models.Validate(cfg.Family, cfg.Sizes); err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	// The header's figures, from the model built on the meta device
+	// (shapes only; no step runs).
+	w, err := cfg.Family.Workload(meta.New(device.Options{}, nil), cfg.Sizes, cfg.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	_, naive := w.(models.NaiveForwarder)
+	rows, width := w.MatmulShape()
+	res := &Result{Device: cfg.Device, Layers: cfg.Sizes.Int("layers"), Width: width, Batch: cfg.Sizes.Int("batch"), Steps: cfg.Steps,
+		ActivationBytes: w.ActivationBytes(), ParameterCount: w.ParameterCount(), ParameterBytes: 4 * w.ParameterCount(),
+		Model: cfg.Family.Name(), Description: w.Describe(), Sizes: cfg.Sizes}
+	_ = rows
+	w.Release()
+	if cfg.Modes == nil {
+		for _, m := range AllModes {
+			if m != Naive || naive {
+				cfg.Modes = append(cfg.Modes, m)
+			}
+		}
+	}
+	for _, m := range cfg.Modes {
+		if m == Policy && cfg.Policy == nil {
+			return nil, fmt.Errorf("demo: mode policy needs a policy (ferry demo --policy FILE, written by ferry plan)")
+		}
+		if !slices.Contains(AllModes, m) && m != Policy {
+			return nil, fmt.Errorf("demo: unknown mode %q (modes: %s, %s)", m, strings.Join(AllModes, ", "), Policy)
+		}
+		if m == Naive && !naive {
+			return nil, fmt.Errorf("demo: mode naive is the origin MLP's mistake; a %s has no layer inputs to copy by hand", cfg.Family.Name())
+		}
+	}
+	if cfg.Open == nil {
+		cfg.Open = device.Open
+	}
+	var none *Run
+	for _, mode := range cfg.Modes {
+		if cfg.stopped() {
+			return res, fmt.Errorf("before mode %s: %w", mode, ErrInterrupted)
+		}
+		r, err := runMode(cfg, mode)
+		if err != nil {
+			res.finish(none)
+			return res, fmt.Errorf("mode %s: %w", mode, err)
+		}
+		if mode == None {
+			none = r
+		}
+		res.Runs = append(res.Runs, *r)
+	}
+	res.finish(none)
+	return res, nil
+}
+
+// finish compares every finished run's gradients with mode none's.
+func (res *Result) finish(none *Run) {
+	if none != nil && none.hasData {
+		for i := range res.Runs {
+			eq := res.Runs[i].gradHash == none.gradHash && math.Float32bits(res.Runs[i].Loss) == math.Float32bits(none.Loss)
+			res.Runs[i].GradsEqualNone = &eq
+		}
+	}
+}
+
+func runMode(cfg Config, mode string) (*Run, error) {
+	opts := cfg.DeviceOptions
+	dev, err := cfg.Open(cfg.Device, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w\n(`ferry doctor` reports which devices ferry found; --device cpu and --device meta run anywhere)", err)
+	}
+	defer dev.Close()
+	m, err := cfg.Family.Workload(dev, cfg.Sizes, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Release()
+	opt := m.Optimizer(cfg.LR)
+	defer opt.Release()
+	var input, target *ferry.Tensor
+	if err := ferry.Catch(func() error {
+		// The target waits on the host: as in the original test, forward is
+		// measured holding only the parameters and the input.
+		input, target = m.Data(dev, cfg.Seed)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	defer input.Release()
+	defer target.Release()
+
+	// The mode's hooks, as offload sets them up for every caller; naive
+	// and the policy's segments are the demo's own (runMode installs the
+	// policy's hooks across the loss too, as the planner replays it).
+	setup := offload.Setup{Mode: offload.Mode(mode), Config: &cfg.Offload, DiskDir: cfg.DiskDir}
+	switch mode {
+	case Naive:
+		setup.Mode = offload.None
+	case Policy: // the offloader places by cfg.Policy; runMode sets cfg.Segments itself
+		oc := cfg.Offload
+		oc.Policy = cfg.Policy
+		setup.Mode, setup.Config = offload.Offload, &oc
+	}
+	mem, err := offload.NewMemory(dev, setup)
+	if err != nil {
+		return nil, err
+	}
+	defer mem.Close()
+	hooks := mem.Hooks()
+	stats := func() offload.Stats { s, _ := mem.Stats(); return s }
+	if _, moves := mem.Stats(); !moves {
+		stats = nil
+	}
+
+	r := &Run{Mode: mode, hasData: device.HasData(dev)}
+	recompute := mode == Recompute || mode == RecomputeOffload
+	alloc := dev.Allocator()
+	hostAlloc := dev.Host().Allocator()
+	runtime.GC()
+	debug.FreeOSMemory()
+	rssOK := rss.ResetPeak() == nil
+	sim, simulated := dev.(interface {
+		Now() float64
+		StallSeconds() float64
+	})
+	first := 0
+	if cfg.SkipWarmup {
+		first = 1
+	}
+	for step := first; step <= cfg.Steps; step++ {
+		if cfg.stopped() {
+			return nil, ErrInterrupted
+		}
+		var simStart, simStall float64
+		if simulated {
+			simStart, simStall = sim.Now(), sim.StallSeconds()
+		}
+		var statsBefore offload.Stats
+		if stats != nil {
+			statsBefore = stats()
+		}
+		hostAlloc.ResetPeak()
+		var rec *trace.Recorder
+		if cfg.TraceDir != "" && step == cfg.Steps {
+			rec = newRecorder(dev, simulated)
+			stop := rec.Allocator(dev.Name(), alloc)
+			defer stop()
+		}
+		phase := func(name string) func() {
+			if rec == nil {
+				return func() {}
+			}
+			return rec.Begin("step", name)
+		}
+		start := time.Now()
+		var loss float32
+		err := ferry.Step(func(tape *ferry.Tape) error {
+			x := tape.Input(input)
+			r.BeforeForwardBytes = alloc.Allocated()
+			alloc.ResetPeak()
+			var y *ferry.Tensor
+			endForward := phase("forward")
+			var l *ferry.Tensor
+			if mode == Policy {
+				// As the planner records and replays the step (PlanModel):
+				// the hooks see the loss's saves too, and the policy's
+				// segments are recomputed.
+				tape.SetSegmentHooks(cfg.Segments)
+				tape.PushHooks(hooks)
+				y = m.Forward(tape, x, false)
+			} else if hooks != nil {
+				tape.WithHooks(hooks, func() { y = m.Forward(tape, x, recompute) })
+			} else if mode == Naive {
+				y = m.(models.NaiveForwarder).ForwardNaive(tape, x)
+			} else {
+				y = m.Forward(tape, x, recompute)
+			}
+			endForward()
+			defer phase("backward + optimizer")()
+			r.AfterForwardBytes = alloc.Allocated()
+			r.PeakForwardBytes = alloc.Stats().AllocatedBytes.Peak
+			l = m.Loss(y, tape.Adopt(target.To(dev)))
+			if mode == Policy {
+				tape.PopHooks()
+			}
+			hashing := step == first && r.hasData
+			hashes := map[*ferry.Tensor]uint64{}
+			seen := func(p *ferry.Tensor) {
+				if hashing {
+					hashes[p] = hashGrad(p)
+				}
+			}
+			done := func() {
+				if hashing {
+					for _, p := range m.Parameters() {
+						hashes[p] = hashGrad(p)
+					}
+				}
+			}
+			if err := backwardAndStep(l, opt, cfg.OptimizerInBackward, seen, done); err != nil {
+				return err
+			}
+			if hashing {
+				loss = l.Item()
+				h := fnv.New64a()
+				for _, p := range m.Parameters() {
+					binary.Write(h, binary.LittleEndian, hashes[p])
+				}
+				r.gradHash = h.Sum64()
+			}
+			return dev.Compute().Synchronize()
+		})
+		elapsed := time.Since(start).Seconds()
+		if err != nil {
+			return nil, err
+		}
+		if step == first {
+			r.Loss = loss
+		}
+		if rec != nil {
+			if err := writeTrace(cfg.TraceDir, mode, dev.Name(), rec); err != nil {
+				return nil, err
+			}
+		}
+		if step == 0 {
+			continue // warm-up
+		}
+		if simulated && sim.Now() > 0 {
+			// A device with a cost model: report its prediction.
+			elapsed = sim.Now() - simStart
+			r.Simulated = true
+		}
+		r.StepSecondsAll = append(r.StepSecondsAll, elapsed)
+		st := alloc.Stats()
+		r.PeakStepBytes = st.AllocatedBytes.Peak
+		r.ReservedPeakBytes = st.ReservedBytes.Peak
+		r.HostPeakBytes = hostAlloc.Stats().AllocatedBytes.Peak
+		if stats != nil {
+			s := stats().Since(statsBefore)
+			r.ToHostBytes, r.ToDiskBytes = s.BytesToHost, s.BytesToDisk
+			r.OffloadedBytes = s.BytesToHost + s.BytesToDisk
+			r.StallSeconds = s.StallSeconds
+			r.OverlapRatio = s.OverlapRatio()
+		}
+		if r.Simulated {
+			r.StallSeconds = sim.StallSeconds() - simStall
+		}
+	}
+	r.StepSeconds = Median(r.StepSecondsAll)
+	if rssOK {
+		_, r.PeakRSSBytes, _ = rss.Read()
+	}
+	return r, nil
+}
+
+// hashGrad hashes the bits of p's gradient: equal hashes mean bitwise
+// equal gradients (to a 64-bit hash's certainty).
+func hashGrad(p *ferry.Tensor) uint64 {
+	h := fnv.New64a()
+	if g := p.Grad(); g != nil {
+		v := g.Float32s()
+		h.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*4))
+	}
+	return h.Sum64()
+}
+
+// Median is the median of xs (the mean of the middle two for an even
+// count), NaN for none.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func newRecorder(dev device.Device, simulated bool) *trace.Recorder {
+	if sim, ok := dev.(interface{ Now() float64 }); ok {
+		if simulated && sim.Now() > 0 {
+			return trace.New(sim.Now) // predicted time
+		}
+		return trace.NewCounting() // time does not move: order events
+	}
+	return trace.New(nil)
+}
+
+func writeTrace(dir, mode, allocator string, rec *trace.Recorder) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// Each file appears whole or not at all (a full disk leaves no
+	// truncated trace).
+	if err := fsx.WriteAtomic(filepath.Join(dir, mode+".trace.json"), rec.WriteChrome); err != nil {
+		return err
+	}
+	return plots.Memory(dir, mode+".memory", "ferry demo, mode "+mode+": memory allocated on "+allocator+" during one step, by category",
+		rec.Samples(allocator))
+}

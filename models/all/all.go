@@ -1,0 +1,10 @@
+// Package all registers every model family ferry ships: import it for
+// its side effect, as ferry's commands do.
+//
+//	import _ "ferry/models/all"
+package all
+
+import (
+	_ "ferry/models/gpt"
+	_ "ferry/models/mlp"
+)

@@ -1,0 +1,183 @@
+package offload
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"ferry"
+	"ferry/device"
+)
+
+// Mode is a memory mode of a training step: where the tensors that
+// forward saves for backward spend the time until backward needs them.
+// NewMemory sets a mode up; ferry train, ferry demo and the Trainer in
+// package train all go through it.
+type Mode string
+
+// The memory modes.
+const (
+	// None keeps every saved tensor on the device.
+	None Mode = "none"
+	// SaveOnHost copies each saved tensor to the host as it is saved, and
+	// back when backward needs it, blocking both times: PyTorch's
+	// torch.autograd.graph.save_on_cpu(pin_memory=True).
+	SaveOnHost Mode = "save-on-host"
+	// Offload is ferry's asynchronous offloader: saved tensors leave the
+	// device on a side stream and come back prefetched during backward.
+	Offload Mode = "offload"
+	// OffloadDisk is Offload with every offloaded tensor sent on to disk.
+	OffloadDisk Mode = "offload-disk"
+	// Recompute checkpoints every layer or block: only its input is kept,
+	// and backward runs its forward again.
+	Recompute Mode = "recompute"
+	// RecomputeOffload is Recompute with the kept inputs offloaded.
+	RecomputeOffload Mode = "recompute-offload"
+	// PolicyMode applies a Policy (written by ferry plan): keep, host,
+	// disk or recompute per saved tensor.
+	PolicyMode Mode = "policy"
+)
+
+// Modes lists the modes a training run can take without a policy, in the
+// order the demo runs them.
+func Modes() []Mode {
+	return []Mode{None, SaveOnHost, Offload, OffloadDisk, Recompute, RecomputeOffload}
+}
+
+// ParseMode checks s against the modes (policy included).
+func ParseMode(s string) (Mode, error) {
+	for _, m := range append(Modes(), PolicyMode) {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	names := make([]string, 0, 7)
+	for _, m := range Modes() {
+		names = append(names, string(m))
+	}
+	return "", fmt.Errorf("memory mode %q is not one of %s (or policy, with a policy file)", s, strings.Join(names, ", "))
+}
+
+// Recomputes reports whether m checkpoints every layer or block.
+func (m Mode) Recomputes() bool { return m == Recompute || m == RecomputeOffload }
+
+// Setup says how to set a Mode up.
+type Setup struct {
+	Mode Mode // "" is None
+	// Config tunes the offloader of modes offload, offload-disk,
+	// recompute-offload and policy; the zero value means DefaultConfig.
+	Config *Config
+	// DiskDir is the disk tier's directory: offload-disk's files ("" is
+	// the system's temporary directory) and a policy's disk placements.
+	DiskDir string
+	// Policy is the plan that mode policy applies.
+	Policy *Policy
+}
+
+// Memory is a memory mode set up on a device: the hooks and segments a
+// step installs on its tape, and the offloader or host saver behind them.
+// Its methods run on the training goroutine. Close it when training ends.
+type Memory struct {
+	mode  Mode
+	hooks *ferry.SavedTensorHooks
+	segs  *ferry.SegmentHooks
+	inBwd bool
+	off   *Offloader
+	saver *HostSaver
+}
+
+// NewMemory sets up s.Mode on dev (the zero Mode is None).
+func NewMemory(dev device.Device, s Setup) (*Memory, error) {
+	if s.Mode == "" {
+		s.Mode = None
+	}
+	m := &Memory{mode: s.Mode}
+	if s.Policy != nil && s.Mode != PolicyMode {
+		return nil, fmt.Errorf("offload: a policy is applied by mode policy, not %s", s.Mode)
+	}
+	cfg := DefaultConfig()
+	if s.Config != nil {
+		cfg = *s.Config
+	}
+	cfg.DiskDir = s.DiskDir
+	switch s.Mode {
+	case None, Recompute:
+		return m, nil
+	case SaveOnHost:
+		m.saver = NewHostSaver(dev)
+		m.hooks = m.saver.Hooks()
+		return m, nil
+	case OffloadDisk:
+		if cfg.DiskDir == "" {
+			cfg.DiskDir = os.TempDir()
+		}
+		cfg.HostLimit = -1 // everything offloaded goes on to disk
+	case Offload, RecomputeOffload:
+	case PolicyMode:
+		if s.Policy == nil {
+			return nil, fmt.Errorf("offload: mode policy needs a policy (ferry plan writes one)")
+		}
+		cfg.Policy = s.Policy.Place
+		m.segs = s.Policy.SegmentHooks()
+		m.inBwd = s.Policy.OptimizerInBackward
+	default:
+		return nil, fmt.Errorf("offload: unknown memory mode %q", s.Mode)
+	}
+	off, err := New(dev, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.off, m.hooks = off, off.Hooks()
+	return m, nil
+}
+
+// Mode is the mode set up.
+func (m *Memory) Mode() Mode { return m.mode }
+
+// Recompute reports whether the model should checkpoint every layer or
+// block (modes recompute and recompute-offload).
+func (m *Memory) Recompute() bool { return m.mode.Recomputes() }
+
+// OptimizerInBackward reports whether the policy updates each parameter
+// inside backward (optim.InBackward), so that gradients never all exist.
+func (m *Memory) OptimizerInBackward() bool { return m.inBwd }
+
+// Hooks are the saved-tensor hooks to push around forward; nil for modes
+// that keep saved tensors where they are.
+func (m *Memory) Hooks() *ferry.SavedTensorHooks { return m.hooks }
+
+// Segments are the policy's recomputed segments (nil: none).
+func (m *Memory) Segments() *ferry.SegmentHooks { return m.segs }
+
+// Forward runs f, the forward pass of a step on tape, under the mode: the
+// policy's segments are set on the tape and the hooks pushed around f.
+func (m *Memory) Forward(tape *ferry.Tape, f func()) {
+	if m.segs != nil {
+		tape.SetSegmentHooks(m.segs)
+	}
+	if m.hooks != nil {
+		tape.WithHooks(m.hooks, f)
+		return
+	}
+	f()
+}
+
+// Stats returns what the mode moved so far; ok is false for modes that
+// move nothing.
+func (m *Memory) Stats() (s Stats, ok bool) {
+	switch {
+	case m.off != nil:
+		return m.off.Stats(), true
+	case m.saver != nil:
+		return m.saver.Stats(), true
+	}
+	return Stats{}, false
+}
+
+// Close waits for transfers in flight and frees what the mode holds.
+func (m *Memory) Close() error {
+	if m.off != nil {
+		return m.off.Close()
+	}
+	return nil
+}

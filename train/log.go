@@ -1,0 +1,82 @@
+package train
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+)
+
+// jsonLog writes one JSON object per line to a file, flushed after each.
+type jsonLog struct {
+	path string
+	f    *os.File
+	w    *bufio.Writer
+}
+
+// openLog opens path for the run's log ("" for none), appending when the
+// run resumes. The file is opened without blocking, so a FIFO with no
+// reader is an error at once, not a hang.
+func openLog(path string, appending bool) (*jsonLog, error) {
+	if path == "" {
+		return &jsonLog{}, nil
+	}
+	flags := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
+	if appending {
+		flags = os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	}
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("log %s is not a regular file; give a file path", path)
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("log: %w", err)
+	}
+	return &jsonLog{path: path, f: f, w: bufio.NewWriter(f)}, nil
+}
+
+func (l *jsonLog) write(rec map[string]any) error {
+	if l.w == nil {
+		return nil
+	}
+	b, err := json.Marshal(finite(rec))
+	if err != nil {
+		return err
+	}
+	l.w.Write(append(b, '\n'))
+	if err := l.w.Flush(); err != nil {
+		return fmt.Errorf("log %s: %w", l.path, err)
+	}
+	return nil
+}
+
+func (l *jsonLog) close() {
+	if l.f != nil {
+		l.f.Close()
+	}
+}
+
+// finite replaces NaN and infinities, which JSON cannot hold, by their
+// names as strings, in maps of any depth.
+func finite(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Sprint(x)
+		}
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = finite(e)
+		}
+		return out
+	case map[string]float64:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = finite(e)
+		}
+		return out
+	}
+	return v
+}

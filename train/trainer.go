@@ -1,0 +1,735 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"ferry"
+	"ferry/device"
+	"ferry/nn"
+	"ferry/offload"
+	"ferry/optim"
+	"ferry/plan"
+	"ferry/trace"
+)
+
+// Task is what a Trainer trains: a model, its batches and its loss. The
+// Trainer owns the loop around it (schedule, accumulation, memory mode,
+// evaluation, checkpoints, logs, plots). Optional abilities are further
+// interfaces a Task may implement: Evaluator, Identifier, Describer and
+// Planner; the model may implement nn.Trainable and nn.Stepped.
+type Task interface {
+	// Model is the module whose parameters are trained and checkpointed.
+	Model() nn.Module
+	// Batch returns micro-batch micro (0-based) of step (1-based): inputs,
+	// targets, and how many items (samples or tokens) they hold. It must
+	// depend on (step, micro) alone, so that a resumed run sees the same
+	// data. The Trainer releases x and y.
+	Batch(step, micro int) (x, y *ferry.Tensor, items int, err error)
+	// Forward runs the model on x, recorded on tape. With recompute, it
+	// checkpoints each layer or block (nn.Checkpoint, tape.Checkpoint).
+	Forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor
+	// Loss is the scalar loss of out against targets y.
+	Loss(out, y *ferry.Tensor) *ferry.Tensor
+}
+
+// Evaluator is a Task that measures held-out metrics. The Trainer calls it
+// with the model in evaluation mode (nn.Trainable) and outside any tape.
+type Evaluator interface {
+	Evaluate() ([]Metric, error)
+}
+
+// Identifier is a Task that says what a checkpoint must match to be
+// resumed by it: model sizes, data, anything that changes the mathematics.
+// The Trainer adds its own settings (optimizer, schedule, clipping,
+// accumulation, memory mode does not count: every mode gives the same bits).
+type Identifier interface {
+	Identity() map[string]any
+}
+
+// Describer is a Task that titles its plots.
+type Describer interface {
+	Title() string
+}
+
+// Planner is a Task whose step the planner can record on the meta device
+// (plan.Record), so that a policy file is checked against it before
+// training.
+type Planner interface {
+	PlanModel() plan.Model
+}
+
+// Better says which way a metric improves.
+type Better int
+
+const (
+	Lower  Better = iota // a loss
+	Higher               // an accuracy
+)
+
+// Metric is one held-out figure.
+type Metric struct {
+	Name   string
+	Value  float64
+	Better Better
+}
+
+// Schedule gives the learning rate of each step (1-based). Cosine is one.
+type Schedule interface {
+	At(step int) float64
+}
+
+// Config is everything about a run that is not the task.
+type Config struct {
+	// Steps is the number of optimizer steps of the whole run (a resumed
+	// run continues to it).
+	Steps int
+	// Accum is the number of micro-batches per step (gradient
+	// accumulation; 0 means 1). Each micro-batch's loss is scaled by
+	// 1/Accum, so gradients are those of the mean.
+	Accum int
+	// Optimizer updates the model's parameters. Its LR is set from
+	// Schedule before each step. Checkpoints need an optim.Stateful one.
+	Optimizer optim.Optimizer
+	// Schedule sets the learning rate; nil keeps the optimizer's.
+	Schedule Schedule
+	// Clip, if positive, clips gradients to this global L2 norm.
+	Clip float64
+	// Memory is the memory mode (offload.Setup): none, offload,
+	// recompute, a policy…; the zero value is mode none.
+	Memory offload.Setup
+	// EvalEvery is the number of steps between evaluations (0: only at
+	// the end); an Evaluator also runs before the first step.
+	EvalEvery int
+	// LogEvery is the number of steps between Hooks.Step reports marked
+	// Log and JSON log records (0: about 50 per run).
+	LogEvery int
+	// LogPath, if set, receives one JSON object per logging interval
+	// (JSON lines); a resumed run appends.
+	LogPath string
+	// PlotDir, if set, receives the loss curves, accuracy (for Higher
+	// metrics) and one step's device memory by category, PNG and SVG.
+	PlotDir string
+	// CheckpointDir, if set, receives checkpoints every CheckpointEvery
+	// steps (0: at evaluations), at the end, and when stopped.
+	CheckpointDir   string
+	CheckpointEvery int
+	// Keep is how many checkpoints stay (0 means 3).
+	Keep int
+	// Resume continues from the latest checkpoint in CheckpointDir.
+	Resume bool
+	// StopAfter, if positive, stops after this many steps of this run (the
+	// schedule still spans Steps), checkpointing if asked.
+	StopAfter int
+	// Seed is recorded in checkpoints (the task draws from it).
+	Seed uint64
+	// Unit names the items a batch holds ("samples", "tokens").
+	Unit string
+	// Hooks report progress.
+	Hooks Hooks
+}
+
+// Hooks let a caller show a run. Each runs on the training goroutine, and
+// none may keep the values it is given beyond the call.
+type Hooks struct {
+	// Start is called before the first step of this run.
+	Start func(first, total int)
+	// Step is called after every optimizer step.
+	Step func(StepInfo)
+	// Eval is called after each evaluation.
+	Eval func(step int, metrics []Metric)
+	// Message is called with lines for people (resumed from …).
+	Message func(msg string)
+	// Done is called when the loop ends, before the summary is made.
+	Done func()
+}
+
+// StepInfo describes one finished step.
+type StepInfo struct {
+	Step, Total    int
+	Loss           float64 // this step's mean loss over its micro-batches
+	Smoothed       float64 // exponential moving average (0.9) of Loss
+	LR             float64
+	ItemsPerSecond float64 // since this run started
+	Elapsed        float64 // seconds since this run started
+	DeviceBytes    int64   // allocated on the device after the step
+	Log            bool    // a logging interval ends here
+}
+
+// Point is one value of a curve: a loss at a step.
+type Point struct {
+	Step  int     `json:"step"`
+	Value float64 `json:"value"`
+}
+
+// History is the run's curves; a checkpoint carries it, so a resumed
+// run's plots start at step 1.
+type History struct {
+	Train []Point            `json:"train"`
+	Evals map[string][]Point `json:"evals,omitempty"`
+	// Better says which way each metric improves.
+	Better map[string]Better `json:"better,omitempty"`
+}
+
+// Result is what a run did.
+type Result struct {
+	Steps          int // the last step done
+	FirstStep      int // the first step of this run (1 unless resumed)
+	ResumedFrom    int
+	Interrupted    bool // ctx was cancelled
+	Stopped        bool // StopAfter
+	WallSeconds    float64
+	StepSeconds    float64 // median
+	Items          int64   // items trained on by this run
+	ItemsPerSecond float64
+	LastLoss       float64 // the last step's loss
+	SmoothedLoss   float64
+	// Metrics are the last evaluation's; Best each metric's best.
+	Metrics, Best  []Metric
+	PeakBytes      map[string]int64 // device peak by category
+	PeakTotalBytes int64
+	Offload        *offload.Stats
+	Checkpoint     string // the last checkpoint written
+	Plots          []string
+	History        *History
+}
+
+// ConfigError is a setting of Config that cannot work, found by New or
+// at the start of Run. Field is the Config field's name, so that a
+// command-line front end can name its own flag.
+type ConfigError struct {
+	Field string
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return "train: " + e.Field + ": " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func configErr(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// Trainer runs a Task under a Config on a device.
+type Trainer struct {
+	dev  device.Device
+	task Task
+	cfg  Config
+	mem  *offload.Memory
+	ckpt *Checkpointer
+}
+
+// New checks cfg against task and dev and prepares the run: the memory
+// mode, the checkpoint directory, the log and plot paths, so that every
+// setting that cannot work fails here, before any training work.
+func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
+	if cfg.Steps < 1 {
+		return nil, configErr("Steps", "must be positive, got %d", cfg.Steps)
+	}
+	if cfg.Accum == 0 {
+		cfg.Accum = 1
+	}
+	if cfg.Keep == 0 {
+		cfg.Keep = 3
+	}
+	if cfg.Unit == "" {
+		cfg.Unit = "items"
+	}
+	for name, v := range map[string]int{"Accum": cfg.Accum, "EvalEvery": cfg.EvalEvery, "LogEvery": cfg.LogEvery,
+		"CheckpointEvery": cfg.CheckpointEvery, "StopAfter": cfg.StopAfter} {
+		if v < 0 {
+			return nil, configErr(name, "must not be negative, got %d", v)
+		}
+	}
+	if cfg.Optimizer == nil {
+		return nil, configErr("Optimizer", "none given")
+	}
+	if !(cfg.Clip >= 0) || math.IsInf(cfg.Clip, 0) {
+		return nil, configErr("Clip", "must be a finite number ≥ 0, got %v", cfg.Clip)
+	}
+	if v, ok := cfg.Schedule.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	t := &Trainer{dev: dev, task: task, cfg: cfg}
+	if pol := cfg.Memory.Policy; pol != nil {
+		if err := t.checkPolicy(pol); err != nil {
+			return nil, &ConfigError{"Memory.Policy", err}
+		}
+	}
+	if cfg.CheckpointDir != "" {
+		if _, ok := cfg.Optimizer.(optim.Stateful); !ok {
+			return nil, fmt.Errorf("train: checkpoints need an optimizer whose state can be saved (optim.Stateful); %T is not", cfg.Optimizer)
+		}
+		t.ckpt = &Checkpointer{Dir: cfg.CheckpointDir, Keep: cfg.Keep}
+		if err := writableDir(cfg.CheckpointDir); err != nil {
+			return nil, &ConfigError{"CheckpointDir", err}
+		}
+	} else if cfg.Resume {
+		return nil, fmt.Errorf("train: resume needs a checkpoint directory")
+	}
+	if cfg.PlotDir != "" {
+		if err := writableDir(cfg.PlotDir); err != nil {
+			return nil, &ConfigError{"PlotDir", err}
+		}
+	}
+	if cfg.LogPath != "" {
+		if err := writableFile(cfg.LogPath); err != nil {
+			return nil, &ConfigError{"LogPath", err}
+		}
+	}
+	mem, err := offload.NewMemory(dev, cfg.Memory)
+	if err != nil {
+		return nil, err
+	}
+	if mem.OptimizerInBackward() {
+		if _, ok := cfg.Optimizer.(optim.Stepper); !ok {
+			mem.Close()
+			return nil, fmt.Errorf("train: the policy updates parameters inside backward, which needs an optim.Stepper; %T is not", cfg.Optimizer)
+		}
+	}
+	t.mem = mem
+	return t, nil
+}
+
+// writableDir makes dir (and its parents) if needed and checks that a
+// file can be created in it, so a read-only directory fails before
+// training rather than at the first save.
+func writableDir(dir string) error {
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return fmt.Errorf("%s exists and is not a directory", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".ferry-write-test-*")
+	if err != nil {
+		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// writableFile checks that path is, or can be created as, a regular file
+// in an existing directory: pipes and devices are refused, since a FIFO
+// with no reader would block the run and /dev/full would fail it late.
+func writableFile(path string) error {
+	if st, err := os.Stat(path); err == nil {
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("%s is not a regular file; give a file path", path)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}
+	dir := filepath.Dir(path)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("%s: the directory %s does not exist", path, dir)
+	}
+	return writableDir(dir)
+}
+
+// checkPolicy checks a policy file against the task's model, recorded on
+// the meta device: every name, slot and shape must be the model's, and
+// disk placements need a disk directory.
+func (t *Trainer) checkPolicy(pol *offload.Policy) error {
+	p, ok := t.task.(Planner)
+	if !ok {
+		return fmt.Errorf("train: a policy is checked against the model's plan, and this task has none (it does not implement train.Planner)")
+	}
+	info, err := plan.Record(p.PlanModel())
+	if err != nil {
+		return fmt.Errorf("recording the model on meta: %w", err)
+	}
+	if err := pol.Validate(info, t.cfg.Memory.DiskDir != ""); err != nil {
+		return err
+	}
+	if pol.OptimizerInBackward && (t.cfg.Clip > 0 || t.cfg.Accum > 1) {
+		return fmt.Errorf("it updates each parameter inside backward, which leaves no moment for clipping or accumulation; " +
+			"drop those, or plan for a larger budget")
+	}
+	return nil
+}
+
+// Close frees what the Trainer set up (the memory mode's buffers). The
+// task, model and optimizer stay the caller's.
+func (t *Trainer) Close() error { return t.mem.Close() }
+
+// ErrNonFinite is wrapped by the error of a step whose loss or gradients
+// are not finite. Such a step never reaches a checkpoint.
+var ErrNonFinite = errors.New("not finite")
+
+// Run trains until Config.Steps, StopAfter, or ctx is cancelled (then
+// the step under way finishes, a checkpoint is written if asked, and the
+// result says Interrupted). The error is nil for all three.
+func (t *Trainer) Run(ctx context.Context) (*Result, error) {
+	cfg, task, dev := t.cfg, t.task, t.dev
+	model := task.Model()
+	opt := cfg.Optimizer
+	h := cfg.Hooks
+	say := func(format string, args ...any) {
+		if h.Message != nil {
+			h.Message(fmt.Sprintf(format, args...))
+		}
+	}
+	res := &Result{History: &History{Evals: map[string][]Point{}, Better: map[string]Better{}}}
+	hist := res.History
+
+	identity := t.identity()
+	first := 1
+	if t.ckpt != nil {
+		st, _ := opt.(optim.Stateful)
+		if cfg.Resume {
+			meta, path, err := t.ckpt.Resume(model, st, identity)
+			if err != nil {
+				return nil, err
+			}
+			if meta != nil {
+				first = meta.Step + 1
+				res.ResumedFrom = meta.Step
+				if len(meta.Extra) > 0 {
+					if err := json.Unmarshal(meta.Extra, hist); err != nil {
+						return nil, fmt.Errorf("checkpoint %s: its history: %w", path, err)
+					}
+					if hist.Evals == nil {
+						hist.Evals = map[string][]Point{}
+					}
+					if hist.Better == nil {
+						hist.Better = map[string]Better{}
+					}
+				}
+				say("resumed from %s (step %d of %d)", path, meta.Step, cfg.Steps)
+			} else {
+				say("no checkpoint in %s yet; starting at step 1", cfg.CheckpointDir)
+			}
+		} else if latest, err := t.ckpt.Latest(); err != nil || latest != "" {
+			if err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("checkpoint directory %s already holds checkpoints (latest %s); resume to continue that run, "+
+				"or give another directory to start afresh (nothing was changed)", cfg.CheckpointDir, filepath.Base(latest))
+		}
+	}
+	if first > cfg.Steps {
+		return nil, fmt.Errorf("the checkpoint is at step %d, and this run has %d steps: nothing left to train (give more steps)", first-1, cfg.Steps)
+	}
+	res.FirstStep = first
+
+	logEvery := cfg.LogEvery
+	if logEvery == 0 {
+		logEvery = max(1, cfg.Steps/50)
+	}
+	log, err := openLog(cfg.LogPath, first > 1)
+	if err != nil {
+		return nil, err
+	}
+	defer log.close()
+
+	saveCheckpoint := func(step int) error {
+		if t.ckpt == nil {
+			return nil
+		}
+		extra, _ := json.Marshal(hist)
+		path, err := t.ckpt.Save(model, opt.(optim.Stateful), Meta{Step: step, Seed: cfg.Seed, Identity: identity, Extra: extra,
+			DataPosition: map[string]any{"step": step, "note": "batches are drawn from generators keyed by (seed, step)"}})
+		if err != nil {
+			return err
+		}
+		res.Checkpoint = path
+		return nil
+	}
+
+	best := map[string]Metric{}
+	evaluate := func(step int) ([]Metric, error) {
+		ev, ok := task.(Evaluator)
+		if !ok {
+			return nil, nil
+		}
+		nn.SetTraining(model, false)
+		defer nn.SetTraining(model, true)
+		ms, err := ev.Evaluate()
+		if err != nil {
+			return nil, fmt.Errorf("evaluation at step %d: %w", step, err)
+		}
+		for _, m := range ms {
+			b, seen := best[m.Name]
+			if !seen || (m.Better == Higher && m.Value > b.Value) || (m.Better == Lower && m.Value < b.Value) {
+				best[m.Name] = m
+			}
+			hist.Evals[m.Name] = append(hist.Evals[m.Name], Point{Step: step, Value: m.Value})
+			hist.Better[m.Name] = m.Better
+		}
+		if h.Eval != nil {
+			h.Eval(step, ms)
+		}
+		return ms, nil
+	}
+
+	alloc := dev.Allocator()
+	alloc.ResetPeak()
+	var rec *trace.Recorder
+	recordStep := -1
+	if cfg.PlotDir != "" {
+		recordStep = min(first+1, cfg.Steps) // a warm step, not the first
+	}
+	start := time.Now()
+	var stepTimes []float64
+	smoothed := math.NaN()
+	if len(hist.Train) > 0 { // resumed: continue the curve's average
+		smoothed = hist.Train[0].Value
+		for _, p := range hist.Train[1:] {
+			smoothed = 0.9*smoothed + 0.1*p.Value
+		}
+	}
+	if first == 1 {
+		ms, err := evaluate(0)
+		if err != nil {
+			return nil, err
+		}
+		res.Metrics = ms
+		if ms != nil {
+			if err := log.write(map[string]any{"step": 0, "eval": metricMap(ms)}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if h.Start != nil {
+		h.Start(first, cfg.Steps)
+	}
+	for step := first; step <= cfg.Steps; step++ {
+		if ctx.Err() != nil {
+			res.Interrupted = true
+			break
+		}
+		if cfg.StopAfter > 0 && step >= first+cfg.StopAfter {
+			res.Stopped = true
+			break
+		}
+		lr := opt.LR()
+		if cfg.Schedule != nil {
+			lr = cfg.Schedule.At(step)
+			opt.SetLR(lr)
+		}
+		var stopRec func()
+		if step == recordStep {
+			rec = trace.New(nil)
+			stopRec = rec.Allocator(dev.Name(), alloc)
+		}
+		t0 := time.Now()
+		loss, items, err := t.step(step)
+		if stopRec != nil {
+			stopRec()
+		}
+		if err != nil {
+			// Nothing of this step reaches a checkpoint: the optimizer has
+			// not run (or, in backward, the step stops at the first error).
+			return nil, fmt.Errorf("step %d: %w", step, err)
+		}
+		stepTimes = append(stepTimes, time.Since(t0).Seconds())
+		res.Items += items
+		res.Steps, res.LastLoss = step, loss
+		if math.IsNaN(smoothed) {
+			smoothed = loss
+		} else {
+			smoothed = 0.9*smoothed + 0.1*loss
+		}
+		res.SmoothedLoss = smoothed
+		hist.Train = append(hist.Train, Point{Step: step, Value: loss})
+		elapsed := time.Since(start).Seconds()
+		info := StepInfo{Step: step, Total: cfg.Steps, Loss: loss, Smoothed: smoothed, LR: lr, Elapsed: elapsed,
+			ItemsPerSecond: float64(res.Items) / elapsed, DeviceBytes: alloc.Allocated()}
+		var evalNow []Metric
+		if (cfg.EvalEvery > 0 && step%cfg.EvalEvery == 0) || step == cfg.Steps {
+			if evalNow, err = evaluate(step); err != nil {
+				return nil, err
+			}
+			if evalNow != nil {
+				res.Metrics = evalNow
+			}
+		}
+		info.Log = step%logEvery == 0 || evalNow != nil || step == cfg.Steps
+		if h.Step != nil {
+			h.Step(info)
+		}
+		if info.Log {
+			r := map[string]any{"step": step, "loss": loss, "smoothed_loss": smoothed, "lr": lr,
+				cfg.Unit + "_per_second": info.ItemsPerSecond, "elapsed_seconds": elapsed, "device_bytes": info.DeviceBytes}
+			if evalNow != nil {
+				r["eval"] = metricMap(evalNow)
+			}
+			if err := log.write(r); err != nil {
+				return nil, err
+			}
+		}
+		every := cfg.CheckpointEvery
+		if every == 0 {
+			every = cfg.EvalEvery
+		}
+		if t.ckpt != nil && ((every > 0 && step%every == 0) || step == cfg.Steps) {
+			if err := saveCheckpoint(step); err != nil {
+				return nil, fmt.Errorf("step %d: %w", step, err)
+			}
+		}
+	}
+	if h.Done != nil {
+		h.Done()
+	}
+	if (res.Interrupted || res.Stopped) && t.ckpt != nil && res.Steps >= first && res.Checkpoint != t.ckpt.PathFor(res.Steps) {
+		if err := saveCheckpoint(res.Steps); err != nil {
+			return nil, fmt.Errorf("writing the final checkpoint: %w", err)
+		}
+	}
+	res.WallSeconds = time.Since(start).Seconds()
+	res.StepSeconds = median(stepTimes)
+	if res.WallSeconds > 0 {
+		res.ItemsPerSecond = float64(res.Items) / res.WallSeconds
+	}
+	for _, m := range res.Metrics {
+		res.Best = append(res.Best, best[m.Name])
+	}
+	st := alloc.Stats()
+	res.PeakBytes = map[string]int64{}
+	for c := device.Category(0); c < device.NumCategories; c++ {
+		res.PeakBytes[c.String()] = st.ByCategory[c].Peak
+	}
+	res.PeakTotalBytes = st.AllocatedBytes.Peak
+	if s, ok := t.mem.Stats(); ok {
+		res.Offload = &s
+	}
+	if cfg.PlotDir != "" {
+		title := ""
+		if d, ok := task.(Describer); ok {
+			title = d.Title()
+		}
+		files, err := writePlots(cfg.PlotDir, title, hist, rec, dev.Name())
+		if err != nil {
+			return nil, err
+		}
+		res.Plots = files
+	}
+	return res, nil
+}
+
+// step runs one optimizer step: Accum micro-batches forward and backward
+// under the memory mode, then clipping and the optimizer. It returns the
+// mean loss and the items trained on. A loss or gradient that is not
+// finite stops the step before the optimizer changes anything.
+func (t *Trainer) step(step int) (loss float64, items int64, err error) {
+	cfg, task, opt := t.cfg, t.task, t.cfg.Optimizer
+	model := task.Model()
+	inBwd := t.mem.OptimizerInBackward()
+	for micro := 0; micro < cfg.Accum; micro++ {
+		nn.SetStep(model, uint64((step-1)*cfg.Accum+micro+1))
+		x, y, n, err := task.Batch(step, micro)
+		if err != nil {
+			return 0, 0, err
+		}
+		items += int64(n)
+		err = ferry.Step(func(tape *ferry.Tape) error {
+			xin := tape.Input(x)
+			var out *ferry.Tensor
+			t.mem.Forward(tape, func() { out = task.Forward(tape, xin, t.mem.Recompute()) })
+			l := task.Loss(out, tape.Input(y))
+			out.Release()
+			lv := float64(l.Item())
+			if math.IsNaN(lv) || math.IsInf(lv, 0) {
+				return fmt.Errorf("the loss is %v (%w); lower the learning rate or clip gradients", lv, ErrNonFinite)
+			}
+			loss += lv / float64(cfg.Accum)
+			if cfg.Accum > 1 {
+				l = ferry.Scale(l, 1/float32(cfg.Accum))
+			}
+			if inBwd {
+				opts, e := optim.InBackward(opt.(optim.Stepper))
+				if err := l.BackwardWith(opts); err != nil {
+					return err
+				}
+				return e.Err()
+			}
+			return l.Backward()
+		})
+		x.Release()
+		y.Release()
+		if err != nil {
+			opt.ZeroGrad()
+			return 0, 0, err
+		}
+	}
+	if inBwd {
+		return loss, items, nil
+	}
+	// Every gradient is complete: a non-finite one stops the step before
+	// the optimizer writes it into the weights.
+	params := model.Parameters()
+	var norm float64
+	if cfg.Clip > 0 {
+		norm, err = optim.ClipGradNorm(params, cfg.Clip)
+	} else {
+		norm, err = optim.GradNorm(params)
+	}
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		opt.ZeroGrad()
+		return 0, 0, fmt.Errorf("the gradients' norm is %v (%w); lower the learning rate or clip gradients", norm, ErrNonFinite)
+	}
+	if err != nil {
+		opt.ZeroGrad()
+		return 0, 0, err
+	}
+	if err := opt.Step(); err != nil {
+		return 0, 0, err
+	}
+	opt.ZeroGrad()
+	return loss, items, nil
+}
+
+// identity is the task's identity with the Trainer's own settings that
+// change the mathematics.
+func (t *Trainer) identity() map[string]any {
+	id := map[string]any{}
+	if i, ok := t.task.(Identifier); ok {
+		for k, v := range i.Identity() {
+			id[k] = v
+		}
+	}
+	switch t.cfg.Optimizer.(type) {
+	case *optim.SGD:
+		id["optimizer"] = "sgd"
+	case *optim.AdamW:
+		id["optimizer"] = "adamw"
+	default:
+		id["optimizer"] = fmt.Sprintf("%T", t.cfg.Optimizer)
+	}
+	return id
+}
+
+func metricMap(ms []Metric) map[string]float64 {
+	m := make(map[string]float64, len(ms))
+	for _, x := range ms {
+		m[x.Name] = x.Value
+	}
+	return m
+}
+
+// median is the median of xs (the mean of the middle two for an even
+// count), NaN for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
