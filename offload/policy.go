@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -202,14 +203,24 @@ func LoadPolicy(path string) (*Policy, error) {
 	return p, nil
 }
 
-// ParsePolicy reads a policy from its JSON.
+// ParsePolicy reads a policy from its JSON. It refuses, naming each, a
+// key given twice, a null value, an unknown key, and entries that place
+// the same tensors differently.
 func ParsePolicy(b []byte) (*Policy, error) {
+	if err := checkPolicyJSON(b); err != nil {
+		return nil, err
+	}
 	var p Policy
-	if err := json.Unmarshal(b, &p); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields() // a misspelt key would silently place nothing
+	if err := dec.Decode(&p); err != nil {
 		return nil, err
 	}
 	if p.Version != 1 && p.Version != 2 {
 		return nil, fmt.Errorf("version %d, this ferry reads versions 1 and 2", p.Version)
+	}
+	if err := p.checkConflicts(); err != nil {
+		return nil, err
 	}
 	return &p, nil
 }

@@ -3,10 +3,14 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
+
+	"ferry/train"
 )
 
 // setFlags names the flags given on the command line, so that a value
@@ -34,7 +38,9 @@ func positive(set map[string]bool, values map[string]int) error {
 
 // interruptions returns a channel closed at the first SIGINT or SIGTERM,
 // and the function that stops listening. A second signal ends the process
-// at once (exit 130), for a run that cannot reach a step boundary.
+// at once (exit 130), for a run that cannot reach a step boundary, after
+// removing the checkpoint being written (train.RemoveTemporaries): the
+// previous checkpoint and latest stay as they were.
 func interruptions() (<-chan struct{}, func()) {
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -50,6 +56,7 @@ func interruptions() (<-chan struct{}, func()) {
 		}
 		select {
 		case <-sig:
+			train.RemoveTemporaries()
 			fmt.Fprintln(os.Stderr, "ferry: interrupted twice; quitting")
 			os.Exit(130)
 		case <-done:
@@ -72,4 +79,45 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// printFlags is flag.PrintDefaults with two differences. The placeholder
+// after a flag's name is its type ("string", "int", "size"), never a
+// backquoted word of its usage (flag takes `ferry plan` in "a file from
+// `ferry plan`" for the name of the value). And "(default X)" is left out
+// where the usage already says what the default is: "(default a tenth of
+// the steps)" is what a -1 sentinel means, and "(default -1)" after it
+// only confuses.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		var b strings.Builder
+		b.WriteString("  -" + f.Name)
+		name, _ := flag.UnquoteUsage(&flag.Flag{Value: f.Value}) // the type's name alone
+		if _, ok := f.Value.(*byteSize); ok {
+			name = "size"
+		}
+		if name != "" {
+			b.WriteString(" " + name)
+		}
+		if b.Len() <= 4 { // a one-letter boolean: usage on the same line
+			b.WriteString("\t")
+		} else {
+			b.WriteString("\n    \t")
+		}
+		b.WriteString(strings.ReplaceAll(f.Usage, "\n", "\n    \t"))
+		zero := f.DefValue == "" || f.DefValue == "0" || f.DefValue == "false" || f.DefValue == "0s"
+		// A usage that says its default covers a sentinel (-1) and a
+		// value it names; "(default 40)" after "gpt: default 12" still
+		// tells the MLP's.
+		said := strings.Contains(strings.ToLower(f.Usage), "default") &&
+			(strings.HasPrefix(f.DefValue, "-") || strings.Contains(f.Usage, f.DefValue))
+		if !zero && !said {
+			if name == "string" {
+				fmt.Fprintf(&b, " (default %q)", f.DefValue)
+			} else {
+				fmt.Fprintf(&b, " (default %v)", f.DefValue)
+			}
+		}
+		fmt.Fprintln(w, b.String())
+	})
 }

@@ -66,6 +66,11 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 		} else {
 			printPlan(w, p, replay)
+			if written != "" {
+				fmt.Fprintf(w, "policy written to %s\n", written)
+			} else if p.Fits {
+				fmt.Fprintln(w, "(no policy file written; give --out FILE to write one)")
+			}
 		}
 		if !p.Fits {
 			// The figures are out; the exit status says the budget failed.

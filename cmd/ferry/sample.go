@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"unicode/utf8"
 
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/models"
@@ -53,7 +55,7 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			}
 			path = latest
 		}
-		meta, err := train.ReadMeta(path)
+		meta, err := train.Verify(path)
 		if err != nil {
 			return err
 		}
@@ -84,7 +86,11 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return err
 		}
 		if asJSON {
-			return writeJSON(out, map[string]any{"checkpoint": path, "step": meta.Step, "prompt": *prompt, "text": text})
+			// A byte-level model emits any byte, and JSON strings hold
+			// UTF-8 only: "text" shows invalid bytes as U+FFFD, for
+			// people; "text_base64" is the exact bytes.
+			return writeJSON(out, map[string]any{"checkpoint": path, "step": meta.Step, "prompt": *prompt, "text": text,
+				"text_base64": base64.StdEncoding.EncodeToString([]byte(text)), "valid_utf8": utf8.ValidString(text)})
 		}
 		fmt.Fprintf(out, "%s (step %d):\n\n%s\n", path, meta.Step, text)
 		return nil
