@@ -120,7 +120,7 @@ for f in steps batch layers heads embd seq accum keep checkpoint-every eval-ever
   for v in 0 -3 abc 99999999999999999999; do probe err "${T[@]}" --steps 2 --$f "$v"; done
 done
 probe err "${T[@]}" --steps 1.5
-probe known-loop:err "${T[@]}" --steps 2 --weight-decay -1   # -1 is the flag's "not given"
+probe err "${T[@]}" --steps 2 --weight-decay -1
 for v in NaN Inf -Inf -1 abc; do probe err "${T[@]}" --steps 2 --lr "$v"; done
 for v in NaN Inf; do probe err "${T[@]}" --steps 2 --clip "$v"; probe err "${T[@]}" --steps 2 --weight-decay "$v"; done
 probe err "${T[@]}" --steps 2 --clip -1
@@ -130,7 +130,7 @@ probe err "${T[@]}" --steps 2 --min-lr -1
 probe err "${T[@]}" --steps 2 --optimizer lion
 probe err "${T[@]}" --steps 2 --dropout 1
 probe err "${T[@]}" --steps 2 --heads 3 --embd 16
-TMO=5 probe known-loop:err "${T[@]}" --steps 2 --layers 100000   # models/gpt takes up to 2^30 layers (main took at most 65536): builds for minutes
+TMO=5 probe err "${T[@]}" --steps 2 --layers 100000   # refused before anything is built
 probe err "${T[@]}" --steps 2 --embd 4000000000
 for d in "$work/missing.txt" "$work/empty.txt" "$work/emptydir"; do probe err train text --data "$d" --steps 2 --sample 0; done
 TMO=3 probe err train text --data "$work/fifo" --steps 2 --sample 0
@@ -152,7 +152,7 @@ for f in width batch epochs steps; do
   for v in 0 -3 abc 99999999999999999999; do probe err "${N[@]}" --$f "$v"; done
 done
 for v in -3 abc 99999999999999999999; do probe err "${N[@]}" --depth "$v"; done
-probe known-loop:err "${N[@]}" --steps 1 --depth 0   # trains a model without hidden layers
+probe ok "${N[@]}" --steps 1 --depth 0   # softmax regression: a model without hidden layers is a model
 for d in "$work/missing" "$work/emptydir" "$work/file" "$work/fifo"; do probe err "${N[@]}" --steps 1 --data "$d"; done
 probe err "${N[@]}" --steps 1 --device meta
 probe ok "${N[@]}" --steps 1 --json
@@ -165,20 +165,20 @@ CWD=$work
 probe err "${T[@]}" --steps 4 --checkpoint-dir "$ck"                       # holds checkpoints, no --resume
 probe err "${T[@]}" --steps 3 --checkpoint-dir "$ck" --resume              # nothing left to train
 probe err "${T[@]}" --steps 4 --checkpoint-dir "$ck" --resume --layers 2   # another model
-probe known-loop:err "${T[@]}" --steps 4 --checkpoint-dir "$ck" --resume --lr 0.5        # another learning rate
+probe err "${T[@]}" --steps 4 --checkpoint-dir "$ck" --resume --lr 0.5        # another learning rate
 fresh_ck
-probe known-loop:err "${T[@]}" --steps 8 --checkpoint-dir "$ck" --resume --stop-after 1 --clip 1
+probe err "${T[@]}" --steps 8 --checkpoint-dir "$ck" --resume --stop-after 1 --clip 1
 fresh_ck
 cp "$work/small.txt" "$work/data.txt"
 rm -rf "$ck"; "$bin" train text --data "$work/data.txt" "${T[@]:4}" --steps 3 --checkpoint-dir "$ck" >/dev/null 2>&1
 echo "other content" >> "$work/data.txt"   # the same name, other content
-probe known-loop:err train text --data "$work/data.txt" "${T[@]:4}" --steps 4 --checkpoint-dir "$ck" --resume --stop-after 1
+probe err train text --data "$work/data.txt" "${T[@]:4}" --steps 4 --checkpoint-dir "$ck" --resume --stop-after 1
 fresh_ck
-probe known-loop:ok train text --data ./small.txt "${T[@]:4}" --steps 4 --checkpoint-dir ck --resume --stop-after 1   # same file, another spelling
+probe ok train text --data ./small.txt "${T[@]:4}" --steps 4 --checkpoint-dir ck --resume --override steps --stop-after 1   # same file, another spelling
 fresh_ck
 # A diverging run (a learning rate of 1e30) must not replace the last
 # finite checkpoint: latest must load and be one Save checked finite.
-probe err "${T[@]}" --steps 8 --checkpoint-dir "$ck" --resume --lr 1e30 --checkpoint-every 1 --keep 1
+probe err "${T[@]}" --steps 8 --checkpoint-dir "$ck" --resume --override lr,steps --lr 1e30 --checkpoint-every 1 --keep 1
 lost=0
 latest=$(cat "$ck/latest" 2>/dev/null)
 if ! grep -q '"finite": true' "$ck/$latest/trainer.json" 2>/dev/null; then lost=$((lost + 1)); echo "GOOD CHECKPOINT LOST: latest ($latest) is not a finite checkpoint"; fi
@@ -190,9 +190,9 @@ probe err "${T[@]}" --steps 6 --checkpoint-dir "$ck" --resume
 probe err sample --checkpoint-dir "$ck"
 fresh_ck
 # A second run on the same directory while one runs.
-"$bin" "${T[@]}" --steps 100000 --checkpoint-dir "$ck" --resume --checkpoint-every 1 >/dev/null 2>&1 & holder=$!
+"$bin" "${T[@]}" --steps 100000 --checkpoint-dir "$ck" --resume --override steps --checkpoint-every 1 >/dev/null 2>&1 & holder=$!
 sleep 1
-probe known-loop:err "${T[@]}" --steps 100000 --checkpoint-dir "$ck" --resume --stop-after 2
+probe err "${T[@]}" --steps 100000 --checkpoint-dir "$ck" --resume --override steps --stop-after 2
 kill -9 $holder 2>/dev/null; wait $holder 2>/dev/null
 CWD=
 

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"ferry/train"
 )
@@ -36,30 +37,52 @@ func positive(set map[string]bool, values map[string]int) error {
 	return nil
 }
 
-// interruptions returns a channel closed at the first SIGINT or SIGTERM,
-// and the function that stops listening. A second signal ends the process
-// at once (exit 130), for a run that cannot reach a step boundary, after
-// removing the checkpoint being written (train.RemoveTemporaries): the
-// previous checkpoint and latest stay as they were.
+// interruptions turns SIGINT, SIGTERM, SIGHUP and SIGPIPE into a request
+// to stop at the next step boundary (the run then checkpoints, prints its
+// summary and exits 130): a closed terminal or a reader of stdout or
+// stderr that went away (ferry train … | head) ends a run the way Ctrl-C
+// does, with its checkpoint, instead of killing it. A second signal of
+// the first three removes the checkpoint being written and quits at once.
+// The handler never waits on output: its messages are written on their
+// own goroutine, so a full pipe on stderr cannot hold a signal up.
 func interruptions() (<-chan struct{}, func()) {
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	say := func(msg string) <-chan struct{} {
+		written := make(chan struct{})
+		go func() {
+			fmt.Fprintln(os.Stderr, msg) // may block on a full pipe: nobody waits for it
+			close(written)
+		}()
+		return written
+	}
 	go func() {
 		select {
-		case <-sig:
-			fmt.Fprintln(os.Stderr, "ferry: interrupted; finishing at the next step boundary (again to quit now)")
+		case s := <-sig:
 			close(stop)
+			if s != syscall.SIGPIPE {
+				say("ferry: interrupted; finishing at the next step boundary (again to quit now)")
+			}
 		case <-done:
 			return
 		}
-		select {
-		case <-sig:
-			train.RemoveTemporaries()
-			fmt.Fprintln(os.Stderr, "ferry: interrupted twice; quitting")
-			os.Exit(130)
-		case <-done:
+		for {
+			select {
+			case s := <-sig:
+				if s == syscall.SIGPIPE {
+					continue // a reader went away again: already stopping
+				}
+				train.RemoveTemporaries()
+				select { // a moment for the message, never more
+				case <-say("ferry: interrupted twice; quitting"):
+				case <-time.After(200 * time.Millisecond):
+				}
+				os.Exit(130)
+			case <-done:
+				return
+			}
 		}
 	}()
 	return stop, func() {

@@ -24,11 +24,6 @@ type progress struct {
 }
 
 func newProgress(stdout, stderr io.Writer, asJSON bool) *progress {
-	if c, ok := stdout.(*checkedWriter); ok && c.w == os.Stdout && stderr == io.Discard {
-		// stderrOf(out) sees the wrapper run puts around the real
-		// stdout; the live bar still belongs on the real stderr.
-		stderr = os.Stderr
-	}
 	p := &progress{errw: stderr}
 	if !asJSON {
 		p.out = stdout

@@ -39,6 +39,7 @@ type trainOptions struct {
 	checkpointDir                 string
 	checkpointEvery, keep         int
 	resume                        bool
+	override                      string
 	stopAfter, checkEvery         int
 	unit                          string // "samples" or "tokens"
 	comm                          dist.Comm
@@ -97,6 +98,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 	fs.IntVar(&o.checkpointEvery, "checkpoint-every", 0, "steps between checkpoints (default: at evaluations; 0 with --checkpoint-dir)")
 	fs.IntVar(&o.keep, "keep", 3, "checkpoints to keep in --checkpoint-dir")
 	fs.BoolVar(&o.resume, "resume", false, "resume from the latest checkpoint in --checkpoint-dir")
+	fs.StringVar(&o.override, "override", "", "with --resume: settings that may differ from the checkpoint's, comma-separated (lr,steps,clip,…), recorded in the checkpoints written after")
 	fs.IntVar(&o.checkEvery, "check-every", 0, "under mpirun: check every N steps that the ranks' parameters are bit-identical (0: at the end)")
 	fs.IntVar(&o.stopAfter, "stop-after", 0, "stop after this many steps of this run (the schedule still spans --steps), checkpointing if asked; resume later with --resume")
 }
@@ -160,6 +162,9 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	}
 	if o.momentum >= 1 {
 		return fmt.Errorf("--momentum must be below 1, got %v", o.momentum)
+	}
+	if o.override != "" && !o.resume {
+		return fmt.Errorf("--override applies to --resume")
 	}
 	if (o.resume || set["checkpoint-every"] || set["keep"]) && o.checkpointDir == "" {
 		return fmt.Errorf("--resume, --checkpoint-every and --keep need --checkpoint-dir")
@@ -267,12 +272,17 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		}
 		task = plannedTask{r.task, r.planned}
 	}
+	overrides, err := train.ParseOverrides(o.override)
+	if err != nil {
+		return nil, fmt.Errorf("--override: %w", err)
+	}
 	cfg := train.Config{
 		Steps: o.steps, Accum: o.accum, Optimizer: opt, Clip: o.clip, Memory: mem,
 		Schedule:  train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps},
 		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath, PlotDir: o.plotDir,
 		CheckpointDir: o.checkpointDir, CheckpointEvery: o.checkpointEvery, Keep: o.keep, Resume: o.resume,
 		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit, Comm: o.comm, CheckEvery: o.checkEvery,
+		Overrides: overrides, OverrideNote: "--override " + o.override + " on resume",
 		Hooks: train.Hooks{
 			Start:   func(first, total int) { p.phase("train", total, first-1) },
 			Message: func(msg string) { p.line("%s", msg) },

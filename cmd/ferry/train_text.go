@@ -18,6 +18,7 @@ import (
 	"ferry/models"
 	"ferry/offload"
 	"ferry/plan"
+	"ferry/train"
 )
 
 func init() {
@@ -128,7 +129,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		}
 		defer task.Release()
 		task.Source = *data
-		task.DataID = fmt.Sprintf("max-bytes %d", *maxBytes)
+		task.DataID = train.HashBytes(txt.Train, txt.Val) // the text read, whatever the path's spelling
 		ctx, unlisten := interruptContext()
 		defer unlisten()
 		p := newProgress(out, stderrOf(out), asJSON)
@@ -177,8 +178,11 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 }
 
 // stderrOf is where the live bar goes: the real stderr when out is the
-// real stdout, else nowhere (tests).
+// real stdout (as run wraps it), else nowhere (tests, ranks other than 0).
 func stderrOf(out io.Writer) io.Writer {
+	if c, ok := out.(*checkedWriter); ok {
+		out = c.w
+	}
 	if out == os.Stdout {
 		return os.Stderr
 	}
