@@ -153,6 +153,7 @@ type launchC struct {
 	nparams     int32
 	sizes       *int32
 	params      *unsafe.Pointer
+	shared      uint32
 }
 
 var (
