@@ -68,6 +68,10 @@ var kernelFlags = []string{"-std=c++17", "-O2", "-fPIC", "-ffp-contract=off", "-
 	"-fsanitize=thread", "-w", "-c"}
 var runtimeFlags = []string{"-std=c++17", "-O2", "-fPIC", "-Wall", "-Werror", "-c"}
 
+// linkFlags: -Bsymbolic binds the library's references to its own
+// definitions (the sanitizer hooks above all).
+var linkFlags = []string{"-shared", "-Wl,-Bsymbolic"}
+
 // BuildKernels compiles the kernel sources, and extra (file name → CUDA
 // source, for test kernels), into a shared library and returns its path.
 // Builds are cached by content under the user's cache directory (or in
@@ -135,7 +139,7 @@ func BuildKernels(dir string, extra map[string][]byte) (string, error) {
 	}
 	sort.Strings(names)
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%q\n%q\n", version, kernelFlags, runtimeFlags)
+	fmt.Fprintf(h, "%s\n%q\n%q\n%q\n", version, kernelFlags, runtimeFlags, linkFlags)
 	for _, n := range names {
 		fmt.Fprintf(h, "%s %d\n", n, len(files[n]))
 		h.Write(files[n])
@@ -198,7 +202,7 @@ func BuildKernels(dir string, extra map[string][]byte) (string, error) {
 		}
 	}
 	tmp := filepath.Join(work, "libferrykernels.so")
-	link := exec.Command(cxx, append([]string{"-shared", "-o", tmp}, objs...)...)
+	link := exec.Command(cxx, append(append(append([]string{}, linkFlags...), "-o", tmp), objs...)...)
 	link.Dir = work
 	if out, err := link.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("standin: linking the kernels: %v\n%s", err, out)

@@ -15,6 +15,7 @@ import (
 	"ferry/device/cpu"
 	"ferry/device/cuda/kernels"
 	"ferry/device/cuda/standin"
+	"ferry/device/devicetest"
 )
 
 // The CUDA sources of the kernels, compiled for the CPU (c/cudacpu.h), run
@@ -27,10 +28,9 @@ var (
 	srcErr  error
 )
 
-// setupSource is setup with launches run from the kernels' CUDA sources.
-func setupSource(t *testing.T) (*standin.Lib, *standin.Kernels) {
+// buildSource builds and loads the kernel sources for the CPU (once).
+func buildSource(t *testing.T) (*standin.Kernels, error) {
 	t.Helper()
-	l := setup(t)
 	srcOnce.Do(func() {
 		extra, err := os.ReadFile("testdata/cudacpu_test.cu")
 		if err != nil {
@@ -52,15 +52,36 @@ func setupSource(t *testing.T) (*standin.Lib, *standin.Kernels) {
 		t.Logf("kernel sources built for the CPU in %v", time.Since(start).Round(time.Millisecond))
 		srcK, srcErr = standin.OpenKernels(path)
 	})
-	if errors.Is(srcErr, standin.ErrNoCXX) {
-		t.Skipf("running the CUDA kernel sources on the CPU needs g++: %v", srcErr)
+	return srcK, srcErr
+}
+
+// setupSource is setup with launches run from the kernels' CUDA sources;
+// it skips without g++.
+func setupSource(t *testing.T) (*standin.Lib, *standin.Kernels) {
+	t.Helper()
+	l := setup(t)
+	k, err := buildSource(t)
+	if errors.Is(err, standin.ErrNoCXX) {
+		t.Skipf("running the CUDA kernel sources on the CPU needs g++: %v", err)
 	}
-	if srcErr != nil {
-		t.Fatal(srcErr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	l.RunKernelsFromSource(srcK)
+	l.RunKernelsFromSource(k)
 	t.Cleanup(l.RunKernelsWithFake)
-	return l, srcK
+	return l, k
+}
+
+// setupPreferSource is setupSource where there is g++, else setup (the
+// fake driver's Go copies of the kernels).
+func setupPreferSource(t *testing.T) *standin.Lib {
+	t.Helper()
+	if _, err := buildSource(t); errors.Is(err, standin.ErrNoCXX) {
+		t.Logf("kernels run as the fake driver's Go copies: %v", err)
+		return setup(t)
+	}
+	l, _ := setupSource(t)
+	return l
 }
 
 // kpair is one kernel's comparison: the CUDA device (its kernels run from
@@ -578,4 +599,65 @@ func TestKernelSource(t *testing.T) {
 // the .entry lines) for test kernels that have no PTX.
 func entryPTX(entries ...string) []byte {
 	return []byte(".version 7.8\n.target sm_80\n.address_size 64\n" + strings.Join(entries, "\n") + "\n")
+}
+
+// The whole conformance suite, values compared with the CPU device, with
+// every kernel run from its source; then the comparison tests again with
+// the 64-bit index variants and ferry's own SGEMM.
+func TestStandInConformanceFromSource(t *testing.T) {
+	l, k := setupSource(t)
+	races := k.Total("races")
+	caps := devicetest.Caps{HasData: true, SlowCopy: map[string]string{"copy_delay": "50ms"}, Seed: 1,
+		Reference: func(t *testing.T) device.Device {
+			c, err := cpu.New(device.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}}
+	open := func(params map[string]string) func(t *testing.T, opts device.Options) device.Device {
+		return func(t *testing.T, opts device.Options) device.Device {
+			l.SetCopyDelay(0)
+			if opts.Params == nil {
+				opts.Params = map[string]string{}
+			}
+			for k, v := range params {
+				opts.Params[k] = v
+			}
+			return openCUDA(t, l, opts)
+		}
+	}
+	devicetest.Run(t, open(nil), caps)
+	t.Run("index64,cublas=false", func(t *testing.T) {
+		devicetest.RunKernels(t, open(map[string]string{"index64": "true", "cublas": "false"}), caps,
+			"CompareGemm", "CompareCopy", "CompareUnary", "CompareBinary")
+	})
+	if n := k.Total("races") - races; n != 0 {
+		t.Errorf("%d shared-memory races", n)
+	}
+	t.Logf("%d kernels run from source", l.Counter("launches_run"))
+}
+
+// The comparison tests at the suite's large shapes (many blocks, split
+// reductions, tiles of 256 keys and columns past 256), kernels from
+// source. Not in -short mode.
+func TestSourceKernelsLarge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large shapes: not in -short mode")
+	}
+	l, k := setupSource(t)
+	races := k.Total("races")
+	caps := devicetest.Caps{HasData: true, Seed: 2, Large: true,
+		Reference: func(t *testing.T) device.Device {
+			c, err := cpu.New(device.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}}
+	devicetest.RunKernels(t, func(t *testing.T, opts device.Options) device.Device { return openCUDA(t, l, opts) }, caps,
+		"CompareCopy", "CompareUnary", "CompareBinary", "CompareSum", "CompareSoftmax", "CompareNLL", "CompareOptim", "CompareFamilies")
+	if n := k.Total("races") - races; n != 0 {
+		t.Errorf("%d shared-memory races", n)
+	}
 }

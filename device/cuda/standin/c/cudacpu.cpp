@@ -311,27 +311,31 @@ static inline void access(void* p, size_t n, bool write) {
   fault();
 }
 
+// The hooks are hidden: the instrumented kernels of this library bind to
+// them, never to a sanitizer runtime the host process may carry (a Go test
+// binary built with -race has one).
+#define HOOK extern "C" __attribute__((visibility("hidden")))
 #define HOOKS(N)                                                                     \
-  EXPORT void __tsan_read##N(void* p) { access(p, N, false); }                     \
-  EXPORT void __tsan_write##N(void* p) { access(p, N, true); }                     \
-  EXPORT void __tsan_unaligned_read##N(void* p) { access(p, N, false); }           \
-  EXPORT void __tsan_unaligned_write##N(void* p) { access(p, N, true); }           \
-  EXPORT void __tsan_volatile_read##N(void* p) { access(p, N, false); }            \
-  EXPORT void __tsan_volatile_write##N(void* p) { access(p, N, true); }            \
-  EXPORT void __tsan_unaligned_volatile_read##N(void* p) { access(p, N, false); }  \
-  EXPORT void __tsan_unaligned_volatile_write##N(void* p) { access(p, N, true); }
+  HOOK void __tsan_read##N(void* p) { access(p, N, false); }                     \
+  HOOK void __tsan_write##N(void* p) { access(p, N, true); }                     \
+  HOOK void __tsan_unaligned_read##N(void* p) { access(p, N, false); }           \
+  HOOK void __tsan_unaligned_write##N(void* p) { access(p, N, true); }           \
+  HOOK void __tsan_volatile_read##N(void* p) { access(p, N, false); }            \
+  HOOK void __tsan_volatile_write##N(void* p) { access(p, N, true); }            \
+  HOOK void __tsan_unaligned_volatile_read##N(void* p) { access(p, N, false); }  \
+  HOOK void __tsan_unaligned_volatile_write##N(void* p) { access(p, N, true); }
 HOOKS(1)
 HOOKS(2)
 HOOKS(4)
 HOOKS(8)
 HOOKS(16)
-EXPORT void __tsan_read_range(void* p, size_t n) { access(p, n, false); }
-EXPORT void __tsan_write_range(void* p, size_t n) { access(p, n, true); }
-EXPORT void __tsan_init(void) {}
-EXPORT void __tsan_func_entry(void*) {}
-EXPORT void __tsan_func_exit(void) {}
-EXPORT void __tsan_vptr_read(void**) {}
-EXPORT void __tsan_vptr_update(void**, void*) {}
+HOOK void __tsan_read_range(void* p, size_t n) { access(p, n, false); }
+HOOK void __tsan_write_range(void* p, size_t n) { access(p, n, true); }
+HOOK void __tsan_init(void) {}
+HOOK void __tsan_func_entry(void*) {}
+HOOK void __tsan_func_exit(void) {}
+HOOK void __tsan_vptr_read(void**) {}
+HOOK void __tsan_vptr_update(void**, void*) {}
 
 // ---- barriers ----
 
