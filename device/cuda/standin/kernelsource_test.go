@@ -418,29 +418,36 @@ func dropoutDriver(p *kpair) {
 	p.check("dropout", y, 0)
 }
 
-// embeddingDriver: 300 positions (more than rowGrid's blocks) over 50
-// rows, so indices repeat, 300 columns (a partial second pass).
+// embeddingDriver: 300 positions (more than rowGrid's blocks and one tile
+// of 256) over 50 rows, so indices repeat, 300 columns (a partial second
+// pass); backward also 1000 positions over 3 rows (long chains across
+// four tiles).
 func embeddingDriver(p *kpair, backward bool) {
-	V, n := 50, 300
-	idx := make([]int32, n)
-	for i := range idx {
-		idx[i] = int32(p.rng.IntN(V))
-	}
-	ix := p.ints(idx)
-	table := p.rand([]int{V, nCols}, -1, 1)
-	if !backward {
-		out := p.tensor([]int{n, nCols}, nil)
-		p.run("embedding", func(k device.Kernels, pick func(both) device.View) error {
-			return k.(device.EmbeddingKernels).Gather(pick(out), pick(table), pick(ix))
+	for _, sz := range [][2]int{{50, 300}, {3, 1000}} {
+		V, n := sz[0], sz[1]
+		if !backward && V == 3 {
+			continue
+		}
+		idx := make([]int32, n)
+		for i := range idx {
+			idx[i] = int32(p.rng.IntN(V))
+		}
+		ix := p.ints(idx)
+		table := p.rand([]int{V, nCols}, -1, 1)
+		if !backward {
+			out := p.tensor([]int{n, nCols}, nil)
+			p.run("embedding", func(k device.Kernels, pick func(both) device.View) error {
+				return k.(device.EmbeddingKernels).Gather(pick(out), pick(table), pick(ix))
+			})
+			p.check("embedding", out, 0)
+			continue
+		}
+		grad := p.rand([]int{n, nCols}, -1, 1)
+		p.run("embedding backward", func(k device.Kernels, pick func(both) device.View) error {
+			return k.(device.EmbeddingKernels).ScatterAdd(pick(table), pick(grad), pick(ix))
 		})
-		p.check("embedding", out, 0)
-		return
+		p.check(fmt.Sprintf("embedding backward (%d positions, %d rows)", n, V), table, 0)
 	}
-	grad := p.rand([]int{n, nCols}, -1, 1)
-	p.run("embedding backward", func(k device.Kernels, pick func(both) device.View) error {
-		return k.(device.EmbeddingKernels).ScatterAdd(pick(table), pick(grad), pick(ix))
-	})
-	p.check("embedding backward", table, 0)
 }
 
 // layerNormDriver: 150 rows of 300; the parameter gradients split the
@@ -533,6 +540,7 @@ var kernelCases = map[string]kernelCase{
 	"ferry_nll_backward":             {nil, func(p *kpair) { nllDriver(p, true) }},
 	"ferry_dropout":                  {nil, dropoutDriver},
 	"ferry_embedding_gather":         {nil, func(p *kpair) { embeddingDriver(p, false) }},
+	"ferry_embedding_links":          {nil, func(p *kpair) { embeddingDriver(p, true) }},
 	"ferry_embedding_scatter_add":    {nil, func(p *kpair) { embeddingDriver(p, true) }},
 	"ferry_layer_norm":               {nil, func(p *kpair) { layerNormDriver(p, false) }},
 	"ferry_layer_norm_backward":      {nil, func(p *kpair) { layerNormDriver(p, true) }},
