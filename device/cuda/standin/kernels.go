@@ -256,6 +256,7 @@ func (k *Kernels) Stat(name, what string) int64 { return k.call(&name, what) }
 
 // Total reads a statistic of every launch: "races" (shared-memory races
 // found), "out_of_bounds" (accesses outside the launch's memory),
+// "uninitialised" (reads of shared words the block had not written),
 // "kernels" (how many kernels were compiled in).
 func (k *Kernels) Total(what string) int64 { return k.call(nil, what) }
 

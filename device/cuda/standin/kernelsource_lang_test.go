@@ -143,7 +143,14 @@ func TestKernelSourceRace(t *testing.T) {
 	}
 	n, report := l.Violations(), l.Report()
 	found := k.Total("races") - races
-	t.Logf("ferry_test_racy: %d races, %d violations; the first:\n%s", found, n, strings.SplitN(report, "\n", 2)[0])
+	first := ""
+	for _, line := range strings.Split(report, "\n") {
+		if strings.Contains(line, "race") {
+			first = line
+			break
+		}
+	}
+	t.Logf("ferry_test_racy: %d races (%d violations, with the reads of words not yet written); the first race:\n%s", found, n, first)
 	if found != 64 || n < 64 || !strings.Contains(report, "shared-memory race") {
 		t.Errorf("want 64 races reported as violations (one per word), got %d races, %d violations:\n%s", found, n, report)
 	}
@@ -171,4 +178,30 @@ func TestKernelSourceOutOfBounds(t *testing.T) {
 	if k.Total("out_of_bounds")-oob != 1 || !strings.Contains(l.Report(), "outside every allocation") {
 		t.Errorf("the write past the allocation was not reported:\n%s", l.Report())
 	}
+}
+
+// A read of shared memory the block has not written, and threads of one
+// block waiting at two different barriers, are violations.
+func TestKernelSourceMisuse(t *testing.T) {
+	l, k := setupSource(t)
+	ctx, m, s := testModule(t, ".visible .entry ferry_test_uninitialised(.param .u64 p0)",
+		".visible .entry ferry_test_divergent(.param .u64 p0)")
+	one := cu.Dim3{X: 1, Y: 1, Z: 1}
+	uninit := k.Total("uninitialised")
+	if _, err := runTest(t, ctx, m, s, "ferry_test_uninitialised", one, cu.Dim3{X: 64, Y: 1, Z: 1}, 0, 64, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := k.Total("uninitialised") - uninit; n != 64 || !strings.Contains(l.Report(), "which no thread of the block has written") {
+		t.Errorf("%d uninitialised reads reported, want 64:\n%s", n, l.Report())
+	}
+	l.Reset()
+	if _, err := runTest(t, ctx, m, s, "ferry_test_divergent", one, cu.Dim3{X: 32, Y: 1, Z: 1}, 0, 32, nil); err != nil {
+		t.Fatal(err)
+	}
+	report := l.Report()
+	t.Logf("ferry_test_divergent: %s", strings.SplitN(report, "\n", 2)[0])
+	if !strings.Contains(report, "wait at different barriers") {
+		t.Errorf("the divergent barrier was not reported:\n%s", report)
+	}
+	l.Reset()
 }

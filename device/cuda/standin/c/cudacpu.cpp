@@ -20,7 +20,8 @@
 // each 4-byte word of shared memory remembers, since the last barrier of
 // the block, which thread wrote it and which read it; a write by one
 // thread with another's read or write of the word before the next barrier
-// is a race, reported through standin_violation. Warp barriers
+// is a race, reported through standin_violation; so is a read of a word
+// that no thread of the block has written yet. Warp barriers
 // (__syncwarp, shuffles, votes) do not order shared-memory accesses here:
 // warp-synchronous code is reported as racy (no ferry kernel is).
 #include <dlfcn.h>
@@ -108,7 +109,10 @@ struct shadow {
   unsigned epoch;
   int writer, reader;  // thread (linear), -1 none; reader -2: several
   bool reported;
+  unsigned block;  // the block that last wrote the word (block_gen)
 };
+static unsigned block_gen;  // advances at every block start
+static long long n_uninit;
 static shadow* shadows;
 static size_t n_shadows;
 static char *dyn_lo, *dyn_hi;  // the launch's dynamic shared memory
@@ -260,7 +264,17 @@ static void shared_access(char* a, size_t n, bool write) {
   size_t first = (size_t)(a - __start_ferry_shared) / 4, last = (size_t)(a + n - 1 - __start_ferry_shared) / 4;
   for (size_t w = first; w <= last && w < n_shadows; w++) {
     shadow* s = &shadows[w];
-    if (s->epoch != epoch) *s = shadow{epoch, -1, -1, false};
+    if (s->epoch != epoch) s->epoch = epoch, s->writer = -1, s->reader = -1, s->reported = false;
+    if (!write && s->block != block_gen) {
+      // Shared memory starts undefined in every block: a read of a word no
+      // thread of this block has written reads garbage on a GPU.
+      s->block = block_gen;  // report once a block
+      n_uninit++;
+      violation("block (%u,%u,%u): %s reads shared word %zu (byte %zu of ferry_shared), which no thread of the block "
+                "has written",
+                blockIdx.x, blockIdx.y, blockIdx.z, thread_name(cur).c_str(), w, w * 4);
+    }
+    if (write) s->block = block_gen;
     int other = -1;
     const char* what = nullptr;
     if (write) {
@@ -426,6 +440,7 @@ static bool run_block(int n) {
     fiber_init(&fibers[t]);
   }
   epoch++;
+  block_gen++;
   last_barrier = "the block's start";
   int live = n;
   for (;;) {
@@ -565,11 +580,12 @@ EXPORT int ferry_cpu_launch(const struct standin_launch* l) {
 
 // ferry_cpu_stat reads a statistic: of kernel name ("runs", "max_threads",
 // "max_blocks"), or with name NULL of all launches ("races",
-// "out_of_bounds", "kernels"); -1 if unknown.
+// "out_of_bounds", "uninitialised", "kernels"); -1 if unknown.
 EXPORT long long ferry_cpu_stat(const char* name, const char* what) {
   if (!name) {
     if (strcmp(what, "races") == 0) return n_races;
     if (strcmp(what, "out_of_bounds") == 0) return n_oob;
+    if (strcmp(what, "uninitialised") == 0) return n_uninit;
     if (strcmp(what, "kernels") == 0) return registry ? (long long)registry->size() : 0;
     return -1;
   }

@@ -44,3 +44,19 @@ extern "C" __global__ void ferry_test_racy(float* out) {
 extern "C" __global__ void ferry_test_out_of_bounds(float* out, long long n) {
   if (threadIdx.x == 0) out[n] = 1.0f;
 }
+
+// Reads shared memory no thread of the block has written.
+extern "C" __global__ void ferry_test_uninitialised(float* out) {
+  __shared__ float u[64];
+  out[threadIdx.x] = u[threadIdx.x];
+}
+
+// Half the block waits at one barrier, half at another.
+extern "C" __global__ void ferry_test_divergent(float* out) {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = 1.0f;
+}
