@@ -3,6 +3,7 @@ package standin
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	_ "embed"
 	"encoding/hex"
 	"errors"
@@ -241,7 +242,81 @@ func OpenKernels(path string) (*Kernels, error) {
 	if k.stat, err = purego.Dlsym(h, "ferry_cpu_stat"); err != nil {
 		return nil, err
 	}
+	name, err := purego.Dlsym(h, "ferry_cpu_name_shared")
+	if err != nil {
+		return nil, err
+	}
+	vars, err := sharedVars(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vars {
+		b := append([]byte(v.name), 0)
+		purego.SyscallN(name, uintptr(v.off), uintptr(v.size), uintptr(unsafe.Pointer(&b[0])))
+		runtime.KeepAlive(b)
+	}
 	return k, nil
+}
+
+type sharedVar struct {
+	off, size uint64
+	name      string
+}
+
+// sharedVars lists the variables of the library's ferry_shared section
+// (the kernels' __shared__ memory), by offset, for the race reports.
+func sharedVars(path string) ([]sharedVar, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sec := f.Section("ferry_shared")
+	if sec == nil {
+		return nil, fmt.Errorf("standin: %s has no ferry_shared section", path)
+	}
+	syms, err := f.Symbols()
+	if err != nil {
+		return nil, err
+	}
+	var out []sharedVar
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) != elf.STT_OBJECT || s.Size == 0 || s.Value < sec.Addr || s.Value >= sec.Addr+sec.Size {
+			continue
+		}
+		out = append(out, sharedVar{off: s.Value - sec.Addr, size: s.Size, name: sharedName(s.Name)})
+	}
+	return out, nil
+}
+
+var mangledLen = regexp.MustCompile(`^(\d+)`)
+
+// sharedName reads the name of a function's static local variable from
+// its mangled symbol, _ZZ<function>…E<variable>, as "function's
+// variable"; other names are returned as they are.
+func sharedName(sym string) string {
+	ident := func(s string) (string, bool) {
+		m := mangledLen.FindString(s)
+		if m == "" {
+			return "", false
+		}
+		n := 0
+		fmt.Sscan(m, &n)
+		if len(s) < len(m)+n {
+			return "", false
+		}
+		return s[len(m) : len(m)+n], true
+	}
+	if !strings.HasPrefix(sym, "_ZZ") {
+		return sym
+	}
+	fn, ok1 := ident(sym[3:])
+	i := strings.LastIndex(sym, "E")
+	v, ok2 := ident(sym[i+1:])
+	if !ok1 || !ok2 {
+		return sym
+	}
+	return fn + "'s " + v
 }
 
 // RunKernelsFromSource makes the stand-in run each kernel, when its stream

@@ -112,6 +112,26 @@ struct shadow {
   unsigned block;  // the block that last wrote the word (block_gen)
 };
 static unsigned block_gen;  // advances at every block start
+
+// The shared variables by offset in ferry_shared, for reports
+// (ferry_cpu_name_shared; the loader reads them from the symbol table).
+struct shared_var {
+  size_t off, size;
+  std::string name;
+};
+static std::vector<shared_var> shared_vars;
+
+// where describes byte off of ferry_shared: the variable and the byte in it.
+static std::string where(size_t off) {
+  char b[300];
+  for (const shared_var& v : shared_vars)
+    if (off >= v.off && off < v.off + v.size) {
+      snprintf(b, sizeof b, "%s (byte %zu of it)", v.name.c_str(), off - v.off);
+      return b;
+    }
+  snprintf(b, sizeof b, "byte %zu of shared memory", off);
+  return b;
+}
 static long long n_uninit;
 static shadow* shadows;
 static size_t n_shadows;
@@ -270,9 +290,8 @@ static void shared_access(char* a, size_t n, bool write) {
       // thread of this block has written reads garbage on a GPU.
       s->block = block_gen;  // report once a block
       n_uninit++;
-      violation("block (%u,%u,%u): %s reads shared word %zu (byte %zu of ferry_shared), which no thread of the block "
-                "has written",
-                blockIdx.x, blockIdx.y, blockIdx.z, thread_name(cur).c_str(), w, w * 4);
+      violation("block (%u,%u,%u): %s reads %s, which no thread of the block has written", blockIdx.x, blockIdx.y,
+                blockIdx.z, thread_name(cur).c_str(), where(w * 4).c_str());
     }
     if (write) s->block = block_gen;
     int other = -1;
@@ -291,9 +310,8 @@ static void shared_access(char* a, size_t n, bool write) {
       s->reported = true;
       n_races++;
       std::string o = other == -2 ? std::string("other threads") : thread_name(other);
-      violation("shared-memory race in block (%u,%u,%u): %s %s shared word %zu (byte %zu of ferry_shared), which %s %s "
-                "since the last barrier (%s)",
-                blockIdx.x, blockIdx.y, blockIdx.z, thread_name(cur).c_str(), write ? "writes" : "reads", w, w * 4,
+      violation("shared-memory race in block (%u,%u,%u): %s %s %s, which %s %s since the last barrier (%s)", blockIdx.x,
+                blockIdx.y, blockIdx.z, thread_name(cur).c_str(), write ? "writes" : "reads", where(w * 4).c_str(),
                 o.c_str(), what, last_barrier);
     }
   }
@@ -576,6 +594,12 @@ EXPORT int ferry_cpu_launch(const struct standin_launch* l) {
   running = nullptr;
   allowed.clear();
   return ok ? 0 : 1;
+}
+
+// ferry_cpu_name_shared names the shared variable at [off, off+size) of
+// ferry_shared.
+EXPORT void ferry_cpu_name_shared(size_t off, size_t size, const char* name) {
+  shared_vars.push_back(shared_var{off, size, name});
 }
 
 // ferry_cpu_stat reads a statistic: of kernel name ("runs", "max_threads",
