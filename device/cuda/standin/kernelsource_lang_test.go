@@ -180,12 +180,13 @@ func TestKernelSourceOutOfBounds(t *testing.T) {
 	}
 }
 
-// A read of shared memory the block has not written, and threads of one
-// block waiting at two different barriers, are violations.
+// A read of shared memory the block has not written, threads of one block
+// waiting at two different barriers, and lanes of a warp at two different
+// shuffles, are violations.
 func TestKernelSourceMisuse(t *testing.T) {
 	l, k := setupSource(t)
 	ctx, m, s := testModule(t, ".visible .entry ferry_test_uninitialised(.param .u64 p0)",
-		".visible .entry ferry_test_divergent(.param .u64 p0)")
+		".visible .entry ferry_test_divergent(.param .u64 p0)", ".visible .entry ferry_test_divergent_shuffle(.param .u64 p0)")
 	one := cu.Dim3{X: 1, Y: 1, Z: 1}
 	uninit := k.Total("uninitialised")
 	if _, err := runTest(t, ctx, m, s, "ferry_test_uninitialised", one, cu.Dim3{X: 64, Y: 1, Z: 1}, 0, 64, nil); err != nil {
@@ -202,6 +203,15 @@ func TestKernelSourceMisuse(t *testing.T) {
 	t.Logf("ferry_test_divergent: %s", strings.SplitN(report, "\n", 2)[0])
 	if !strings.Contains(report, "wait at different barriers") {
 		t.Errorf("the divergent barrier was not reported:\n%s", report)
+	}
+	l.Reset()
+	if _, err := runTest(t, ctx, m, s, "ferry_test_divergent_shuffle", one, cu.Dim3{X: 32, Y: 1, Z: 1}, 0, 32, nil); err != nil {
+		t.Fatal(err)
+	}
+	report = l.Report()
+	t.Logf("ferry_test_divergent_shuffle: %s", strings.SplitN(report, "\n", 2)[0])
+	if !strings.Contains(report, "wait at different warp operations") {
+		t.Errorf("the divergent shuffle was not reported:\n%s", report)
 	}
 	l.Reset()
 }

@@ -60,3 +60,14 @@ extern "C" __global__ void ferry_test_divergent(float* out) {
   }
   out[threadIdx.x] = 1.0f;
 }
+
+// The two halves of a warp shuffle at different program points.
+extern "C" __global__ void ferry_test_divergent_shuffle(int* out) {
+  int x;
+  if (threadIdx.x < 16) {
+    x = __shfl_sync(0xffffffffu, (int)threadIdx.x, 0);
+  } else {
+    x = __shfl_sync(0xffffffffu, (int)threadIdx.x, 1);
+  }
+  out[threadIdx.x] = x;
+}
