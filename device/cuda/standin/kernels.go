@@ -224,8 +224,8 @@ func BuildKernels(dir string, extra map[string][]byte) (string, error) {
 
 // Kernels is a loaded build of BuildKernels.
 type Kernels struct {
-	Path         string
-	launch, stat uintptr
+	Path                string
+	launch, stat, check uintptr
 }
 
 // OpenKernels loads the library BuildKernels made. The stand-in must be
@@ -240,6 +240,9 @@ func OpenKernels(path string) (*Kernels, error) {
 		return nil, err
 	}
 	if k.stat, err = purego.Dlsym(h, "ferry_cpu_stat"); err != nil {
+		return nil, err
+	}
+	if k.check, err = purego.Dlsym(h, "ferry_cpu_check_global"); err != nil {
 		return nil, err
 	}
 	name, err := purego.Dlsym(h, "ferry_cpu_name_shared")
@@ -332,8 +335,21 @@ func (k *Kernels) Stat(name, what string) int64 { return k.call(&name, what) }
 // Total reads a statistic of every launch: "races" (shared-memory races
 // found), "out_of_bounds" (accesses outside the launch's memory),
 // "uninitialised" (reads of shared words the block had not written),
+// "global_races" (global-memory races, see CheckGlobalRaces),
 // "kernels" (how many kernels were compiled in).
 func (k *Kernels) Total(what string) int64 { return k.call(nil, what) }
+
+// CheckGlobalRaces turns on or off (it is on) the check of global memory:
+// within a launch, a word written by one thread and read or written by
+// another, unless both are of one block with a barrier between, is a race
+// (a violation). It costs a hash lookup per access.
+func (k *Kernels) CheckGlobalRaces(on bool) {
+	var v uintptr
+	if on {
+		v = 1
+	}
+	purego.SyscallN(k.check, v)
+}
 
 func (k *Kernels) call(name *string, what string) int64 {
 	w := append([]byte(what), 0)

@@ -215,3 +215,20 @@ func TestKernelSourceMisuse(t *testing.T) {
 	}
 	l.Reset()
 }
+
+// Blocks of a launch writing the same global word race: nothing orders
+// them.
+func TestKernelSourceGlobalRace(t *testing.T) {
+	l, k := setupSource(t)
+	ctx, m, s := testModule(t, ".visible .entry ferry_test_global_race(.param .u64 p0)")
+	races := k.Total("global_races")
+	if _, err := runTest(t, ctx, m, s, "ferry_test_global_race", cu.Dim3{X: 3, Y: 1, Z: 1}, cu.Dim3{X: 32, Y: 1, Z: 1}, 0, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	report := l.Report()
+	t.Logf("ferry_test_global_race: %s", strings.SplitN(report, "\n", 2)[0])
+	if n := k.Total("global_races") - races; n != 1 || !strings.Contains(report, "global-memory race") {
+		t.Errorf("%d global races reported, want 1 (the word, once):\n%s", n, report)
+	}
+	l.Reset()
+}

@@ -21,7 +21,10 @@
 // the block, which thread wrote it and which read it; a write by one
 // thread with another's read or write of the word before the next barrier
 // is a race, reported through standin_violation; so is a read of a word
-// that no thread of the block has written yet. Warp barriers
+// that no thread of the block has written yet. Global memory is checked
+// too (check_global): within a launch, a word written by one thread and
+// read or written by another is a race unless the two are of one block
+// with a barrier between. Warp barriers
 // (__syncwarp, shuffles, votes) do not order shared-memory accesses here:
 // warp-synchronous code is reported as racy (no ferry kernel is).
 #include <dlfcn.h>
@@ -32,6 +35,7 @@
 #include <sys/mman.h>
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cudacpu.h"
@@ -138,9 +142,30 @@ static size_t n_shadows;
 static char *dyn_lo, *dyn_hi;  // the launch's dynamic shared memory
 struct range {
   char *lo, *hi;
+  int param;  // the kernel parameter that points into it
 };
 static std::vector<range> allowed;  // the launch's device memory
 static bool checking;               // inside a launch
+
+// Global memory within one launch (when check_global is on): each 4-byte
+// word remembers its last writer and last reader, as (block, thread, the
+// block's barrier epoch). Two accesses of a word, one a write, by
+// different threads are a race unless both threads are of one block with a
+// barrier between: nothing orders different blocks of a launch.
+// Atomics are not tracked.
+struct access_rec {
+  long long block;  // linear block index, -1 none
+  int thread;
+  unsigned epoch;
+};
+struct gshadow {
+  access_rec w, r;
+  bool reported;
+};
+static bool check_global = true;
+static std::unordered_map<uintptr_t, gshadow> gshadows;
+static long long cur_block;
+static long long n_global_races;
 static long long n_races, n_oob;
 
 #if defined(__x86_64__)
@@ -317,6 +342,39 @@ static void shared_access(char* a, size_t n, bool write) {
   }
 }
 
+// ordered reports whether access a happened before the current one.
+static bool ordered(const access_rec& a) {
+  return a.block < 0 || (a.block == cur_block && (a.thread == cur || a.epoch != epoch));
+}
+
+static void global_access(const range& r, char* a, size_t n, bool write) {
+  for (uintptr_t w = (uintptr_t)a / 4; w <= ((uintptr_t)a + n - 1) / 4; w++) {
+    auto it = gshadows.find(w);
+    if (it == gshadows.end()) it = gshadows.emplace(w, gshadow{{-1, 0, 0}, {-1, 0, 0}, false}).first;
+    gshadow& g = it->second;
+    access_rec other{-1, 0, 0};
+    const char* what = nullptr;
+    if (!ordered(g.w))
+      other = g.w, what = "wrote";
+    else if (write && !ordered(g.r))
+      other = g.r, what = "read";
+    access_rec me{cur_block, cur, epoch};
+    if (write)
+      g.w = me;
+    else
+      g.r = me;
+    if (!what || g.reported) continue;
+    g.reported = true;
+    n_global_races++;
+    const fiber& f = fibers[other.thread];
+    violation("global-memory race: block (%u,%u,%u) %s %s byte %zu of the allocation of parameter %d, which thread "
+              "(%u,%u,%u) of block %lld (linear) %s with nothing ordering the two (%s)",
+              blockIdx.x, blockIdx.y, blockIdx.z, thread_name(cur).c_str(), write ? "writes" : "reads",
+              (size_t)((char*)(w * 4) - r.lo), r.param, f.tid.x, f.tid.y, f.tid.z, other.block, what,
+              other.block == cur_block ? "no barrier between" : "different blocks");
+  }
+}
+
 static inline void access(void* p, size_t n, bool write) {
   if (!checking || cur < 0) return;
   char* a = (char*)p;
@@ -336,7 +394,10 @@ static inline void access(void* p, size_t n, bool write) {
   if (a >= f.stack_lo && a + n <= f.stack_hi) return;
   if (a >= (char*)&ferry_builtins && a + n <= (char*)(&ferry_builtins + 1)) return;
   for (const range& r : allowed)
-    if (a >= r.lo && a + n <= r.hi) return;
+    if (a >= r.lo && a + n <= r.hi) {
+      if (check_global) global_access(r, a, n, write);
+      return;
+    }
   n_oob++;
   violation("block (%u,%u,%u) %s %s %zu bytes at %p, outside every allocation the launch was given (an illegal address)",
             blockIdx.x, blockIdx.y, blockIdx.z, thread_name(cur).c_str(), write ? "writes" : "reads", n, p);
@@ -553,7 +614,7 @@ EXPORT int ferry_cpu_launch(const struct standin_launch* l) {
       return 1;
     }
     memcpy(bufs[i].data(), &h, 8);
-    allowed.push_back(range{h, h + avail});
+    allowed.push_back(range{h, h + avail, i});
   }
   unsigned bx = l->block[0], by = l->block[1], bz = l->block[2];
   int n = (int)(bx * by * bz);
@@ -584,17 +645,24 @@ EXPORT int ferry_cpu_launch(const struct standin_launch* l) {
   blockDim = dim3{bx, by, bz};
   gridDim = dim3{l->grid[0], l->grid[1], l->grid[2]};
   bool ok = true;
+  gshadows.clear();
   for (unsigned z = 0; z < l->grid[2] && ok; z++)
     for (unsigned y = 0; y < l->grid[1] && ok; y++)
       for (unsigned x = 0; x < l->grid[0] && ok; x++) {
         blockIdx = uint3{x, y, z};
+        cur_block = ((long long)z * l->grid[1] + y) * l->grid[0] + x;
         ok = run_block(n);
       }
+  gshadows.clear();
   checking = false;
   running = nullptr;
   allowed.clear();
   return ok ? 0 : 1;
 }
+
+// ferry_cpu_check_global turns the global-memory race check on or off
+// (on by default; it costs a hash lookup per access).
+EXPORT void ferry_cpu_check_global(int on) { check_global = on != 0; }
 
 // ferry_cpu_name_shared names the shared variable at [off, off+size) of
 // ferry_shared.
@@ -604,12 +672,14 @@ EXPORT void ferry_cpu_name_shared(size_t off, size_t size, const char* name) {
 
 // ferry_cpu_stat reads a statistic: of kernel name ("runs", "max_threads",
 // "max_blocks"), or with name NULL of all launches ("races",
-// "out_of_bounds", "uninitialised", "kernels"); -1 if unknown.
+// "out_of_bounds", "uninitialised", "global_races", "kernels"); -1 if
+// unknown.
 EXPORT long long ferry_cpu_stat(const char* name, const char* what) {
   if (!name) {
     if (strcmp(what, "races") == 0) return n_races;
     if (strcmp(what, "out_of_bounds") == 0) return n_oob;
     if (strcmp(what, "uninitialised") == 0) return n_uninit;
+    if (strcmp(what, "global_races") == 0) return n_global_races;
     if (strcmp(what, "kernels") == 0) return registry ? (long long)registry->size() : 0;
     return -1;
   }

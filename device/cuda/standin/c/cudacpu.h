@@ -14,8 +14,10 @@
 // compiled with -fsanitize=thread, whose instrumentation calls back into
 // cudacpu.cpp (__tsan_read4, …) before each load and store, and a write by
 // one thread of a block with another thread's read or write of the same
-// word between two barriers is reported as a race. The same hooks report a
-// global-memory access outside the launch's allocations.
+// word between two barriers is reported as a race. The same hooks report
+// global-memory races (two threads of different blocks, or of one block
+// without a barrier between, touching a word one of them writes) and
+// accesses outside the launch's allocations.
 #pragma once
 
 #include <math.h>

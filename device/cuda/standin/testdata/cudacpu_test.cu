@@ -71,3 +71,8 @@ extern "C" __global__ void ferry_test_divergent_shuffle(int* out) {
   }
   out[threadIdx.x] = x;
 }
+
+// Every block writes the same word of global memory.
+extern "C" __global__ void ferry_test_global_race(float* out) {
+  if (threadIdx.x == 0) out[0] = (float)blockIdx.x;
+}
