@@ -353,11 +353,18 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 // file can be created in it, so a read-only directory fails before
 // training rather than at the first save.
 func writableDir(dir string) error {
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+	st, err := os.Stat(dir)
+	if err == nil && !st.IsDir() {
 		return fmt.Errorf("%s exists and is not a directory", dir)
 	}
+	created := err != nil
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if created {
+		// Made for the check only: the run makes it again when it first
+		// writes, so a run that fails before leaves nothing behind.
+		defer os.Remove(dir)
 	}
 	f, err := os.CreateTemp(dir, ".ferry-write-test-*")
 	if err != nil {
