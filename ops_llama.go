@@ -33,13 +33,7 @@ func composite(tp *Tape, f func() *Tensor) *Tensor {
 // SiLU returns x·σ(x) (PyTorch: nn.functional.silu), saving x.
 func SiLU(x *Tensor) *Tensor {
 	const op = "silu"
-	tp := tapeOf(op, x)
-	floats32(op, x)
-	out := composite(tp, func() *Tensor {
-		s := Sigmoid(x)
-		defer s.Release()
-		return Mul(x, s)
-	})
+	out, tp := unary(op, device.SiLU, x, 0)
 	record(tp, op, out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
 		// d/dx x·σ(x) = σ(x)·(1 + x·(1 - σ(x))) = σ + x·σ - x·σ²
 		x := bk.Saved(0)
