@@ -2,7 +2,10 @@
 
 package device
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // UnaryOp is an elementwise function of one input.
 type UnaryOp uint8
@@ -22,12 +25,13 @@ const (
 	Scale                    // alpha·x
 	AddScalar                // x + alpha
 	PowScalar                // x^alpha
+	SiLU                     // x·σ(x)
 )
 
 // NumUnaryOps is the number of UnaryOps: each is below it.
-const NumUnaryOps = 14
+const NumUnaryOps = 15
 
-var unaryNames = [NumUnaryOps]string{"neg", "exp", "log", "sqrt", "square", "abs", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "scale", "add_scalar", "pow"}
+var unaryNames = [NumUnaryOps]string{"neg", "exp", "log", "sqrt", "square", "abs", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "scale", "add_scalar", "pow", "silu"}
 
 func (o UnaryOp) String() string {
 	if o < NumUnaryOps {
@@ -61,4 +65,102 @@ func (o BinaryOp) String() string {
 		return binaryNames[o]
 	}
 	return fmt.Sprintf("binary(%d)", uint8(o))
+}
+
+// Math is the op on x (and its scalar alpha) in float64: the op's
+// definition, written once in device/internal/opgen; the conformance
+// suite's reference and every device's fallback.
+func (o UnaryOp) Math(x, alpha float64) float64 { return unaryMath(o, x, alpha) }
+
+// Math is the op on a and b in float64 (see UnaryOp.Math).
+func (o BinaryOp) Math(a, b float64) float64 { return binaryMath(o, a, b) }
+
+// The GELU constants, as every device spells them.
+const (
+	sqrt2       = 1.4142135623730951 // √2
+	sqrt2OverPi = 0.7978845608028654 // √(2/π)
+	invSqrt2Pi  = 0.3989422804014327 // 1/√(2π)
+	geluCoef    = 0.044715           // the cubic's coefficient in GELUTanh
+	geluCoef3   = 0.134145           // 3·geluCoef, folded exactly as Go folds constants
+)
+
+// unaryMath is each unary op's Math (device/internal/opgen), in float64.
+func unaryMath(op UnaryOp, x, alpha float64) float64 {
+	switch op {
+	case Neg:
+		return -x
+	case Exp:
+		return math.Exp(x)
+	case Log:
+		return math.Log(x)
+	case Sqrt:
+		return math.Sqrt(x)
+	case Square:
+		return x * x
+	case Abs:
+		return math.Abs(x)
+	case Tanh:
+		return math.Tanh(x)
+	case Sigmoid:
+		return 1 / (1 + math.Exp(-x))
+	case ReLU:
+		return mathPos(x)
+	case GELU:
+		return 0.5 * x * (1 + math.Erf(x/sqrt2))
+	case GELUTanh:
+		return 0.5 * x * (1 + math.Tanh(sqrt2OverPi*(x+geluCoef*x*x*x)))
+	case Scale:
+		return alpha * x
+	case AddScalar:
+		return x + alpha
+	case PowScalar:
+		return math.Pow(x, alpha)
+	case SiLU:
+		return x / (1 + math.Exp(-x))
+	}
+	return math.NaN()
+}
+
+// binaryMath is each binary op's Math (device/internal/opgen), in float64.
+func binaryMath(op BinaryOp, a, b float64) float64 {
+	switch op {
+	case Add:
+		return a + b
+	case Sub:
+		return a - b
+	case Mul:
+		return a * b
+	case Div:
+		return a / b
+	case ReLUGrad:
+		return a * mathStep(b)
+	case GELUGrad:
+		return a * (0.5*(1+math.Erf(b/sqrt2)) + b*invSqrt2Pi*math.Exp(-0.5*b*b))
+	case GELUTanhGrad:
+		return a * (0.5*(1+math.Tanh(sqrt2OverPi*(b+geluCoef*b*b*b))) + 0.5*b*(1-math.Tanh(sqrt2OverPi*(b+geluCoef*b*b*b))*math.Tanh(sqrt2OverPi*(b+geluCoef*b*b*b)))*sqrt2OverPi*(1+geluCoef3*b*b))
+	case Maximum:
+		return mathMaxNaN(a, b)
+	}
+	return math.NaN()
+}
+
+func mathPos(v float64) float64 {
+	if v > 0 {
+		return v
+	}
+	return 0
+}
+
+func mathStep(v float64) float64 {
+	if v > 0 {
+		return 1
+	}
+	return 0
+}
+
+func mathMaxNaN(a, b float64) float64 {
+	if a != a || a > b {
+		return a
+	}
+	return b
 }

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -14,8 +15,9 @@ import (
 // (vocabulary 256), sampling each from the top k of softmax(logits /
 // temperature), one forward pass per byte over the last Context() bytes,
 // in evaluation mode (no dropout), leaving the model in training mode.
-// An empty prompt starts from "\n".
-func Generate(g LanguageModel, dev device.Device, prompt []byte, n int, temperature float64, topK int, rng *rand.Rand) (string, error) {
+// An empty prompt starts from "\n". When ctx ends, it returns what it has
+// with ctx's error.
+func Generate(ctx context.Context, g LanguageModel, dev device.Device, prompt []byte, n int, temperature float64, topK int, rng *rand.Rand) (string, error) {
 	nn.SetTraining(g, false)
 	defer nn.SetTraining(g, true)
 	out := append([]byte(nil), prompt...)
@@ -23,6 +25,9 @@ func Generate(g LanguageModel, dev device.Device, prompt []byte, n int, temperat
 		out = []byte{'\n'}
 	}
 	for range n {
+		if err := ctx.Err(); err != nil {
+			return string(out), err
+		}
 		ctx := out[max(0, len(out)-g.Context()):]
 		ids := make([]int32, len(ctx))
 		for i, b := range ctx {

@@ -117,6 +117,12 @@ type NaiveForwarder interface {
 	ForwardNaive(tape *ferry.Tape, x *ferry.Tensor) *ferry.Tensor
 }
 
+// Counter is a family that counts its parameters at sizes without
+// building the model (what a preflight check of memory needs first).
+type Counter interface {
+	ParameterCount(s Sizes) int64
+}
+
 // LanguageModel is a model of token sequences: Forward maps [batch, seq]
 // int32 token ids to [batch, seq, vocab] logits.
 type LanguageModel interface {

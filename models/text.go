@@ -25,7 +25,8 @@ type TextTask struct {
 	Rows   int    // sequences per micro-batch
 	Seed   uint64 // of the initialisation, the batches and dropout
 	Source string // the data as given, for the identity
-	// DataID identifies the data's content (a hash), for the identity.
+	// DataID identifies the data's content (a hash, not the path's
+	// spelling), for the identity.
 	DataID     string
 	dev        device.Device
 	valX, valY []*ferry.Tensor
@@ -131,7 +132,7 @@ func (t *TextTask) Evaluate() ([]train.Metric, error) {
 // Identity is what a checkpoint must match: the family and its sizes (the
 // batch among them), the seed and the data.
 func (t *TextTask) Identity() map[string]any {
-	id := map[string]any{"task": "text", "model": t.Family, "seed": t.Seed, "source": t.Source}
+	id := map[string]any{"task": "text", "model": t.Family, "seed": t.Seed}
 	for k, v := range t.Sizes {
 		id[k] = v
 	}

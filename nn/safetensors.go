@@ -124,6 +124,9 @@ type LoadError struct {
 	Missing    []string // parameters of the model the file lacks
 	Unexpected []string // tensors of the file the model lacks
 	Mismatched []string // a sentence per tensor whose shape or dtype differs
+	// Convention is how the file was read: its names above are the
+	// model's, translated from the file's (see ConventionHFGPT2).
+	Convention Convention
 }
 
 func (e *LoadError) Error() string {
@@ -137,11 +140,18 @@ func (e *LoadError) Error() string {
 	if len(e.Mismatched) > 0 {
 		parts = append(parts, fmt.Sprintf("mismatched %d: %s", len(e.Mismatched), strings.Join(e.Mismatched, "; ")))
 	}
-	return fmt.Sprintf("nn.LoadSafetensors %s: the file does not fit the model: %s", e.File, strings.Join(parts, "; "))
+	conv := ""
+	if e.Convention != "" && e.Convention != ConventionModel {
+		conv = fmt.Sprintf(" (read as %s, names translated to the model's)", e.Convention)
+	}
+	return fmt.Sprintf("nn.LoadSafetensors %s: the file does not fit the model%s: %s", e.File, conv, strings.Join(parts, "; "))
 }
 
 // LoadSafetensors sets m's parameters from the safetensors file at path.
-// Names, shapes and dtypes must match exactly (a float32 parameter takes
+// A file in another naming convention is detected and translated first
+// (DetectConvention): a GPT loads Hugging Face's GPT-2 files (h.N...,
+// Conv1D weights transposed on load, the causal-mask buffers skipped).
+// Names, shapes and dtypes must then match exactly (a float32 parameter takes
 // an F32 tensor; no other dtype converts); otherwise it returns a *LoadError
 // listing every missing, unexpected and mismatched tensor, and m is left
 // untouched. A tied weight may appear in the file under an alias from
@@ -167,9 +177,31 @@ type LoadOptions struct {
 
 // LoadSafetensorsWith is LoadSafetensors with options.
 func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
-	f, err := safetensors.ReadFile(path, 0)
-	if err != nil {
-		return fmt.Errorf("nn.LoadSafetensors: %w", err)
+	return LoadSafetensorsFiles([]string{path}, m, opts)
+}
+
+// LoadSafetensorsFiles is LoadSafetensorsWith for a model whose tensors
+// are spread over several files (a sharded checkpoint: HFWeightFiles
+// lists them), read as one; a tensor in two files is an error.
+func LoadSafetensorsFiles(paths []string, m Module, opts LoadOptions) error {
+	if len(paths) == 0 {
+		return fmt.Errorf("nn.LoadSafetensors: no files")
+	}
+	path := strings.Join(paths, ", ") // names the files in errors
+	f := &safetensors.File{}
+	from := map[string]string{}
+	for _, p := range paths {
+		g, err := safetensors.ReadFile(p, 0)
+		if err != nil {
+			return fmt.Errorf("nn.LoadSafetensors: %w", err)
+		}
+		for _, st := range g.Tensors {
+			if other, dup := from[st.Name]; dup {
+				return fmt.Errorf("nn.LoadSafetensors: tensor %s is in both %s and %s", st.Name, other, p)
+			}
+			from[st.Name] = p
+		}
+		f.Tensors = append(f.Tensors, g.Tensors...)
 	}
 	ps := NamedParameters(m)
 	model := make(map[string]*ferry.Tensor, len(ps))
@@ -179,6 +211,8 @@ func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
 		}
 		model[p.Name] = p.Tensor
 	}
+	conv := detectConvention(f, model)
+	f.Tensors = translate(f, conv)
 	file := make(map[string]*safetensors.Tensor, len(f.Tensors))
 	for i := range f.Tensors {
 		file[f.Tensors[i].Name] = &f.Tensors[i]
@@ -191,7 +225,7 @@ func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
 		}
 		return target, true
 	}
-	e := &LoadError{File: path}
+	e := &LoadError{File: path, Convention: conv}
 	source := make(map[string]*safetensors.Tensor, len(ps))
 	for _, n := range ps {
 		p := n.Tensor
@@ -233,7 +267,7 @@ func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
 	if len(e.Missing)+len(e.Unexpected)+len(e.Mismatched) > 0 {
 		return e
 	}
-	err = ferry.Catch(func() error {
+	err := ferry.Catch(func() error {
 		for _, n := range ps {
 			func() {
 				tmp := upload(n.Tensor.Device(), source[n.Name])

@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +38,11 @@ type Policy struct {
 	// module path) that run as checkpoints: what their ops save is dropped
 	// in forward and recomputed in backward. Apply it with SegmentHooks.
 	Recompute []string `json:"recompute,omitempty"`
+	// Model and Sizes name the model the policy was planned for (a
+	// family of package models and its sizes), so that a command can take
+	// them from the file, or say which differ.
+	Model string             `json:"model,omitempty"`
+	Sizes map[string]float64 `json:"sizes,omitempty"`
 
 	index map[tensorKey]Placement
 }
@@ -197,14 +203,24 @@ func LoadPolicy(path string) (*Policy, error) {
 	return p, nil
 }
 
-// ParsePolicy reads a policy from its JSON.
+// ParsePolicy reads a policy from its JSON. It refuses, naming each, a
+// key given twice, a null value, an unknown key, and entries that place
+// the same tensors differently.
 func ParsePolicy(b []byte) (*Policy, error) {
+	if err := checkPolicyJSON(b); err != nil {
+		return nil, err
+	}
 	var p Policy
-	if err := json.Unmarshal(b, &p); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields() // a misspelt key would silently place nothing
+	if err := dec.Decode(&p); err != nil {
 		return nil, err
 	}
 	if p.Version != 1 && p.Version != 2 {
 		return nil, fmt.Errorf("version %d, this ferry reads versions 1 and 2", p.Version)
+	}
+	if err := p.checkConflicts(); err != nil {
+		return nil, err
 	}
 	return &p, nil
 }

@@ -17,6 +17,7 @@ package plan
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 
@@ -156,6 +157,27 @@ type planner struct {
 
 // Make chooses the fastest plan that fits opts.Budget.
 func Make(opts Options) (*Plan, error) {
+	p, err := makePlan(opts)
+	if err != nil {
+		return nil, err
+	}
+	// Validate bounds every rate, so this does not happen; if a sum ever
+	// overflows anyway, say so rather than print "step NaN s".
+	for _, v := range []struct {
+		what string
+		s    float64
+	}{{"unlimited step", p.Unlimited.StepSeconds}, {"all-recompute step", p.AllRecompute.StepSeconds},
+		{"all-offload step", p.AllOffload.StepSeconds}, {"planned step", p.Predicted.StepSeconds},
+		{"stall", p.Predicted.StallSeconds}, {"cost model's step", p.ModelStepSeconds}, {"slowdown", p.Slowdown}} {
+		if math.IsNaN(v.s) || math.IsInf(v.s, 0) {
+			return nil, fmt.Errorf("plan: profile %q predicts a %s of %v seconds; its figures are out of the cost model's range (check its rates)",
+				opts.Profile.Name, v.what, v.s)
+		}
+	}
+	return p, nil
+}
+
+func makePlan(opts Options) (*Plan, error) {
 	if opts.Profile == nil {
 		return nil, fmt.Errorf("plan: a hardware profile is needed (built in: %s)", strings.Join(Profiles(), ", "))
 	}

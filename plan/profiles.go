@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bytes"
 	"encoding/json"
 	"ferry/internal/fsx"
 	"fmt"
@@ -72,8 +73,13 @@ func LoadProfile(nameOrPath string) (*meta.Profile, error) {
 		return nil, fmt.Errorf("profile %q is neither built in (%s) nor a readable file: %v", nameOrPath, strings.Join(Profiles(), ", "), err)
 	}
 	var p meta.Profile
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("profile %s: %w", nameOrPath, err)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields() // a misspelt field would silently read as 0
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("profile %s is not a profile (a JSON object as ferry calibrate --save writes): %w", nameOrPath, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("profile %s: more than one JSON value", nameOrPath)
 	}
 	if p.Name == "" {
 		p.Name = nameOrPath

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"ferry"
@@ -29,6 +30,9 @@ import (
 //	trainer.json           step, seed, data position, the run's identity,
 //	                       the optimizer's scalars, history, and the size and
 //	                       SHA-256 of the two other files
+//	trainer.sha256         the SHA-256 of trainer.json, as sha256sum writes
+//	                       it (sha256sum -c trainer.sha256 checks it), so
+//	                       that every file of a checkpoint is covered
 //
 // and D/latest names the newest one. A directory, rather than one file,
 // so that the weights are a plain safetensors file that PyTorch loads.
@@ -59,6 +63,13 @@ type Meta struct {
 	Extra json.RawMessage `json:"extra,omitempty"`
 	// Files maps each tensor file to its size and SHA-256.
 	Files map[string]FileSum `json:"files"`
+	// Finite says Save checked that every parameter and optimizer value
+	// was finite. prune never removes the newest such checkpoint.
+	Finite bool `json:"finite"`
+	// Overrides lists the identity differences accepted on resume
+	// (Checkpointer.Overrides), oldest first, carried from checkpoint to
+	// checkpoint.
+	Overrides []Override `json:"overrides,omitempty"`
 }
 
 // FileSum is a file's size and SHA-256, hex.
@@ -73,15 +84,27 @@ const (
 	modelFile     = "model.safetensors"
 	optimizerFile = "optimizer.safetensors"
 	metaFile      = "trainer.json"
+	metaSumFile   = "trainer.sha256"
 	latestFile    = "latest"
 	maxMetaBytes  = 64 << 20
 )
 
 // Checkpointer writes and reads checkpoints in Dir, keeping the newest
-// Keep of them (Keep < 1 keeps all).
+// Keep of them (Keep < 1 keeps all), and never the last good one (see
+// prune). A run holds Dir with Lock for its whole length.
 type Checkpointer struct {
 	Dir  string
 	Keep int
+	// Overrides are identity keys ("lr", "steps") that Resume and Load let
+	// differ between the checkpoint and this run. Each accepted difference
+	// is recorded, with OverrideNote, in every checkpoint Save writes
+	// afterwards (Meta.Overrides).
+	Overrides    []string
+	OverrideNote string
+
+	mu       sync.Mutex
+	locked   bool       // this Checkpointer holds Dir's lock
+	accepted []Override // overrides of the resumed checkpoint and this run
 }
 
 // PathFor is where the checkpoint of step lives.
@@ -91,22 +114,35 @@ func (c *Checkpointer) PathFor(step int) string {
 
 // Save writes a checkpoint of model and opt at meta.Step and returns its
 // path. The previous checkpoint stays valid until this one is complete.
+// It refuses (an error wrapping ErrNonFinite) a model or optimizer state
+// holding NaN or Inf,
+// writing nothing: the previous checkpoint and latest stay as they were.
 func (c *Checkpointer) Save(model nn.Module, opt optim.Stateful, meta Meta) (path string, err error) {
+	return c.save(model, opt, meta, true)
+}
+
+func (c *Checkpointer) save(model nn.Module, opt optim.Stateful, meta Meta, check bool) (path string, err error) {
 	if meta.Step < 0 {
 		return "", fmt.Errorf("checkpoint: negative step %d", meta.Step)
+	}
+	st := opt.State()
+	if check {
+		if err := checkFinite(model, st, meta.Step); err != nil {
+			return "", err
+		}
 	}
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	c.sweep()
 	final := c.PathFor(meta.Step)
-	tmp, err := os.MkdirTemp(c.Dir, fmt.Sprintf(".step-%08d-tmp-%d-", meta.Step, os.Getpid()))
+	tmp, _, err := createTemp(c.Dir, fmt.Sprintf(".step-%08d-tmp-%d-", meta.Step, os.Getpid()), true)
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			os.RemoveAll(tmp)
+			removeTemp(tmp)
 			if errors.Is(err, syscall.ENOSPC) {
 				err = fmt.Errorf("%w (the disk holding %s is full: free space, lower --keep, or give another --checkpoint-dir; "+
 					"the previous checkpoint is intact)", err, c.Dir)
@@ -116,12 +152,17 @@ func (c *Checkpointer) Save(model nn.Module, opt optim.Stateful, meta Meta) (pat
 	if err := nn.SaveSafetensors(filepath.Join(tmp, modelFile), model); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
-	st := opt.State()
 	if err := nn.SaveTensors(filepath.Join(tmp, optimizerFile), st.Tensors, nil); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	meta.Format, meta.Version = metaFormat, metaVersion
 	meta.OptimizerScalars = st.Scalars
+	meta.Finite = check
+	if meta.Overrides == nil {
+		c.mu.Lock()
+		meta.Overrides = append([]Override(nil), c.accepted...)
+		c.mu.Unlock()
+	}
 	meta.Files = map[string]FileSum{}
 	for _, f := range []string{modelFile, optimizerFile} {
 		s, err := sumFile(filepath.Join(tmp, f))
@@ -134,11 +175,17 @@ func (c *Checkpointer) Save(model nn.Module, opt optim.Stateful, meta Meta) (pat
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := fsx.WriteAtomic(filepath.Join(tmp, metaFile), func(w io.Writer) error {
-		_, err := w.Write(append(b, '\n'))
-		return err
-	}); err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
+	b = append(b, '\n')
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{metaFile, b}, {metaSumFile, []byte(sumLine(b))}} {
+		if err := fsx.WriteAtomic(filepath.Join(tmp, f.name), func(w io.Writer) error {
+			_, err := w.Write(f.data)
+			return err
+		}); err != nil {
+			return "", fmt.Errorf("checkpoint: %w", err)
+		}
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp made it private
 		return "", fmt.Errorf("checkpoint: %w", err)
@@ -151,31 +198,107 @@ func (c *Checkpointer) Save(model nn.Module, opt optim.Stateful, meta Meta) (pat
 	// directory that has files.
 	var aside string
 	if _, err := os.Stat(final); err == nil {
-		aside = tmp + "-old"
-		if err := os.Rename(final, aside); err != nil {
+		aside = tmp + asideSuffix
+		registerTemp(aside)
+		if err := renameTemp(final, aside); err != nil {
+			removeTemp(aside) // nothing was moved: forget the name
 			return "", fmt.Errorf("checkpoint: %w", err)
 		}
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		if aside != "" {
-			os.Rename(aside, final)
+	if err := renameTemp(tmp, final); err != nil {
+		if aside != "" && renameTemp(aside, final) == nil {
+			removeTemp(aside)
 		}
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := syncDir(c.Dir); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := fsx.WriteAtomic(filepath.Join(c.Dir, latestFile), func(w io.Writer) error {
-		_, err := fmt.Fprintln(w, filepath.Base(final))
-		return err
-	}); err != nil {
+	if err := c.writeLatest(filepath.Base(final)); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	if aside != "" {
-		os.RemoveAll(aside)
+		removeTemp(aside)
 	}
 	c.prune(meta.Step)
 	return final, nil
+}
+
+// writeLatest replaces D/latest atomically through a temporary file that
+// carries this process's pid, so that sweep and RemoveTemporaries find it.
+func (c *Checkpointer) writeLatest(name string) (err error) {
+	tmp, f, err := createTemp(c.Dir, fmt.Sprintf(".latest-tmp-%d-", os.Getpid()), false)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			removeTemp(tmp)
+		}
+	}()
+	if _, err = fmt.Fprintln(f, name); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = renameTemp(tmp, filepath.Join(c.Dir, latestFile)); err != nil {
+		return err
+	}
+	return syncDir(c.Dir)
+}
+
+// checkFinite reports the parameters and optimizer state tensors holding
+// a NaN or an infinity.
+func checkFinite(model nn.Module, st optim.State, step int) error {
+	var bad []string
+	count := func(name string, t *ferry.Tensor) {
+		n := 0
+		var first float32
+		for _, v := range t.Float32s() {
+			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+				if n == 0 {
+					first = v
+				}
+				n++
+			}
+		}
+		if n > 0 {
+			bad = append(bad, fmt.Sprintf("%s (%d of %d values, e.g. %v)", name, n, t.Numel(), first))
+		}
+	}
+	for _, p := range model.Parameters() {
+		count("parameter "+p.Name(), p)
+	}
+	names := make([]string, 0, len(st.Tensors))
+	for k := range st.Tensors {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		count("optimizer state "+k, st.Tensors[k])
+	}
+	for k, v := range st.Scalars {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			bad = append(bad, fmt.Sprintf("optimizer scalar %s (%v)", k, v))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	if len(bad) > 5 {
+		bad = append(bad[:5], fmt.Sprintf("and %d more", len(bad)-5))
+	}
+	return fmt.Errorf("checkpoint of step %d refused: %w in %s. The run diverged; nothing was written and "+
+		"the previous checkpoint is kept. Lower --lr or set --clip (e.g. --clip 1), then --resume from the previous checkpoint",
+		step, ErrNonFinite, strings.Join(bad, ", "))
 }
 
 // Latest returns the path of the newest complete checkpoint, or "" if Dir
@@ -221,23 +344,12 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	if err != nil {
 		return nil, err
 	}
-	if diff := identityDiff(meta.Identity, identity); diff != "" {
-		return nil, fmt.Errorf("checkpoint %s was written by a different run: %s; "+
-			"resume with the checkpoint's settings, or give a new --checkpoint-dir", path, diff)
+	accepted, err := c.checkIdentity(path, meta, identity)
+	if err != nil {
+		return nil, err
 	}
-	for _, f := range []string{modelFile, optimizerFile} {
-		want, ok := meta.Files[f]
-		if !ok {
-			return nil, fmt.Errorf("checkpoint %s: %s does not list %s", path, metaFile, f)
-		}
-		got, err := sumFile(filepath.Join(path, f))
-		if err != nil {
-			return nil, fmt.Errorf("checkpoint %s: %w", path, err)
-		}
-		if got != want {
-			return nil, fmt.Errorf("checkpoint %s: %s is damaged (%d bytes, SHA-256 %.12s…; %s recorded %d bytes, %.12s…)",
-				path, f, got.Size, got.SHA256, metaFile, want.Size, want.SHA256)
-		}
+	if err := verifyFiles(path, meta); err != nil {
+		return nil, err
 	}
 	params := model.Parameters()
 	if len(params) == 0 {
@@ -268,7 +380,42 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	if err := opt.SetState(st); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
+	c.mu.Lock()
+	c.accepted = accepted
+	c.mu.Unlock()
 	return meta, nil
+}
+
+// Verify reads a checkpoint's trainer.json (ReadMeta) and checks every
+// file it lists against its recorded size and SHA-256, for readers that
+// load the files themselves (ferry sample).
+func Verify(path string) (*Meta, error) {
+	meta, err := ReadMeta(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := verifyFiles(path, meta); err != nil {
+		return nil, err
+	}
+	return meta, nil
+}
+
+func verifyFiles(path string, meta *Meta) error {
+	for _, f := range []string{modelFile, optimizerFile} {
+		want, ok := meta.Files[f]
+		if !ok {
+			return fmt.Errorf("checkpoint %s: %s does not list %s", path, metaFile, f)
+		}
+		got, err := sumFile(filepath.Join(path, f))
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", path, err)
+		}
+		if got != want {
+			return fmt.Errorf("checkpoint %s: %s is damaged (%d bytes, SHA-256 %.12s…; %s recorded %d bytes, %.12s…)",
+				path, f, got.Size, got.SHA256, metaFile, want.Size, want.SHA256)
+		}
+	}
+	return nil
 }
 
 // ReadMeta reads and checks a checkpoint's trainer.json.
@@ -294,6 +441,9 @@ func ReadMeta(path string) (*Meta, error) {
 	if meta.Format != metaFormat || meta.Version != metaVersion {
 		return nil, fmt.Errorf("checkpoint %s: %s is format %q version %d; this ferry reads %q version %d",
 			path, metaFile, meta.Format, meta.Version, metaFormat, metaVersion)
+	}
+	if err := checkMetaSum(path, b); err != nil {
+		return nil, err
 	}
 	if meta.Step < 0 {
 		return nil, fmt.Errorf("checkpoint %s: negative step %d", path, meta.Step)
@@ -334,46 +484,6 @@ func checkOptimizerState(params []*ferry.Tensor, st optim.State) error {
 	return nil
 }
 
-// identityDiff describes how got (the checkpoint's) differs from want (this
-// run's), or returns "".
-func identityDiff(got, want map[string]any) string {
-	norm := func(m map[string]any) map[string]string {
-		out := map[string]string{}
-		for k, v := range m {
-			b, _ := json.Marshal(v)
-			out[k] = string(b)
-		}
-		return out
-	}
-	g, w := norm(got), norm(want)
-	keys := map[string]bool{}
-	for k := range g {
-		keys[k] = true
-	}
-	for k := range w {
-		keys[k] = true
-	}
-	var names []string
-	for k := range keys {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	var diffs []string
-	for _, k := range names {
-		gv, gok := g[k]
-		wv, wok := w[k]
-		switch {
-		case !gok:
-			diffs = append(diffs, fmt.Sprintf("%s is unset there, %s here", k, wv))
-		case !wok:
-			diffs = append(diffs, fmt.Sprintf("%s is %s there, unset here", k, gv))
-		case gv != wv:
-			diffs = append(diffs, fmt.Sprintf("%s is %s there, %s here", k, gv, wv))
-		}
-	}
-	return strings.Join(diffs, ", ")
-}
-
 // steps lists the complete checkpoints' steps, ascending.
 func (c *Checkpointer) steps() ([]int, error) {
 	entries, err := os.ReadDir(c.Dir)
@@ -403,7 +513,9 @@ func stepOf(name string) (int, bool) {
 }
 
 // prune removes all but the newest Keep checkpoints, never the one just
-// written.
+// written, and never the newest one whose state was checked finite: a
+// checkpoint of an older ferry, or a damaged one, does not push the last
+// good state out.
 func (c *Checkpointer) prune(current int) {
 	if c.Keep < 1 {
 		return
@@ -412,38 +524,95 @@ func (c *Checkpointer) prune(current int) {
 	if err != nil {
 		return
 	}
+	good := -1
+	for i := len(steps) - 1; i >= 0; i-- {
+		if m, err := ReadMeta(c.PathFor(steps[i])); err == nil && m.Finite {
+			good = steps[i]
+			break
+		}
+	}
 	for i := 0; i < len(steps)-c.Keep; i++ {
-		if steps[i] != current {
+		if steps[i] != current && steps[i] != good {
 			os.RemoveAll(c.PathFor(steps[i]))
 		}
 	}
 }
 
-// sweep removes temporary directories left by processes that died while
-// writing a checkpoint.
+// sweep removes temporary files and directories left by processes that
+// died while writing a checkpoint: those whose pid is gone, and, while
+// this Checkpointer holds Dir's lock (no other ferry writes there), every
+// one that is not this process's.
 func (c *Checkpointer) sweep() {
 	entries, err := os.ReadDir(c.Dir)
 	if err != nil {
 		return
 	}
+	c.mu.Lock()
+	locked := c.locked
+	c.mu.Unlock()
+	temporaries.Lock()
+	defer temporaries.Unlock()
 	for _, e := range entries {
 		name := e.Name()
-		if !strings.HasPrefix(name, ".step-") {
+		path := filepath.Join(c.Dir, name)
+		if temporaries.paths[path] {
 			continue
 		}
-		i := strings.Index(name, "-tmp-")
-		if i < 0 {
+		var rest string
+		switch {
+		case strings.HasPrefix(name, ".step-"):
+			i := strings.Index(name, "-tmp-")
+			if i < 0 {
+				continue
+			}
+			rest = name[i+len("-tmp-"):]
+		case strings.HasPrefix(name, ".latest-tmp-"):
+			rest = name[len(".latest-tmp-"):]
+		case strings.HasPrefix(name, "."+latestFile+".tmp-") || strings.HasPrefix(name, ".write-test-"):
+			// An older ferry's temporary latest, or CheckWritable's probe:
+			// no pid, so only under the lock.
+			if locked {
+				os.RemoveAll(path)
+			}
+			continue
+		default:
 			continue
 		}
-		pidStr, _, _ := strings.Cut(name[i+len("-tmp-"):], "-")
+		pidStr, _, _ := strings.Cut(rest, "-")
 		pid, err := strconv.Atoi(pidStr)
 		if err != nil || pid <= 0 || pid == os.Getpid() {
 			continue
 		}
-		if syscall.Kill(pid, 0) == syscall.ESRCH {
-			os.RemoveAll(filepath.Join(c.Dir, name))
+		if locked || syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(path)
 		}
 	}
+}
+
+// sumLine is trainer.sha256's content for trainer.json's bytes b.
+func sumLine(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:]) + "  " + metaFile + "\n"
+}
+
+// checkMetaSum checks trainer.json's bytes b against trainer.sha256.
+func checkMetaSum(path string, b []byte) error {
+	s, err := fsx.ReadLimited(filepath.Join(path, metaSumFile), 4096)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("checkpoint %s: %s is missing, so %s cannot be checked (a checkpoint of an older ferry? "+
+			"resume it with that version, or start afresh with a new --checkpoint-dir)", path, metaSumFile, metaFile)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	want, _, _ := strings.Cut(strings.TrimSpace(string(s)), " ")
+	h := sha256.Sum256(b)
+	got := hex.EncodeToString(h[:])
+	if want != got {
+		return fmt.Errorf("checkpoint %s: %s was changed after it was written (its SHA-256 is %.12s…, %s records %.12s…); "+
+			"restore it, or resume from another checkpoint", path, metaFile, got, metaSumFile, want)
+	}
+	return nil
 }
 
 func sumFile(path string) (FileSum, error) {

@@ -124,8 +124,14 @@ type Config struct {
 	CheckpointEvery int
 	// Keep is how many checkpoints stay (0 means 3).
 	Keep int
-	// Resume continues from the latest checkpoint in CheckpointDir.
-	Resume bool
+	// Resume continues from the latest checkpoint in CheckpointDir. It
+	// refuses a checkpoint whose identity (the task's, and every setting
+	// of this Config that changes the mathematics) differs, but for the
+	// keys in Overrides, which are accepted and recorded with
+	// OverrideNote in the checkpoints written after.
+	Resume       bool
+	Overrides    []string
+	OverrideNote string
 	// StopAfter, if positive, stops after this many steps of this run (the
 	// schedule still spans Steps), checkpointing if asked.
 	StopAfter int
@@ -337,7 +343,7 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 		if _, ok := cfg.Optimizer.(optim.Stateful); !ok {
 			return nil, fmt.Errorf("train: checkpoints need an optimizer whose state can be saved (optim.Stateful); %T is not", cfg.Optimizer)
 		}
-		t.ckpt = &Checkpointer{Dir: cfg.CheckpointDir, Keep: cfg.Keep}
+		t.ckpt = &Checkpointer{Dir: cfg.CheckpointDir, Keep: cfg.Keep, Overrides: cfg.Overrides, OverrideNote: cfg.OverrideNote}
 		if err := writableDir(cfg.CheckpointDir); t.rank == 0 && err != nil {
 			return nil, &ConfigError{"CheckpointDir", err}
 		}
@@ -413,11 +419,18 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 // file can be created in it, so a read-only directory fails before
 // training rather than at the first save.
 func writableDir(dir string) error {
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+	st, err := os.Stat(dir)
+	if err == nil && !st.IsDir() {
 		return fmt.Errorf("%s exists and is not a directory", dir)
 	}
+	created := err != nil
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if created {
+		// Made for the check only: the run makes it again when it first
+		// writes, so a run that fails before leaves nothing behind.
+		defer os.Remove(dir)
 	}
 	f, err := os.CreateTemp(dir, ".ferry-write-test-*")
 	if err != nil {
@@ -497,6 +510,14 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 
 	identity := t.identity()
 	first := 1
+	if t.ckpt != nil && t.rank == 0 {
+		// One writer per checkpoint directory, for the whole run.
+		unlock, err := t.ckpt.Lock()
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	if t.ckpt != nil {
 		st, _ := opt.(optim.Stateful)
 		if cfg.Resume {
@@ -885,21 +906,38 @@ func (t *Trainer) batch(step, micro int) (x, y *ferry.Tensor, items int, err err
 }
 
 // identity is the task's identity with the Trainer's own settings that
-// change the mathematics.
+// change the mathematics: a resumed run that differed in any of them would
+// not continue the same run bit for bit. (The memory mode is not among
+// them: every mode gives the same bits.)
 func (t *Trainer) identity() map[string]any {
+	cfg := t.cfg
 	id := map[string]any{}
 	if i, ok := t.task.(Identifier); ok {
 		for k, v := range i.Identity() {
 			id[k] = v
 		}
 	}
-	switch t.cfg.Optimizer.(type) {
+	id["steps"], id["accum"], id["clip"], id["seed"] = cfg.Steps, cfg.Accum, cfg.Clip, cfg.Seed
+	switch s := cfg.Schedule.(type) {
+	case nil:
+		id["lr"] = cfg.Optimizer.LR()
+	case Cosine:
+		id["lr"], id["min_lr"], id["warmup"] = s.Peak, s.Min, s.Warmup
+	default:
+		id["schedule"] = fmt.Sprintf("%T %+v", s, s)
+	}
+	switch o := cfg.Optimizer.(type) {
 	case *optim.SGD:
 		id["optimizer"] = "sgd"
+		id["momentum"], id["dampening"], id["weight_decay"], id["nesterov"] = o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov
 	case *optim.AdamW:
 		id["optimizer"] = "adamw"
+		id["beta1"], id["beta2"], id["eps"], id["weight_decay"] = o.Beta1, o.Beta2, o.Eps, o.WeightDecay
 	default:
-		id["optimizer"] = fmt.Sprintf("%T", t.cfg.Optimizer)
+		id["optimizer"] = fmt.Sprintf("%T", cfg.Optimizer)
+	}
+	if cfg.Comm != nil && cfg.Comm.Size() > 1 {
+		id["ranks"] = cfg.Comm.Size()
 	}
 	return id
 }

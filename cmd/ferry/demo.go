@@ -59,6 +59,16 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if cfg.Sizes, err = sizes.sizes(f, *dev); err != nil {
 			return err
 		}
+		var pol *offload.Policy
+		if *policy != "" {
+			if pol, err = offload.LoadPolicy(*policy); err != nil {
+				return err
+			}
+			sizes.modelSet = set["model"]
+			if f, cfg.Sizes, err = sizes.fromPolicy(pol, *policy, f, cfg.Sizes); err != nil {
+				return err
+			}
+		}
 		cfg.Family, cfg.Steps, cfg.Seed, cfg.DiskDir = f, *steps, *seed, *diskDir
 		if set["modes"] {
 			cfg.Modes = strings.Split(*modes, ",")
@@ -87,11 +97,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		cfg.OptimizerInBackward = *inBackward
 		cfg.TraceDir = *traceDir
-		if *policy != "" {
-			p, err := offload.LoadPolicy(*policy)
-			if err != nil {
-				return err
-			}
+		if p := pol; p != nil {
 			if !set["modes"] {
 				cfg.Modes = []string{demo.None, demo.Policy}
 			} else if !slices.Contains(cfg.Modes, demo.Policy) {
@@ -219,6 +225,9 @@ func printDemo(w io.Writer, r *demo.Result) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(act = one activation; kept by forward = after − before; forward peak = peak − before)")
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
 }
 
 // fitsThisMachine runs one step of cfg on the meta device, which allocates

@@ -21,6 +21,7 @@ type doctorReport struct {
 	CPUs          int         `json:"cpus"`
 	Kinds         []string    `json:"device_kinds"`
 	MatmulBackend string      `json:"cpu_matmul"`
+	CPUError      string      `json:"cpu_error,omitempty"` // the CPU device does not open (FERRY_BLAS names a library that does not load)
 	CUDA          cuda.Report `json:"cuda"`
 }
 
@@ -28,14 +29,34 @@ func setupDoctor(fs *flag.FlagSet) func(io.Writer, bool) error {
 	return func(out io.Writer, asJSON bool) error {
 		r := doctorReport{GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(),
 			Kinds: device.Kinds(), MatmulBackend: cpu.MatmulBackend(), CUDA: cuda.Probe()}
+		// Open the CPU device as every command does, so that what stops
+		// it (FERRY_BLAS naming a library that does not load) shows here.
+		cpuErr := func() error {
+			d, err := device.Open("cpu", device.Options{})
+			if err != nil {
+				return err
+			}
+			return d.Close()
+		}()
+		r.CPUError = errString(cpuErr)
 		if asJSON {
-			return writeJSON(out, r)
+			if err := writeJSON(out, r); err != nil {
+				return err
+			}
+			if cpuErr != nil {
+				return quietError{cpuErr}
+			}
+			return nil
 		}
 		fmt.Fprintf(out, "ferry on %s, %s, %d CPUs\n", r.OS, r.GoVersion, r.CPUs)
 		fmt.Fprintf(out, "device kinds: %v\n", r.Kinds)
-		fmt.Fprintf(out, "cpu: available; matrix products: %s\n", r.MatmulBackend)
+		if cpuErr != nil {
+			fmt.Fprintf(out, "cpu: unavailable: %v\n", cpuErr)
+		} else {
+			fmt.Fprintf(out, "cpu: available; matrix products: %s\n", r.MatmulBackend)
+		}
 		fmt.Fprintf(out, "meta: available (shapes only; exact memory, predicted time with a profile)\n")
 		fmt.Fprintln(out, r.CUDA.String())
-		return nil
+		return cpuErr
 	}
 }

@@ -3,10 +3,15 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
+	"time"
+
+	"ferry/train"
 )
 
 // setFlags names the flags given on the command line, so that a value
@@ -32,27 +37,52 @@ func positive(set map[string]bool, values map[string]int) error {
 	return nil
 }
 
-// interruptions returns a channel closed at the first SIGINT or SIGTERM,
-// and the function that stops listening. A second signal ends the process
-// at once (exit 130), for a run that cannot reach a step boundary.
+// interruptions turns SIGINT, SIGTERM, SIGHUP and SIGPIPE into a request
+// to stop at the next step boundary (the run then checkpoints, prints its
+// summary and exits 130): a closed terminal or a reader of stdout or
+// stderr that went away (ferry train … | head) ends a run the way Ctrl-C
+// does, with its checkpoint, instead of killing it. A second signal of
+// the first three removes the checkpoint being written and quits at once.
+// The handler never waits on output: its messages are written on their
+// own goroutine, so a full pipe on stderr cannot hold a signal up.
 func interruptions() (<-chan struct{}, func()) {
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	say := func(msg string) <-chan struct{} {
+		written := make(chan struct{})
+		go func() {
+			fmt.Fprintln(os.Stderr, msg) // may block on a full pipe: nobody waits for it
+			close(written)
+		}()
+		return written
+	}
 	go func() {
 		select {
-		case <-sig:
-			fmt.Fprintln(os.Stderr, "ferry: interrupted; finishing at the next step boundary (again to quit now)")
+		case s := <-sig:
 			close(stop)
+			if s != syscall.SIGPIPE {
+				say("ferry: interrupted; finishing at the next step boundary (again to quit now)")
+			}
 		case <-done:
 			return
 		}
-		select {
-		case <-sig:
-			fmt.Fprintln(os.Stderr, "ferry: interrupted twice; quitting")
-			os.Exit(130)
-		case <-done:
+		for {
+			select {
+			case s := <-sig:
+				if s == syscall.SIGPIPE {
+					continue // a reader went away again: already stopping
+				}
+				train.RemoveTemporaries()
+				select { // a moment for the message, never more
+				case <-say("ferry: interrupted twice; quitting"):
+				case <-time.After(200 * time.Millisecond):
+				}
+				os.Exit(130)
+			case <-done:
+				return
+			}
 		}
 	}()
 	return stop, func() {
@@ -72,4 +102,45 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// printFlags is flag.PrintDefaults with two differences. The placeholder
+// after a flag's name is its type ("string", "int", "size"), never a
+// backquoted word of its usage (flag takes `ferry plan` in "a file from
+// `ferry plan`" for the name of the value). And "(default X)" is left out
+// where the usage already says what the default is: "(default a tenth of
+// the steps)" is what a -1 sentinel means, and "(default -1)" after it
+// only confuses.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		var b strings.Builder
+		b.WriteString("  -" + f.Name)
+		name, _ := flag.UnquoteUsage(&flag.Flag{Value: f.Value}) // the type's name alone
+		if _, ok := f.Value.(*byteSize); ok {
+			name = "size"
+		}
+		if name != "" {
+			b.WriteString(" " + name)
+		}
+		if b.Len() <= 4 { // a one-letter boolean: usage on the same line
+			b.WriteString("\t")
+		} else {
+			b.WriteString("\n    \t")
+		}
+		b.WriteString(strings.ReplaceAll(f.Usage, "\n", "\n    \t"))
+		zero := f.DefValue == "" || f.DefValue == "0" || f.DefValue == "false" || f.DefValue == "0s"
+		// A usage that says its default covers a sentinel (-1) and a
+		// value it names; "(default 40)" after "gpt: default 12" still
+		// tells the MLP's.
+		said := strings.Contains(strings.ToLower(f.Usage), "default") &&
+			(strings.HasPrefix(f.DefValue, "-") || strings.Contains(f.Usage, f.DefValue))
+		if !zero && !said {
+			if name == "string" {
+				fmt.Fprintf(&b, " (default %q)", f.DefValue)
+			} else {
+				fmt.Fprintf(&b, " (default %v)", f.DefValue)
+			}
+		}
+		fmt.Fprintln(w, b.String())
+	})
 }

@@ -87,6 +87,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.SetOutput(stderr)
 		asJSON := fs.Bool("json", false, "print one JSON object instead of text for people")
 		do := c.setup(fs)
+		fs.Usage = func() {
+			fmt.Fprintf(stderr, "Usage of %s:\n", fs.Name())
+			printFlags(stderr, fs)
+		}
 		if err := fs.Parse(args[1:]); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return 0
@@ -97,7 +101,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "ferry %s: unexpected arguments %q\n", c.name, fs.Args())
 			return 2
 		}
-		if err := do(stdout, *asJSON); err != nil {
+		out := &checkedWriter{w: stdout}
+		err := do(out, *asJSON)
+		if err == nil && out.err != nil {
+			// Text written with fmt.Fprintf has its errors dropped on
+			// the way: a full disk or /dev/full must not exit 0.
+			err = fmt.Errorf("writing the output: %w (is the disk full, or stdout closed?)", out.err)
+			*asJSON = false // a JSON error object would fail the same way
+		}
+		if err != nil {
 			var reported quietError
 			if *asJSON && !errors.As(err, &reported) {
 				json.NewEncoder(stdout).Encode(map[string]string{"error": err.Error()})
@@ -113,6 +125,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "ferry: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 2
+}
+
+// checkedWriter remembers the first error of its writes, and fails every
+// write after it, so that a command's text output, written with
+// fmt.Fprintf and its errors unread, still turns a failed write into exit
+// 1 (run checks err after the command).
+type checkedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (c *checkedWriter) Write(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.w.Write(p)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		c.err = err
+	}
+	return n, err
 }
 
 func usage(w io.Writer) {
@@ -141,9 +176,10 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(jsonSafe(v))
 }
 
-// mib formats bytes as PyTorch users print them: MiB with two decimals,
-// labelled MB.
-func mib(b int64) string { return fmt.Sprintf("%.2f MB", float64(b)/(1<<20)) }
+// mib formats bytes as MiB with two decimals: what the origin user's
+// script printed as "MB" (memory_allocated() / 1024**2), labelled as what
+// it is.
+func mib(b int64) string { return fmt.Sprintf("%.2f MiB", float64(b)/(1<<20)) }
 
 // byteSize is a flag value that takes "3GiB", "512MiB", "1e9" or plain
 // bytes.

@@ -25,9 +25,9 @@ func TestDemoPrintsTheOriginLines(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Testing with none:",
-		"Memory allocated before forward pass: 2576.62 MB",
-		"Memory allocated after forward pass: 3216.62 MB",
-		"Max memory allocated during forward pass: 3232.62 MB",
+		"Memory allocated before forward pass: 2576.62 MiB",
+		"Memory allocated after forward pass: 3216.62 MiB",
+		"Max memory allocated during forward pass: 3232.62 MiB",
 		"Testing with naive:", `Why "naive" saves nothing`,
 		"Testing with save-on-host:", "Testing with offload:", "Testing with offload-disk:",
 	} {
@@ -188,8 +188,8 @@ func TestCalibrateGPTFlags(t *testing.T) {
 		{[]string{"--model", "gpt", "--seq", "-4"}, "--seq must be a whole number"},
 		{[]string{"--model", "gpt", "--batch", "0"}, "--batch must be a whole number"},
 		{[]string{"--model", "gpt", "--width", "512"}, "--width: no such size for --model gpt"},
-		{[]string{"--heads", "2"}, "add --model (gpt, mlp)"},
-		{[]string{"--model", "bert"}, "choose gpt, mlp"},
+		{[]string{"--heads", "2"}, "add --model (gpt, llama, mlp)"},
+		{[]string{"--model", "bert"}, "choose gpt, llama, mlp"},
 	} {
 		_, errOut, code := runCLI(t, append([]string{"calibrate"}, c.args...)...)
 		if code == 0 || !strings.Contains(errOut, c.want) {

@@ -62,7 +62,9 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		written := ""
 		if p.Fits && *out != "" {
-			if err := p.Policy().Save(*out); err != nil {
+			pol := p.Policy()
+			pol.Model, pol.Sizes = f.Name(), cfg.Sizes
+			if err := pol.Save(*out); err != nil {
 				return err
 			}
 			written = *out
@@ -77,6 +79,11 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 		} else {
 			printPlan(w, p, replay)
+			if written != "" {
+				fmt.Fprintf(w, "policy written to %s\n", written)
+			} else if p.Fits {
+				fmt.Fprintln(w, "(no policy file written; give --out FILE to write one)")
+			}
 		}
 		if !p.Fits {
 			// The figures are out; the exit status says the budget failed.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -8,7 +9,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"unicode/utf8"
 
+	"ferry/cmd/ferry/internal/demo"
 	"ferry/models"
 	"ferry/nn"
 	"ferry/train"
@@ -52,7 +55,7 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			}
 			path = latest
 		}
-		meta, err := train.ReadMeta(path)
+		meta, err := train.Verify(path)
 		if err != nil {
 			return err
 		}
@@ -73,12 +76,21 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if err := nn.LoadSafetensors(filepath.Join(path, "model.safetensors"), g); err != nil {
 			return err
 		}
-		text, err := models.Generate(g, dev, []byte(*prompt), *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
+		ctx, unlisten := interruptContext()
+		defer unlisten()
+		text, err := models.Generate(ctx, g, dev, []byte(*prompt), *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w after %d bytes of the sample", demo.ErrInterrupted, len(text)-len(*prompt))
+		}
 		if err != nil {
 			return err
 		}
 		if asJSON {
-			return writeJSON(out, map[string]any{"checkpoint": path, "step": meta.Step, "prompt": *prompt, "text": text})
+			// A byte-level model emits any byte, and JSON strings hold
+			// UTF-8 only: "text" shows invalid bytes as U+FFFD, for
+			// people; "text_base64" is the exact bytes.
+			return writeJSON(out, map[string]any{"checkpoint": path, "step": meta.Step, "prompt": *prompt, "text": text,
+				"text_base64": base64.StdEncoding.EncodeToString([]byte(text)), "valid_utf8": utf8.ValidString(text)})
 		}
 		fmt.Fprintf(out, "%s (step %d):\n\n%s\n", path, meta.Step, text)
 		return nil

@@ -11,6 +11,7 @@ import (
 	"ferry/device"
 	"ferry/models"
 	_ "ferry/models/all" // every family ferry ships, known to every command
+	"ferry/offload"
 )
 
 // sizeFlags are the model families' sizes as flags: each size name once
@@ -18,9 +19,10 @@ import (
 // families take it and their defaults. No family is named here: they come
 // from the registry.
 type sizeFlags struct {
-	model  *string
-	values map[string]float64
-	set    map[string]bool
+	model    *string
+	modelSet bool
+	values   map[string]float64
+	set      map[string]bool
 	// overrides are a command's own defaults for some sizes (ferry train
 	// text trains a small model whatever the family's usual size).
 	overrides models.Sizes
@@ -131,4 +133,48 @@ func sizeArgs(f models.Family, s models.Sizes) string {
 		parts = append(parts, fmt.Sprintf("--%s %g", z.Name, s[z.Name]))
 	}
 	return "--model " + f.Name() + " " + strings.Join(parts, " ")
+}
+
+// fromPolicy takes the model a policy was planned for when the command
+// line names none of its own, and otherwise says which flags differ from
+// the policy's, so that a policy never meets a model of other shapes with
+// a wall of shape errors. It returns the family and sizes to run.
+func (sf *sizeFlags) fromPolicy(pol *offload.Policy, path string, f models.Family, s models.Sizes, except ...string) (models.Family, models.Sizes, error) {
+	if pol.Model == "" {
+		return f, s, nil // written before policies named their model
+	}
+	pf, err := models.Lookup(pol.Model)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--policy %s: %w", path, err)
+	}
+	given := len(sf.set) > 0 || sf.modelSet
+	if !given {
+		ps := models.Sizes{}
+		for k, v := range s {
+			ps[k] = v
+		}
+		for k, v := range pol.Sizes {
+			ps[k] = v
+		}
+		if pf != f {
+			ps = models.Sizes(pol.Sizes)
+		}
+		return pf, ps, models.Validate(pf, ps)
+	}
+	var differ []string
+	if pf != f {
+		differ = append(differ, "--model "+pf.Name())
+	}
+	for _, z := range pf.Sizes() {
+		if slices.Contains(except, z.Name) {
+			continue
+		}
+		if v, ok := pol.Sizes[z.Name]; ok && (pf != f || s[z.Name] != v) {
+			differ = append(differ, fmt.Sprintf("--%s %g", z.Name, v))
+		}
+	}
+	if len(differ) > 0 {
+		return nil, nil, fmt.Errorf("--policy %s was planned for another model: pass %s (or plan for this one)", path, strings.Join(differ, " "))
+	}
+	return f, s, nil
 }

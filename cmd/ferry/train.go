@@ -39,6 +39,7 @@ type trainOptions struct {
 	checkpointDir                 string
 	checkpointEvery, keep         int
 	resume                        bool
+	override                      string
 	stopAfter, checkEvery         int
 	unit                          string // "samples" or "tokens"
 	comm                          dist.Comm
@@ -79,15 +80,15 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 	fs.StringVar(&o.device, "device", "cpu", "device to train on: cpu or cuda[:N]")
 	fs.StringVar(&o.mode, "mode", string(offload.None), "memory mode: "+strings.Join(trainModes, ", "))
 	fs.BoolVar(&o.offload, "offload", false, "offload saved activations (the same as --mode offload)")
-	fs.StringVar(&o.policy, "policy", "", "offload policy file from `ferry plan` (implies the offloader)")
+	fs.StringVar(&o.policy, "policy", "", "policy file written by ferry plan --out (runs mode policy)")
 	fs.StringVar(&o.diskDir, "disk-dir", "", "directory for the offloader's disk tier (offload-disk, or a policy with disk placements)")
 	fs.IntVar(&o.accum, "accum", 1, "micro-batches per optimizer step (gradient accumulation)")
 	fs.Float64Var(&o.lr, "lr", lr, "peak learning rate")
-	fs.Float64Var(&o.minLR, "min-lr", -1, "learning rate at the end of the cosine decay (default a tenth of --lr)")
-	fs.IntVar(&o.warmup, "warmup", -1, "linear warm-up steps (default a tenth of the steps)")
+	fs.Float64Var(&o.minLR, "min-lr", 0, "learning rate at the end of the cosine decay (default: a tenth of --lr)")
+	fs.IntVar(&o.warmup, "warmup", 0, "linear warm-up steps (default: a tenth of the steps)")
 	fs.Float64Var(&o.clip, "clip", 0, "clip gradients to this global L2 norm (0: no clipping)")
 	fs.StringVar(&o.optimizer, "optimizer", optimizer, "sgd or adamw")
-	fs.Float64Var(&o.weightDecay, "weight-decay", -1, "weight decay (default: 0 for sgd, 0.1 for adamw)")
+	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "weight decay (default: 0 for sgd, 0.1 for adamw)")
 	fs.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initialisation, the data order and dropout")
 	fs.IntVar(&o.logEvery, "log-every", 0, "steps between progress lines and --log records (default: about 50 per run)")
@@ -97,6 +98,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 	fs.IntVar(&o.checkpointEvery, "checkpoint-every", 0, "steps between checkpoints (default: at evaluations; 0 with --checkpoint-dir)")
 	fs.IntVar(&o.keep, "keep", 3, "checkpoints to keep in --checkpoint-dir")
 	fs.BoolVar(&o.resume, "resume", false, "resume from the latest checkpoint in --checkpoint-dir")
+	fs.StringVar(&o.override, "override", "", "with --resume: settings that may differ from the checkpoint's, comma-separated (lr,steps,clip,…), recorded in the checkpoints written after")
 	fs.IntVar(&o.checkEvery, "check-every", 0, "under mpirun: check every N steps that the ranks' parameters are bit-identical (0: at the end)")
 	fs.IntVar(&o.stopAfter, "stop-after", 0, "stop after this many steps of this run (the schedule still spans --steps), checkpointing if asked; resume later with --resume")
 }
@@ -135,14 +137,17 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	if o.optimizer != "sgd" && o.optimizer != "adamw" {
 		return fmt.Errorf("--optimizer %q: want sgd or adamw", o.optimizer)
 	}
-	if o.minLR < 0 {
+	if !set["min-lr"] {
 		o.minLR = o.lr / 10
 	}
-	if o.weightDecay < 0 {
-		o.weightDecay = 0
-		if o.optimizer == "adamw" {
-			o.weightDecay = 0.1
-		}
+	if !set["warmup"] {
+		o.warmup = -1 // a tenth of the steps, once they are known
+	}
+	if !set["weight-decay"] && o.optimizer == "adamw" {
+		o.weightDecay = 0.1
+	}
+	if !(o.lr > 0) || math.IsInf(o.lr, 0) {
+		return fmt.Errorf("--lr must be a positive finite number, got %v", o.lr)
 	}
 	finite := func(name string, v float64) error {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
@@ -157,6 +162,9 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	}
 	if o.momentum >= 1 {
 		return fmt.Errorf("--momentum must be below 1, got %v", o.momentum)
+	}
+	if o.override != "" && !o.resume {
+		return fmt.Errorf("--override applies to --resume")
 	}
 	if (o.resume || set["checkpoint-every"] || set["keep"]) && o.checkpointDir == "" {
 		return fmt.Errorf("--resume, --checkpoint-every and --keep need --checkpoint-dir")
@@ -264,12 +272,17 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		}
 		task = plannedTask{r.task, r.planned}
 	}
+	overrides, err := train.ParseOverrides(o.override)
+	if err != nil {
+		return nil, fmt.Errorf("--override: %w", err)
+	}
 	cfg := train.Config{
 		Steps: o.steps, Accum: o.accum, Optimizer: opt, Clip: o.clip, Memory: mem,
 		Schedule:  train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps},
 		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath, PlotDir: o.plotDir,
 		CheckpointDir: o.checkpointDir, CheckpointEvery: o.checkpointEvery, Keep: o.keep, Resume: o.resume,
 		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit, Comm: o.comm, CheckEvery: o.checkEvery,
+		Overrides: overrides, OverrideNote: "--override " + o.override + " on resume",
 		Hooks: train.Hooks{
 			Start:   func(first, total int) { p.phase("train", total, first-1) },
 			Message: func(msg string) { p.line("%s", msg) },
@@ -469,7 +482,11 @@ func (s *trainSummary) initialVal(name string) (float64, bool) {
 // have run; the device's own limit still catches the rest, with an error.
 func preflight(dev device.Device, params int64, stateCopies int, minStepBytes, hostBytes int64, advice string) error {
 	need := params*4*int64(2+stateCopies) + minStepBytes
-	if c := dev.Allocator().Stats().Capacity; c > 0 && need > c {
+	c := dev.Allocator().Stats().Capacity
+	if kind, _, _ := device.ParseName(dev.Name()); c == 0 && kind == "cpu" {
+		c = cpu.AvailableMemory() // the CPU device's memory is the machine's
+	}
+	if c > 0 && need > c {
 		return fmt.Errorf("this run needs at least %s on %s (%d parameters with gradients and optimizer state: %s; activations: %s), "+
 			"and the device holds %s: %s",
 			device.FormatBytes(need), dev.Name(), params, device.FormatBytes(params*4*int64(2+stateCopies)),

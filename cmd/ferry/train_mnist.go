@@ -8,6 +8,7 @@ import (
 	"ferry/data/mnist"
 	"ferry/device"
 	"ferry/models/mlp"
+	"ferry/train"
 )
 
 func init() {
@@ -88,6 +89,9 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return err
 		}
 		defer task.Release()
+		if task.DataID, err = train.HashPath(dir); err != nil {
+			return err
+		}
 		if !set["steps"] {
 			o.steps = *epochs * task.StepsPerEpoch
 		}

@@ -16,7 +16,9 @@ import (
 	"ferry/device"
 	"ferry/device/meta"
 	"ferry/models"
+	"ferry/offload"
 	"ferry/plan"
+	"ferry/train"
 )
 
 func init() {
@@ -75,6 +77,16 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if err != nil {
 			return err
 		}
+		if o.policy != "" { // a policy for another model: say which flags it was planned with
+			pol, err := offload.LoadPolicy(o.policy)
+			if err != nil {
+				return err
+			}
+			sizes.modelSet = true
+			if _, _, err := sizes.fromPolicy(pol, o.policy, fam, s); err != nil {
+				return err
+			}
+		}
 		for k, v := range s {
 			if v > maxTrainDim {
 				return fmt.Errorf("--%s %g is beyond what ferry train text runs (at most %d)", k, v, maxTrainDim)
@@ -95,12 +107,17 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		// Parameters with their gradients and optimizer state, and the
 		// activations of one block and the logits, at least: the model as
 		// its family builds it for the demo, on the meta device.
-		w, err := fam.Workload(meta.New(device.Options{}, nil), s, o.seed)
-		if err != nil {
-			return err
+		var params, act int64
+		if c, ok := fam.(models.Counter); ok {
+			params, act = c.ParameterCount(s), 4*int64(o.batch)*int64(s.Int("seq"))*int64(s.Int("embd"))
+		} else {
+			w, err := fam.Workload(meta.New(device.Options{}, nil), s, o.seed)
+			if err != nil {
+				return err
+			}
+			params, act = w.ParameterCount(), w.ActivationBytes()
+			w.Release()
 		}
-		params, act := w.ParameterCount(), w.ActivationBytes()
-		w.Release()
 		tokens := int64(o.batch) * int64(s.Int("seq"))
 		if err := preflight(dev, params, stateCopies(o.optimizer), tokens*256*4*3+int64(s.Int("layers"))*act*4, tokens*8*int64(max(1, *valBatches)),
 			"lower --batch or the model's sizes (or offload: --mode offload)"); err != nil {
@@ -112,7 +129,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		}
 		defer task.Release()
 		task.Source = *data
-		task.DataID = fmt.Sprintf("max-bytes %d", *maxBytes)
+		task.DataID = train.HashBytes(txt.Train, txt.Val) // the text read, whatever the path's spelling
 		ctx, unlisten := interruptContext()
 		defer unlisten()
 		p := newProgress(out, stderrOf(out), asJSON)
@@ -137,9 +154,11 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if first, ok := sum.initialVal("val_loss"); ok {
 			sum.Metrics["initial_val_loss"] = first
 		}
+		sampleCut := false
 		if *sample > 0 && !sum.Interrupted && ctx.Err() == nil && o.comm.Rank() == 0 {
-			s, err := models.Generate(task.LM, dev, []byte(*prompt), *sample, 0.8, 20, rand.New(rand.NewPCG(o.seed, 5)))
-			if err != nil {
+			// Ctrl-C here cuts the sample short; the summary still follows.
+			s, err := models.Generate(ctx, task.LM, dev, []byte(*prompt), *sample, 0.8, 20, rand.New(rand.NewPCG(o.seed, 5)))
+			if sampleCut = ctx.Err() != nil; err != nil && !sampleCut {
 				return err
 			}
 			sum.Sample = s
@@ -147,13 +166,23 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 				fmt.Fprintf(out, "\nsample (temperature 0.8, top-k 20):\n\n%s\n", s)
 			}
 		}
-		return finishTraining(out, asJSON, sum, o.unit)
+		if err := finishTraining(out, asJSON, sum, o.unit); err != nil || !sampleCut {
+			return err
+		}
+		err = fmt.Errorf("%w: during the sample, which was cut short; the training had finished", demo.ErrInterrupted)
+		if asJSON {
+			return quietError{err}
+		}
+		return err
 	}
 }
 
 // stderrOf is where the live bar goes: the real stderr when out is the
-// real stdout, else nowhere (tests).
+// real stdout (as run wraps it), else nowhere (tests, ranks other than 0).
 func stderrOf(out io.Writer) io.Writer {
+	if c, ok := out.(*checkedWriter); ok {
+		out = c.w
+	}
 	if out == os.Stdout {
 		return os.Stderr
 	}

@@ -26,6 +26,7 @@ import (
 	"unsafe"
 
 	"ferry/device"
+	"ferry/internal/blas"
 )
 
 func init() { device.Register("cpu", driver{}) }
@@ -35,6 +36,9 @@ type driver struct{}
 func (driver) Open(index int, opts device.Options) (device.Device, error) {
 	if index != 0 {
 		return nil, fmt.Errorf("cpu:%d: there is one CPU device, cpu:0", index)
+	}
+	if err := blas.EnvError(); err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
 	}
 	if opts.Capacity == 0 {
 		// Opened by name (the CLI, a user's program): cap at the memory the

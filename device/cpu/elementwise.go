@@ -140,7 +140,8 @@ func unaryFunc(op device.UnaryOp, alpha float32) func(float32) float32 {
 	case device.PowScalar:
 		return func(x float32) float32 { return float32(math.Pow(float64(x), float64(alpha))) }
 	}
-	panic("cpu: unknown unary op " + op.String())
+	// An op with no kernel here runs its definition (device/internal/opgen).
+	return func(x float32) float32 { return float32(op.Math(float64(x), float64(alpha))) }
 }
 
 func (k *kernels) Binary(op device.BinaryOp, dst, a, b device.View) error {
@@ -228,5 +229,6 @@ func binaryFunc(op device.BinaryOp) func(a, b float32) float32 {
 	case device.GELUTanhGrad:
 		return geluTanhGrad
 	}
-	panic("cpu: unknown binary op " + op.String())
+	// An op with no kernel here runs its definition (device/internal/opgen).
+	return func(a, b float32) float32 { return float32(op.Math(float64(a), float64(b))) }
 }

@@ -84,6 +84,8 @@ type Device struct {
 	wsSize    int64         // workspace handed to cuBLAS at the first product
 	workspace *device.Block // nil until then
 	tf32      bool
+	noBLAS    bool // the "cublas" parameter is false
+	index64   bool // the "index64" parameter is true
 
 	closed atomic.Bool
 
@@ -95,7 +97,7 @@ type Device struct {
 }
 
 // Params understood by Open (device.Options.Params).
-var knownParams = []string{"tf32", "cublas_workspace", "host_capacity"}
+var knownParams = []string{"tf32", "cublas_workspace", "host_capacity", "cublas", "index64"}
 
 // Open opens GPU index of drv. Tests pass the fake driver of package
 // ferry/device/cuda/fake; device.Open("cuda:N") passes the real one.
@@ -104,7 +106,10 @@ var knownParams = []string{"tf32", "cublas_workspace", "host_capacity"}
 // products), "cublas_workspace" (bytes of workspace for cuBLAS, allocated
 // at the first product and counted as workspace; default as PyTorch: 32 MiB
 // on compute capability 9.x, 8.125 MiB otherwise; 0 leaves cuBLAS its own),
-// "host_capacity" (a cap, in bytes, on the pinned host pool).
+// "host_capacity" (a cap, in bytes, on the pinned host pool), and two for
+// tests that reach every kernel: "cublas" (false: products go to ferry's
+// own SGEMM kernel even where cuBLAS loads) and "index64" (true: strided
+// kernels always take their 64-bit index variant).
 func Open(drv cu.Driver, index int, opts device.Options) (_ *Device, err error) {
 	name := fmt.Sprintf("cuda:%d", index)
 	n, err := drv.DeviceCount()
@@ -139,6 +144,16 @@ func Open(drv cu.Driver, index int, opts device.Options) (_ *Device, err error) 
 		case "cublas_workspace":
 			if d.wsSize, err = strconv.ParseInt(v, 10, 64); err != nil || d.wsSize < 0 {
 				return nil, fmt.Errorf("%s: cublas_workspace=%q: want a number of bytes", name, v)
+			}
+		case "cublas", "index64":
+			on, perr := strconv.ParseBool(v)
+			if perr != nil {
+				return nil, fmt.Errorf("%s: %s=%q: want true or false", name, k, v)
+			}
+			if k == "cublas" {
+				d.noBLAS = !on
+			} else {
+				d.index64 = on
 			}
 		case "host_capacity":
 			if hostCap, err = strconv.ParseInt(v, 10, 64); err != nil || hostCap < 0 {
@@ -180,6 +195,10 @@ func Open(drv cu.Driver, index int, opts device.Options) (_ *Device, err error) 
 // initBLAS creates the cuBLAS handle on the compute stream, or records why
 // there is none.
 func (d *Device) initBLAS() {
+	if d.noBLAS {
+		d.blasErr = errors.New("the cublas parameter is false")
+		return
+	}
 	h, err := d.ctx.BLASCreate()
 	if err != nil {
 		d.blasErr = err

@@ -80,20 +80,34 @@ func (k *kernels) embedding(op, name string, a, b, idx device.View, C int64) err
 	if err != nil {
 		return err
 	}
-	bad, bp, err := k.scratch(8)
+	// Scratch, all ones: the bad-index word and, for the scatter-add, the
+	// position links next[n], prev[n] and last[V] (kernels/gpt.cu).
+	words := int64(1)
+	if name == "ferry_embedding_scatter_add" {
+		words += 2*n + V
+	}
+	bad, bp, err := k.scratch(8 * words)
 	if err != nil {
 		return err
 	}
 	defer k.d.alloc.Free(bad)
-	if err := k.d.ctx.MemsetD32Async(bp, ^uint32(0), 2, k.d.compute.h); err != nil {
+	if err := k.d.ctx.MemsetD32Async(bp, ^uint32(0), 2*words, k.d.compute.h); err != nil {
 		return fmt.Errorf("%s: %s: %w", k.d.name, op, err)
 	}
-	grid := k.rowGrid(n)
 	if name == "ferry_embedding_gather" {
-		grid = k.grid1(n * C)
-	}
-	if err := k.launch(name, grid, block1, newArgs().Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(bp).I64(n).I64(V).I64(C)); err != nil {
-		return err
+		if err := k.launch(name, k.grid1(n*C), block1, newArgs().Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(bp).I64(n).I64(V).I64(C)); err != nil {
+			return err
+		}
+	} else {
+		next, prev, last := bp+8, bp+8+cu.DevicePtr(8*n), bp+8+cu.DevicePtr(16*n)
+		if err := k.launch("ferry_embedding_links", cu.Dim3{X: 1, Y: 1, Z: 1}, block1,
+			newArgs().Ptr(next).Ptr(prev).Ptr(last).Ptr(p[2]).I64(n).I64(V)); err != nil {
+			return err
+		}
+		if err := k.launch(name, k.rowGrid(n), block1,
+			newArgs().Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(next).Ptr(prev).Ptr(bp).I64(n).I64(V).I64(C)); err != nil {
+			return err
+		}
 	}
 	var word [8]byte
 	if err := k.Download(word[:], device.View{Block: bad}); err != nil {

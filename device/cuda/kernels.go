@@ -82,7 +82,7 @@ func (k *kernels) Copy(dst, src device.View) error {
 		return nil
 	}
 	name := "ferry_copy_strided64"
-	if l.fits32(n, 2) {
+	if l.fits32(n, 2) && !k.d.index64 {
 		name = "ferry_copy_strided32"
 	}
 	return k.launch(name, k.grid1(n), block1, newArgs().Ptr(p[0]).Ptr(p[1]).I64(n).Int64s(l.encode()...))
@@ -125,7 +125,7 @@ func (k *kernels) Unary(op device.UnaryOp, dst, src device.View, alpha float32) 
 		return k.launch("ferry_unary_contig", k.grid1(n), block1, a)
 	}
 	name := "ferry_unary_strided64"
-	if l.fits32(n, 2) {
+	if l.fits32(n, 2) && !k.d.index64 {
 		name = "ferry_unary_strided32"
 	}
 	return k.launch(name, k.grid1(n), block1, a.Int64s(l.encode()...))
@@ -152,7 +152,7 @@ func (k *kernels) Binary(op device.BinaryOp, dst, a, b device.View) error {
 		return k.launch("ferry_binary_contig", k.grid1(n), block1, args)
 	}
 	name := "ferry_binary_strided64"
-	if l.fits32(n, 3) {
+	if l.fits32(n, 3) && !k.d.index64 {
 		name = "ferry_binary_strided32"
 	}
 	return k.launch(name, k.grid1(n), block1, args.Int64s(l.encode()...))

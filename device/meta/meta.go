@@ -14,6 +14,7 @@ package meta
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	"ferry/device"
@@ -60,20 +61,43 @@ type Profile struct {
 	CopyComputeShare float64 `json:"copy_compute_share,omitempty"`
 }
 
-// Validate checks that every rate is positive.
+// Profile ranges: wide enough for any real machine, narrow enough that
+// the cost model's sums and quotients stay finite (a rate of 1e-300 bytes
+// per second makes a copy take infinite time, and the step NaN seconds).
+const (
+	minRate, maxRate   = 1e3, 1e16 // bytes per second: 1 KB/s to 10 PB/s
+	minFLOPS, maxFLOPS = 1e6, 1e19
+	maxKernelSeconds   = 1
+	maxCopyShare       = 10
+)
+
+// Validate checks every field against its range (rates finite and within
+// [1e3, 1e16] bytes/s, matmul_flops within [1e6, 1e19], kernel_seconds
+// within [0, 1], copy_compute_share within [0, 10], memory_bytes within
+// [0, device.MaxBytes]) and names every field out of range.
 func (p *Profile) Validate() error {
-	for name, v := range map[string]float64{"matmul_flops": p.MatmulFLOPS, "memory_bytes_per_sec": p.MemoryBytesPerSec,
-		"h2d_bytes_per_sec": p.H2DBytesPerSec, "d2h_bytes_per_sec": p.D2HBytesPerSec,
-		"disk_write_bytes_per_sec": p.DiskWriteBytesPerSec, "disk_read_bytes_per_sec": p.DiskReadBytesPerSec} {
-		if !(v > 0) {
-			return fmt.Errorf("profile %q: %s must be positive, got %v", p.Name, name, v)
+	var bad []string
+	check := func(name string, v, lo, hi float64, unit string) {
+		if !(v >= lo && v <= hi) { // NaN fails too
+			bad = append(bad, fmt.Sprintf("%s is %v, want %g to %g%s", name, v, lo, hi, unit))
 		}
 	}
-	if p.KernelSeconds < 0 {
-		return fmt.Errorf("profile %q: kernel_seconds must not be negative", p.Name)
+	check("matmul_flops", p.MatmulFLOPS, minFLOPS, maxFLOPS, " (floating-point operations per second, e.g. 5e13)")
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"memory_bytes_per_sec", p.MemoryBytesPerSec}, {"h2d_bytes_per_sec", p.H2DBytesPerSec},
+		{"d2h_bytes_per_sec", p.D2HBytesPerSec}, {"disk_write_bytes_per_sec", p.DiskWriteBytesPerSec},
+		{"disk_read_bytes_per_sec", p.DiskReadBytesPerSec}} {
+		check(r.name, r.v, minRate, maxRate, " (bytes per second, e.g. 2.5e10)")
 	}
-	if p.CopyComputeShare < 0 || p.CopyComputeShare > 10 {
-		return fmt.Errorf("profile %q: copy_compute_share must be between 0 and 10", p.Name)
+	check("kernel_seconds", p.KernelSeconds, 0, maxKernelSeconds, " (seconds per kernel launch, e.g. 5e-6)")
+	check("copy_compute_share", p.CopyComputeShare, 0, maxCopyShare, "")
+	if p.MemoryBytes < 0 || p.MemoryBytes > device.MaxBytes {
+		bad = append(bad, fmt.Sprintf("memory_bytes is %d, want 0 (unknown) to %d", p.MemoryBytes, int64(device.MaxBytes)))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("profile %q: %s", p.Name, strings.Join(bad, "; "))
 	}
 	return nil
 }

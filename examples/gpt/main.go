@@ -105,7 +105,7 @@ func main() {
 	fmt.Printf("%d steps in %.1f s, %.0f bytes/s, last train loss %.4f\n", res.Steps, res.WallSeconds, res.ItemsPerSecond, res.LastLoss)
 	if *sample > 0 {
 		fmt.Printf("\nsample (temperature 0.8, top-k 20), after the prompt \"func \":\n\n")
-		out, err := models.Generate(task.LM, dev, []byte("func "), *sample, 0.8, 20, rand.New(rand.NewPCG(*seed, 5)))
+		out, err := models.Generate(context.Background(), task.LM, dev, []byte("func "), *sample, 0.8, 20, rand.New(rand.NewPCG(*seed, 5)))
 		if err != nil {
 			log.Fatal(err)
 		}

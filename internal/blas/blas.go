@@ -60,11 +60,13 @@ func disabledByEnv() bool {
 	return false
 }
 
-// candidates returns the libraries to try, in order.
+// candidates returns the libraries to try, in order. A library named by
+// FERRY_BLAS is the only one: when it does not load, nothing else is
+// tried in its place (see EnvError).
 func candidates() []string {
 	var list []string
 	if env := strings.TrimSpace(os.Getenv("FERRY_BLAS")); env != "" {
-		list = append(list, env)
+		return []string{env}
 	}
 	if runtime.GOOS == "darwin" {
 		return append(list,
@@ -91,6 +93,25 @@ func ensure() {
 		}
 		load() // platform-specific; sets loaded, libName or reason
 	})
+}
+
+// EnvError is the error of a library that FERRY_BLAS names explicitly
+// and that did not load (a wrong path, a library without cblas_sgemm):
+// nil when FERRY_BLAS is unset or turns native BLAS off, or the library
+// loaded. The CPU device's driver returns it from Open, and ferry doctor
+// reports it, so that a named library never silently becomes the pure-Go
+// kernel.
+func EnvError() error {
+	env := strings.TrimSpace(os.Getenv("FERRY_BLAS"))
+	if env == "" || disabledByEnv() {
+		return nil
+	}
+	ensure()
+	if loaded {
+		return nil
+	}
+	return fmt.Errorf("FERRY_BLAS=%s does not load: %s (fix the path, unset FERRY_BLAS to search the usual places, "+
+		"or set FERRY_BLAS=off for the pure-Go kernel)", env, reason)
 }
 
 // Available reports whether a native BLAS was loaded; Reason says why not

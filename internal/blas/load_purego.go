@@ -4,6 +4,7 @@ package blas
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"unsafe"
@@ -55,6 +56,10 @@ func load() {
 		}
 		loaded = true
 		libName = name
+		return
+	}
+	if strings.TrimSpace(os.Getenv("FERRY_BLAS")) != "" {
+		reason = strings.Join(errs, "; ")
 		return
 	}
 	reason = "libopenblas.so.0 not found (apt-get install libopenblas0-pthread); tried " + strings.Join(errs, "; ")

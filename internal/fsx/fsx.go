@@ -13,7 +13,16 @@ import (
 )
 
 // ReadLimited reads path whole, refusing more than limit bytes.
+// A named pipe or a socket is refused before it is opened: opening a
+// FIFO waits for a writer that may never come.
 func ReadLimited(path string, limit int64) ([]byte, error) {
+	if st, err := os.Stat(path); err == nil && st.Mode()&(os.ModeNamedPipe|os.ModeSocket) != 0 {
+		what := "a named pipe"
+		if st.Mode()&os.ModeSocket != 0 {
+			what = "a socket"
+		}
+		return nil, fmt.Errorf("%s is %s, not a file; give a file", path, what)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

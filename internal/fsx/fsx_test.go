@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestReadLimited(t *testing.T) {
@@ -54,5 +56,23 @@ func TestWriteAtomicToADevice(t *testing.T) {
 	}
 	if st, err := os.Stat("/dev/full"); err != nil || st.Mode().IsRegular() {
 		t.Fatalf("/dev/full was replaced by a file (%v); restore it with mknod -m 666 /dev/full c 1 7", err)
+	}
+}
+
+// A FIFO is refused at once, not waited on.
+func TestReadLimitedFIFO(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Skip(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ReadLimited(p, 100); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "named pipe") {
+			t.Fatalf("got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadLimited waited on a FIFO")
 	}
 }

@@ -6,5 +6,6 @@ package all
 
 import (
 	_ "ferry/models/gpt"
+	_ "ferry/models/llama"
 	_ "ferry/models/mlp"
 )

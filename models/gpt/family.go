@@ -31,9 +31,12 @@ func (family) Sizes() []models.Size {
 	whole := func(name, usage string, cpu, other float64) models.Size {
 		return models.Size{Name: name, Usage: usage, Default: models.KindDefault(cpu, other), Integer: true, Min: 1, Max: 1 << 30}
 	}
+	// A step records every block's ops: a deeper model is refused rather
+	// than built for minutes.
+	blocks := func(z models.Size) models.Size { z.Max = 1 << 16; return z }
 	return []models.Size{
-		whole("layers", "transformer blocks", 6, 12),
-		whole("heads", "attention heads", 6, 12),
+		blocks(whole("layers", "transformer blocks", 6, 12)),
+		blocks(whole("heads", "attention heads", 6, 12)),
 		whole("embd", "embedding width", 384, 768),
 		whole("seq", "sequence length", 256, 1024),
 		whole("vocab", "vocabulary size", 65, 50257),
@@ -47,6 +50,9 @@ func Config(s models.Sizes, seed uint64) nn.GPTConfig {
 	return nn.GPTConfig{Vocab: s.Int("vocab"), Seq: s.Int("seq"), Layers: s.Int("layers"), Heads: s.Int("heads"), Embd: s.Int("embd"),
 		Dropout: float32(s["dropout"]), Bias: true, Seed: seed}
 }
+
+// ParameterCount counts the parameters at s.
+func (family) ParameterCount(s models.Sizes) int64 { return Config(s, 1).ParameterCount() }
 
 // Check refuses a GPT whose tensors no device could hold, or whose tokens
 // would not fit this machine.
@@ -107,16 +113,7 @@ func (g *workload) Parameters() []*ferry.Tensor { return g.m.Parameters() }
 func (g *workload) Release()                    { nn.Release(g.m) }
 
 func (g *workload) Data(dev device.Device, seed uint64) (input, target *ferry.Tensor) {
-	rng := rand.New(rand.NewPCG(seed, 0x1277))
-	cfg := g.m.Config
-	n := g.batch * cfg.Seq
-	tok, tgt := make([]int32, n), make([]int32, n)
-	if device.HasData(dev) {
-		for i := range tok {
-			tok[i], tgt[i] = int32(rng.IntN(cfg.Vocab)), int32(rng.IntN(cfg.Vocab))
-		}
-	}
-	return ferry.FromInt32s(dev, tok, g.batch, cfg.Seq), ferry.FromInt32s(dev.Host(), tgt, g.batch, cfg.Seq)
+	return models.RandomTokens(dev, seed, g.batch, g.m.Config.Seq, g.m.Config.Vocab)
 }
 
 func (g *workload) Forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor {
@@ -150,21 +147,4 @@ func (g *workload) ActivationBytes() int64 {
 func (g *workload) MatmulShape() (rows, width int) { return g.batch * g.m.Config.Seq, g.m.Config.Embd }
 
 // Smaller halves the batch, then the sequence at this batch.
-func (g *workload) Smaller() []models.Variant {
-	with := func(name string, v int) models.Sizes {
-		s := models.Sizes{}
-		for k, x := range g.sizes {
-			s[k] = x
-		}
-		s[name] = float64(v)
-		return s
-	}
-	var vs []models.Variant
-	for b := g.batch / 2; b >= 1; b /= 2 {
-		vs = append(vs, models.Variant{Change: fmt.Sprintf("batch %d", b), Sizes: with("batch", b)})
-	}
-	for s := g.m.Config.Seq / 2; s >= 16; s /= 2 {
-		vs = append(vs, models.Variant{Change: fmt.Sprintf("sequence %d at batch %d", s, g.batch), Sizes: with("seq", s)})
-	}
-	return vs
-}
+func (g *workload) Smaller() []models.Variant { return models.SmallerSequences(g.sizes) }

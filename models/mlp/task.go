@@ -24,10 +24,12 @@ type Classifier struct {
 	Rows          int // images per step
 	Seed          uint64
 	StepsPerEpoch int
-	ranks         int
-	seq           *nn.Sequential
-	linear        []*nn.Linear
-	dev           device.Device
+	// DataID identifies the data's content (a hash), for the identity.
+	DataID string
+	ranks  int
+	seq    *nn.Sequential
+	linear []*nn.Linear
+	dev    device.Device
 }
 
 // NewClassifier makes depth hidden layers of width on dev, for ranks
@@ -172,7 +174,11 @@ func (t *Classifier) Evaluate() ([]train.Metric, error) {
 
 // Identity is what a checkpoint must match.
 func (t *Classifier) Identity() map[string]any {
-	return map[string]any{"task": "mnist", "depth": t.Depth, "width": t.Width, "batch": t.Rows, "seed": t.Seed}
+	id := map[string]any{"task": "mnist", "depth": t.Depth, "width": t.Width, "batch": t.Rows, "seed": t.Seed}
+	if t.DataID != "" {
+		id["data"] = t.DataID
+	}
+	return id
 }
 
 // Release frees the model.

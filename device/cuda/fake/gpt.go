@@ -13,6 +13,7 @@ func init() {
 	for name, f := range map[string]kernelFunc{
 		"ferry_dropout":                  dropout,
 		"ferry_embedding_gather":         embeddingGather,
+		"ferry_embedding_links":          embeddingLinks,
 		"ferry_embedding_scatter_add":    embeddingScatterAdd,
 		"ferry_layer_norm":               layerNorm,
 		"ferry_layer_norm_backward":      layerNormBackward,
@@ -104,26 +105,43 @@ func embeddingGather(k *launch) {
 	})
 }
 
+// embeddingLinks chains the positions of each index in order (prev and
+// next, -1 where there is none), as kernels/gpt.cu's tiles do.
+func embeddingLinks(k *launch) {
+	k.requireBlock(block, 1)
+	next, prev, last, idx := mem[int64](k, 0), mem[int64](k, 1), mem[int64](k, 2), mem[int32](k, 3)
+	n, V := k.i64(4), k.i64(5)
+	for r := int64(0); r < n; r++ {
+		v := int64(idx[r])
+		if v < 0 || v >= V {
+			continue
+		}
+		p := last[v]
+		prev[r] = p
+		if p >= 0 {
+			next[p] = r
+		}
+		last[v] = r
+	}
+}
+
 func embeddingScatterAdd(k *launch) {
-	dst, src, idx, bad := mem[float32](k, 0), mem[float32](k, 1), mem[int32](k, 2), mem[uint64](k, 3)
-	n, V, C := k.i64(4), k.i64(5), k.i64(6)
+	dst, src, idx := mem[float32](k, 0), mem[float32](k, 1), mem[int32](k, 2)
+	next, prev, bad := mem[int64](k, 3), mem[int64](k, 4), mem[uint64](k, 5)
+	n, V, C := k.i64(6), k.i64(7), k.i64(8)
 	rowsOf(k, n, func(r int64) {
 		v := idx[r]
 		if v < 0 || int64(v) >= V {
 			bad[0] = min(bad[0], uint64(r))
 			return
 		}
-		for _, u := range idx[:r] {
-			if u == v {
-				return // not the first position of v: another block owns the row
-			}
+		if prev[r] >= 0 {
+			return // not the first position of v: another block owns the row
 		}
 		row := dst[int64(v)*C : (int64(v)+1)*C]
-		for j := r; j < n; j++ {
-			if idx[j] == v {
-				for c := range row {
-					row[c] += src[j*C+int64(c)]
-				}
+		for j := r; j >= 0; j = next[j] {
+			for c := range row {
+				row[c] += src[j*C+int64(c)]
 			}
 		}
 	})

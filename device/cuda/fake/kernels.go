@@ -144,81 +144,15 @@ func copyStrided[I index](k *launch) {
 
 func nan32() float32 { return math.Float32frombits(0x7fc00000) }
 
-// unaryOp is unary_op<OP> of elementwise.cu.
+// unaryOp is unary_op<OP> of elementwise.cu: each op's Math, generated
+// from device/internal/opgen's table (ops_gen.go), rounded to float32.
 func unaryOp(op int32, x, alpha float32) float32 {
-	switch op {
-	case uNeg:
-		return -x
-	case uExp:
-		return float32(math.Exp(float64(x)))
-	case uLog:
-		return float32(math.Log(float64(x)))
-	case uSqrt:
-		return float32(math.Sqrt(float64(x)))
-	case uSquare:
-		return x * x
-	case uAbs:
-		return float32(math.Abs(float64(x)))
-	case uTanh:
-		return float32(math.Tanh(float64(x)))
-	case uSigmoid:
-		return float32(1.0 / (1.0 + math.Exp(-float64(x))))
-	case uReLU:
-		if x > 0 {
-			return x
-		}
-		return 0
-	case uGELU:
-		v := float64(x)
-		return float32(0.5 * v * (1.0 + math.Erf(v/sqrt2)))
-	case uGELUTanh:
-		v := float64(x)
-		return float32(0.5 * v * (1.0 + math.Tanh(sqrt2OverPi*(v+geluCoef*v*v*v))))
-	case uScale:
-		return alpha * x
-	case uAddScalar:
-		return x + alpha
-	case uPowScalar:
-		return float32(math.Pow(float64(x), float64(alpha)))
-	}
-	return nan32()
+	return float32(unaryMath(op, float64(x), float64(alpha)))
 }
 
-// binaryOp is binary_op<OP> of elementwise.cu.
+// binaryOp is binary_op<OP> of elementwise.cu, from the generated Math.
 func binaryOp(op int32, a, b float32) float32 {
-	switch op {
-	case bAdd:
-		return a + b
-	case bSub:
-		return a - b
-	case bMul:
-		return a * b
-	case bDiv:
-		return a / b
-	case bReLUGrad:
-		if b > 0 {
-			return a
-		}
-		return 0
-	case bGELUGrad:
-		v := b
-		vd := float64(v)
-		cdf := 0.5 * (1.0 + math.Erf(vd/sqrt2))
-		pdf := invSqrt2Pi * math.Exp(-0.5*vd*vd)
-		return float32(float64(a) * (cdf + vd*pdf))
-	case bGELUTanhGrad:
-		v := float64(b)
-		inner := sqrt2OverPi * (v + geluCoef*v*v*v)
-		t := math.Tanh(inner)
-		d := 0.5*(1.0+t) + 0.5*v*(1.0-t*t)*sqrt2OverPi*(1.0+geluCoef3*v*v)
-		return float32(float64(a) * d)
-	case bMaximum:
-		if a != a || a > b {
-			return a
-		}
-		return b
-	}
-	return nan32()
+	return float32(binaryMath(op, float64(a), float64(b)))
 }
 
 // The dispatch macros of elementwise.cu run nothing for an unknown op.

@@ -2,6 +2,8 @@
 
 package fake
 
+import "math"
+
 // The GELU constants, as every device spells them.
 const (
 	sqrt2       = 1.4142135623730951 // √2
@@ -27,6 +29,7 @@ const (
 	uScale                  // alpha·x
 	uAddScalar              // x + alpha
 	uPowScalar              // x^alpha
+	uSiLU                   // x·σ(x)
 	numUnary
 )
 
@@ -42,3 +45,84 @@ const (
 	bMaximum                   // max(a, b), NaN propagating as torch.maximum
 	numBinary
 )
+
+// unaryMath is each unary op's Math (device/internal/opgen), in float64.
+func unaryMath(op int32, x, alpha float64) float64 {
+	switch op {
+	case uNeg:
+		return -x
+	case uExp:
+		return math.Exp(x)
+	case uLog:
+		return math.Log(x)
+	case uSqrt:
+		return math.Sqrt(x)
+	case uSquare:
+		return x * x
+	case uAbs:
+		return math.Abs(x)
+	case uTanh:
+		return math.Tanh(x)
+	case uSigmoid:
+		return 1 / (1 + math.Exp(-x))
+	case uReLU:
+		return mathPos(x)
+	case uGELU:
+		return 0.5 * x * (1 + math.Erf(x/sqrt2))
+	case uGELUTanh:
+		return 0.5 * x * (1 + math.Tanh(sqrt2OverPi*(x+geluCoef*x*x*x)))
+	case uScale:
+		return alpha * x
+	case uAddScalar:
+		return x + alpha
+	case uPowScalar:
+		return math.Pow(x, alpha)
+	case uSiLU:
+		return x / (1 + math.Exp(-x))
+	}
+	return math.NaN()
+}
+
+// binaryMath is each binary op's Math (device/internal/opgen), in float64.
+func binaryMath(op int32, a, b float64) float64 {
+	switch op {
+	case bAdd:
+		return a + b
+	case bSub:
+		return a - b
+	case bMul:
+		return a * b
+	case bDiv:
+		return a / b
+	case bReLUGrad:
+		return a * mathStep(b)
+	case bGELUGrad:
+		return a * (0.5*(1+math.Erf(b/sqrt2)) + b*invSqrt2Pi*math.Exp(-0.5*b*b))
+	case bGELUTanhGrad:
+		return a * (0.5*(1+math.Tanh(sqrt2OverPi*(b+geluCoef*b*b*b))) + 0.5*b*(1-math.Tanh(sqrt2OverPi*(b+geluCoef*b*b*b))*math.Tanh(sqrt2OverPi*(b+geluCoef*b*b*b)))*sqrt2OverPi*(1+geluCoef3*b*b))
+	case bMaximum:
+		return mathMaxNaN(a, b)
+	}
+	return math.NaN()
+}
+
+func mathPos(v float64) float64 {
+	if v > 0 {
+		return v
+	}
+	return 0
+}
+
+func mathStep(v float64) float64 {
+	if v > 0 {
+		return 1
+	}
+	return 0
+}
+
+func mathMaxNaN(a, b float64) float64 {
+	if a != a || a > b {
+		return a
+	}
+	return b
+}

@@ -28,7 +28,7 @@ __device__ __forceinline__ float unary_op(float x, float alpha) {
     case U_ADD_SCALAR: return x + alpha;
     case U_POW: return (float)pow((double)x, (double)alpha);
   }
-  return nan32();
+  return (float)unary_math(OP, (double)x, (double)alpha);  // an op without a case above: its generated Math
 }
 
 template <int OP>
@@ -54,7 +54,7 @@ __device__ __forceinline__ float binary_op(float a, float b) {
     }
     case B_MAXIMUM: return (a != a || a > b) ? a : b;  // NaN propagates, as torch.maximum
   }
-  return nan32();
+  return (float)binary_math(OP, (double)a, (double)b);  // an op without a case above: its generated Math
 }
 
 // ---- copy (32-bit words: float32 and int32 alike) ----

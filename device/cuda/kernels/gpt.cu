@@ -102,39 +102,60 @@ extern "C" __global__ void ferry_embedding_gather(float* dst, const float* table
   }
 }
 
-// dst[idx[r], :] += src[r, :] for r in order. One block per position r; the
-// block whose r is the first position of its index v owns dst row v and
-// adds the rows of every position r' ≥ r with idx[r'] = v, in order, each
-// thread carrying a column's sum in a register: float32 additions in the
-// order the CPU device makes them, without atomics.
-extern "C" __global__ void ferry_embedding_scatter_add(float* dst, const float* src, const int* idx,
-                                                       unsigned long long* bad, i64 n, i64 V, i64 C) {
+// dst[idx[r], :] += src[r, :] for r in order, in two launches and without
+// atomics on floats: ferry_embedding_links chains the positions of each
+// index in order, then ferry_embedding_scatter_add lets the block of the
+// first position of each index add the rows of its chain, each thread
+// carrying a column's sum in a register: float32 additions in the order
+// the CPU device makes them. Work and memory are linear in the positions.
+
+// prev[r] and next[r] link position r (with an index in [0, V)) to the
+// previous and the next position holding the same index, -1 where there is
+// none; last[v] is scratch. One block of 256 threads walks the positions in
+// tiles: a position finds its predecessor among the tile's earlier
+// positions, else in last[] (the previous tiles'), and the tile's last
+// position of each index then updates last[]. prev, next and last start as
+// all -1 (all ones).
+extern "C" __global__ void ferry_embedding_links(i64* next, i64* prev, i64* last, const int* idx, i64 n, i64 V) {
   __shared__ int sidx[BLOCK];
+  for (i64 j0 = 0; j0 < n; j0 += BLOCK) {
+    i64 r = j0 + threadIdx.x;
+    int v = r < n ? idx[r] : -1;
+    bool ok = v >= 0 && v < V;
+    sidx[threadIdx.x] = ok ? v : -1;
+    __syncthreads();
+    int m = (int)min((i64)BLOCK, n - j0);
+    bool tail = ok;  // the tile's last position of v
+    if (ok) {
+      int t = (int)threadIdx.x - 1;
+      while (t >= 0 && sidx[t] != v) t--;
+      i64 p = t >= 0 ? j0 + t : last[v];
+      prev[r] = p;
+      if (p >= 0) next[p] = r;
+      for (int u = threadIdx.x + 1; u < m && tail; u++) tail = sidx[u] != v;
+    }
+    __syncthreads();  // every read of last[] comes before this tile's updates
+    if (tail) last[v] = r;
+    __syncthreads();  // sidx is reused by the next tile
+  }
+}
+
+// One block per position r: the block of the first position of index v
+// (prev[r] < 0) owns dst row v and adds the rows of v's chain in order.
+extern "C" __global__ void ferry_embedding_scatter_add(float* dst, const float* src, const int* idx, const i64* next,
+                                                       const i64* prev, unsigned long long* bad, i64 n, i64 V, i64 C) {
   for (i64 r = blockIdx.x; r < n; r += gridDim.x) {
     int v = idx[r];  // uniform over the block
     if (v < 0 || v >= V) {
       if (threadIdx.x == 0) atomicMin(bad, (unsigned long long)r);
       continue;
     }
-    int earlier = 0;
-    for (i64 j = threadIdx.x; j < r; j += BLOCK) earlier |= idx[j] == v;
-    if (__syncthreads_or(earlier)) continue;
+    if (prev[r] >= 0) continue;  // another block owns row v
     float* row = dst + (i64)v * C;
-    for (i64 c0 = 0; c0 < C; c0 += BLOCK) {
-      i64 c = c0 + threadIdx.x;
-      float acc = c < C ? row[c] : 0.0f;
-      for (i64 j0 = r; j0 < n; j0 += BLOCK) {
-        __syncthreads();
-        if (j0 + threadIdx.x < n) sidx[threadIdx.x] = idx[j0 + threadIdx.x];
-        __syncthreads();
-        int m = (int)min((i64)BLOCK, n - j0);
-        if (c < C) {
-          for (int t = 0; t < m; t++) {
-            if (sidx[t] == v) acc += src[(j0 + t) * C + c];
-          }
-        }
-      }
-      if (c < C) row[c] = acc;
+    for (i64 c = threadIdx.x; c < C; c += BLOCK) {
+      float acc = row[c];
+      for (i64 j = r; j >= 0; j = next[j]) acc += src[j * C + c];
+      row[c] = acc;
     }
   }
 }

@@ -21,6 +21,7 @@ enum {
   U_SCALE,  // alpha·x
   U_ADD_SCALAR,  // x + alpha
   U_POW,  // x^alpha
+  U_SILU,  // x·σ(x)
 };
 
 enum {
@@ -50,6 +51,7 @@ enum {
     case U_SCALE: CALL(U_SCALE); break; \
     case U_ADD_SCALAR: CALL(U_ADD_SCALAR); break; \
     case U_POW: CALL(U_POW); break; \
+    case U_SILU: CALL(U_SILU); break; \
   }
 
 #define BINARY_DISPATCH(op, CALL) \
@@ -69,3 +71,43 @@ enum {
 #define INV_SQRT_2PI 0.3989422804014327 /* 1/√(2π) */
 #define GELU_COEF 0.044715 /* the cubic's coefficient in GELUTanh */
 #define GELU_COEF3 0.134145 /* 3·geluCoef, folded exactly as Go folds constants */
+
+// Each op's Math (device/internal/opgen), in double: what an op without a
+// hand-tuned case in elementwise.cu computes.
+__device__ __forceinline__ double ops_pos(double v) { return v > 0 ? v : 0; }
+__device__ __forceinline__ double ops_step(double v) { return v > 0 ? 1 : 0; }
+__device__ __forceinline__ double ops_maxnan(double a, double b) { return (a != a || a > b) ? a : b; }
+__device__ __forceinline__ double unary_math(int op, double x, double alpha) {
+  switch (op) {
+    case U_NEG: return -x;
+    case U_EXP: return exp(x);
+    case U_LOG: return log(x);
+    case U_SQRT: return sqrt(x);
+    case U_SQUARE: return x * x;
+    case U_ABS: return fabs(x);
+    case U_TANH: return tanh(x);
+    case U_SIGMOID: return 1 / (1 + exp(-x));
+    case U_RELU: return ops_pos(x);
+    case U_GELU: return 0.5 * x * (1 + erf(x/SQRT2));
+    case U_GELU_TANH: return 0.5 * x * (1 + tanh(SQRT2_OVER_PI*(x+GELU_COEF*x*x*x)));
+    case U_SCALE: return alpha * x;
+    case U_ADD_SCALAR: return x + alpha;
+    case U_POW: return pow(x, alpha);
+    case U_SILU: return x / (1 + exp(-x));
+  }
+  return __longlong_as_double(0x7ff8000000000000ULL);
+}
+
+__device__ __forceinline__ double binary_math(int op, double a, double b) {
+  switch (op) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    case B_RELU_GRAD: return a * ops_step(b);
+    case B_GELU_GRAD: return a * (0.5*(1+erf(b/SQRT2)) + b*INV_SQRT_2PI*exp(-0.5*b*b));
+    case B_GELU_TANH_GRAD: return a * (0.5*(1+tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b))) + 0.5*b*(1-tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b))*tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b)))*SQRT2_OVER_PI*(1+GELU_COEF3*b*b));
+    case B_MAXIMUM: return ops_maxnan(a, b);
+  }
+  return __longlong_as_double(0x7ff8000000000000ULL);
+}

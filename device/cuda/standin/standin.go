@@ -15,9 +15,14 @@
 // A test builds it with Build (gcc; ErrNoCompiler without one), points
 // the environment at it, opens the device as usual ("cuda:0"), and at the
 // end asserts Lib.Violations() == 0, printing Lib.Report() if not.
-// Kernels run through RunKernelsWithFake: the stand-in calls back into Go
-// and the fake driver's Go version of each kernel runs over the
-// stand-in's memory, so results can be checked against the CPU device.
+// Kernels run one of two ways. RunKernelsFromSource (kernels.go) runs the
+// CUDA sources themselves, device/cuda/kernels/*.cu compiled for the CPU
+// with g++: what a GPU would run, with barriers, warp operations and
+// shared memory emulated and checked. RunKernelsWithFake calls back into
+// Go, where the fake driver's hand copy of each kernel runs; those copies
+// are the reference the fake driver needs, and the fallback where there is
+// no g++. Either way the stand-in's memory is the kernels' memory, so
+// results can be checked against the CPU device.
 package standin
 
 import (
@@ -153,6 +158,7 @@ type launchC struct {
 	nparams     int32
 	sizes       *int32
 	params      *unsafe.Pointer
+	shared      uint32
 }
 
 var (

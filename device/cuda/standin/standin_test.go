@@ -138,9 +138,10 @@ func TestStandInConformance(t *testing.T) {
 }
 
 // A small MLP trained for three steps (forward, backward, AdamW) gives the
-// CPU device's losses and parameters.
+// CPU device's losses and parameters, its kernels run from their CUDA
+// sources (where there is g++).
 func TestStandInTraining(t *testing.T) {
-	l := setup(t)
+	l := setupPreferSource(t)
 	gpu := openCUDA(t, l, device.Options{PoisonFreed: true})
 	c, err := cpu.New(device.Options{PoisonFreed: true})
 	if err != nil {
@@ -240,7 +241,7 @@ func closeTo(t *testing.T, what string, got, want []float32) {
 // copies to and from the pinned pool (and disk), with copies slow enough
 // to be seen in flight. Training must give the bits of no offloading.
 func TestStandInOffload(t *testing.T) {
-	l := setup(t)
+	l := setupPreferSource(t)
 	copies := l.Counter("copies")
 	open := func() (device.Device, error) {
 		l.SetCopyDelay(200 * time.Microsecond)

@@ -18,40 +18,51 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 )
 
 // op is one enum member: its Go name, its C name (after the U_ or B_
-// prefix), the name String gives, and what it computes.
-type op struct{ Go, C, Name, Doc string }
+// prefix), the name String gives, what it computes, and Math: the same as
+// an expression in float64 (double) arithmetic of x and alpha (unary) or
+// a and b (binary). Math is written once here and generated into every
+// place that needs the scalar math: the reference of the conformance suite
+// (device.UnaryOp.Math), the fake CUDA driver's kernels, and the CUDA
+// header, where an op without a hand-tuned case in elementwise.cu runs it;
+// the CPU device runs it for an op without a SIMD kernel. It may use the
+// constants below (by their C names), exp, log, sqrt, tanh, erf, fabs,
+// pow, and pos(v) = v > 0 ? v : 0, step(v) = v > 0 ? 1 : 0, maxnan(a, b)
+// = a is NaN or a > b ? a : b.
+type op struct{ Go, C, Name, Doc, Math string }
 
 var unary = []op{
-	{"Neg", "NEG", "neg", "-x"},
-	{"Exp", "EXP", "exp", "e^x"},
-	{"Log", "LOG", "log", "ln x"},
-	{"Sqrt", "SQRT", "sqrt", "√x"},
-	{"Square", "SQUARE", "square", "x²"},
-	{"Abs", "ABS", "abs", "|x|"},
-	{"Tanh", "TANH", "tanh", "tanh x"},
-	{"Sigmoid", "SIGMOID", "sigmoid", "1/(1+e^-x)"},
-	{"ReLU", "RELU", "relu", "max(x, 0)"},
-	{"GELU", "GELU", "gelu", "x·Φ(x), with the exact (erf) Φ"},
-	{"GELUTanh", "GELU_TANH", "gelu_tanh", `x·Φ(x), Φ approximated with tanh as PyTorch's approximate="tanh"`},
-	{"Scale", "SCALE", "scale", "alpha·x"},
-	{"AddScalar", "ADD_SCALAR", "add_scalar", "x + alpha"},
-	{"PowScalar", "POW", "pow", "x^alpha"},
+	{"Neg", "NEG", "neg", "-x", "-x"},
+	{"Exp", "EXP", "exp", "e^x", "exp(x)"},
+	{"Log", "LOG", "log", "ln x", "log(x)"},
+	{"Sqrt", "SQRT", "sqrt", "√x", "sqrt(x)"},
+	{"Square", "SQUARE", "square", "x²", "x * x"},
+	{"Abs", "ABS", "abs", "|x|", "fabs(x)"},
+	{"Tanh", "TANH", "tanh", "tanh x", "tanh(x)"},
+	{"Sigmoid", "SIGMOID", "sigmoid", "1/(1+e^-x)", "1 / (1 + exp(-x))"},
+	{"ReLU", "RELU", "relu", "max(x, 0)", "pos(x)"},
+	{"GELU", "GELU", "gelu", "x·Φ(x), with the exact (erf) Φ", "0.5 * x * (1 + erf(x/SQRT2))"},
+	{"GELUTanh", "GELU_TANH", "gelu_tanh", `x·Φ(x), Φ approximated with tanh as PyTorch's approximate="tanh"`, "0.5 * x * (1 + tanh(SQRT2_OVER_PI*(x+GELU_COEF*x*x*x)))"},
+	{"Scale", "SCALE", "scale", "alpha·x", "alpha * x"},
+	{"AddScalar", "ADD_SCALAR", "add_scalar", "x + alpha", "x + alpha"},
+	{"PowScalar", "POW", "pow", "x^alpha", "pow(x, alpha)"},
+	{"SiLU", "SILU", "silu", "x·σ(x)", "x / (1 + exp(-x))"},
 }
 
 var binary = []op{
-	{"Add", "ADD", "add", "a + b"},
-	{"Sub", "SUB", "sub", "a - b"},
-	{"Mul", "MUL", "mul", "a · b"},
-	{"Div", "DIV", "div", "a / b"},
-	{"ReLUGrad", "RELU_GRAD", "relu_backward", "a · [b > 0]   (a: gradient, b: ReLU output)"},
-	{"GELUGrad", "GELU_GRAD", "gelu_backward", "a · GELU'(b)  (b: GELU input)"},
-	{"GELUTanhGrad", "GELU_TANH_GRAD", "gelu_tanh_backward", "a · GELUTanh'(b)"},
-	{"Maximum", "MAXIMUM", "maximum", "max(a, b), NaN propagating as torch.maximum"},
+	{"Add", "ADD", "add", "a + b", "a + b"},
+	{"Sub", "SUB", "sub", "a - b", "a - b"},
+	{"Mul", "MUL", "mul", "a · b", "a * b"},
+	{"Div", "DIV", "div", "a / b", "a / b"},
+	{"ReLUGrad", "RELU_GRAD", "relu_backward", "a · [b > 0]   (a: gradient, b: ReLU output)", "a * step(b)"},
+	{"GELUGrad", "GELU_GRAD", "gelu_backward", "a · GELU'(b)  (b: GELU input)", "a * (0.5*(1+erf(b/SQRT2)) + b*INV_SQRT_2PI*exp(-0.5*b*b))"},
+	{"GELUTanhGrad", "GELU_TANH_GRAD", "gelu_tanh_backward", "a · GELUTanh'(b)", "a * (0.5*(1+tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b))) + 0.5*b*(1-tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b))*tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b)))*SQRT2_OVER_PI*(1+GELU_COEF3*b*b))"},
+	{"Maximum", "MAXIMUM", "maximum", "max(a, b), NaN propagating as torch.maximum", "maxnan(a, b)"},
 }
 
 // constant is a float64 constant of the GELU kernels, spelled as a decimal
@@ -112,15 +123,94 @@ func goEnums() []byte {
 		fmt.Fprintf(&b, "}\n\nfunc (o %s) String() string {\n\tif o < %s {\n\t\treturn %s[o]\n\t}\n\treturn fmt.Sprintf(\"%s(%%d)\", uint8(o))\n}\n\n",
 			typ, count, names, strings.ToLower(typ[:len(typ)-2]))
 	}
-	b.WriteString("import \"fmt\"\n\n")
+	b.WriteString("import (\n\t\"fmt\"\n\t\"math\"\n)\n\n")
 	enum("UnaryOp", "an elementwise function of one input.", "NumUnaryOps", unary)
 	enum("BinaryOp", "an elementwise function of two inputs, broadcast to the\n// output's shape by their strides.", "NumBinaryOps", binary)
+	b.WriteString("// Math is the op on x (and its scalar alpha) in float64: the op's\n// definition, written once in device/internal/opgen; the conformance\n// suite's reference and every device's fallback.\n")
+	b.WriteString("func (o UnaryOp) Math(x, alpha float64) float64 { return unaryMath(o, x, alpha) }\n\n")
+	b.WriteString("// Math is the op on a and b in float64 (see UnaryOp.Math).\n")
+	b.WriteString("func (o BinaryOp) Math(a, b float64) float64 { return binaryMath(o, a, b) }\n\n")
+	b.WriteString("// The GELU constants, as every device spells them.\nconst (\n")
+	for _, c := range constants {
+		fmt.Fprintf(&b, "\t%s = %s // %s\n", c.Go, c.Value, c.Doc)
+	}
+	b.WriteString(")\n")
+	goMathFuncs(&b, func(prefix string, o op) string { return o.Go }, "UnaryOp", "BinaryOp")
 	return b.Bytes()
 }
 
-func goConsts(pkg string) []byte {
+// goFuncs maps the functions of an op's Math to Go.
+var goFuncs = map[string]string{"exp": "math.Exp", "log": "math.Log", "sqrt": "math.Sqrt", "tanh": "math.Tanh",
+	"erf": "math.Erf", "fabs": "math.Abs", "pow": "math.Pow", "pos": "mathPos", "step": "mathStep", "maxnan": "mathMaxNaN"}
+
+var ident = regexp.MustCompile(`[A-Za-z_][A-Za-z_0-9]*`)
+
+// goMath is an op's Math in Go: functions and constants renamed.
+func goMath(expr string) string {
+	consts := map[string]string{}
+	for _, c := range constants {
+		consts[c.C] = c.Go
+	}
+	return ident.ReplaceAllStringFunc(expr, func(w string) string {
+		if f, ok := goFuncs[w]; ok {
+			return f
+		}
+		if c, ok := consts[w]; ok {
+			return c
+		}
+		return w
+	})
+}
+
+// goMathFuncs writes, in package-level Go, the scalar math of every op:
+// unaryMath(op, x, alpha) and binaryMath(op, a, b) on the op numbers, and
+// the helpers Math uses.
+func goMathFuncs(b *bytes.Buffer, opType func(prefix string, o op) string, intType string, binType ...string) {
+	bt := intType
+	if len(binType) > 0 {
+		bt = binType[0]
+	}
+	fmt.Fprintf(b, "\n// unaryMath is each unary op's Math (device/internal/opgen), in float64.\nfunc unaryMath(op %s, x, alpha float64) float64 {\n\tswitch op {\n", intType)
+	for _, o := range unary {
+		fmt.Fprintf(b, "\tcase %s:\n\t\treturn %s\n", opType("u", o), goMath(o.Math))
+	}
+	b.WriteString("\t}\n\treturn math.NaN()\n}\n")
+	fmt.Fprintf(b, "\n// binaryMath is each binary op's Math (device/internal/opgen), in float64.\nfunc binaryMath(op %s, a, b float64) float64 {\n\tswitch op {\n", bt)
+	for _, o := range binary {
+		fmt.Fprintf(b, "\tcase %s:\n\t\treturn %s\n", opType("b", o), goMath(o.Math))
+	}
+	b.WriteString("\t}\n\treturn math.NaN()\n}\n")
+	b.WriteString(`
+func mathPos(v float64) float64 {
+	if v > 0 {
+		return v
+	}
+	return 0
+}
+
+func mathStep(v float64) float64 {
+	if v > 0 {
+		return 1
+	}
+	return 0
+}
+
+func mathMaxNaN(a, b float64) float64 {
+	if a != a || a > b {
+		return a
+	}
+	return b
+}
+`)
+}
+
+func goConsts(pkg string, imports ...string) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "// %s\n\npackage %s\n\n// The GELU constants, as every device spells them.\nconst (\n", header, pkg)
+	fmt.Fprintf(&b, "// %s\n\npackage %s\n\n", header, pkg)
+	for _, im := range imports {
+		fmt.Fprintf(&b, "import %q\n\n", im)
+	}
+	b.WriteString("// The GELU constants, as every device spells them.\nconst (\n")
 	for _, c := range constants {
 		fmt.Fprintf(&b, "\t%s = %s // %s\n", c.Go, c.Value, c.Doc)
 	}
@@ -131,7 +221,7 @@ func goConsts(pkg string) []byte {
 // fakeTable is the fake driver's copy: the op numbers its Go kernels
 // switch on (uNeg … bMaximum), the counts, and the constants.
 func fakeTable() []byte {
-	b := bytes.NewBuffer(goConsts("fake"))
+	b := bytes.NewBuffer(goConsts("fake", "math"))
 	list := func(prefix string, ops []op, count string) {
 		fmt.Fprintf(b, "\n// The %s op numbers of elementwise.cu (device.%sOp).\nconst (\n", map[string]string{"u": "unary", "b": "binary"}[prefix], map[string]string{"u": "Unary", "b": "Binary"}[prefix])
 		for i, o := range ops {
@@ -145,6 +235,7 @@ func fakeTable() []byte {
 	}
 	list("u", unary, "numUnary")
 	list("b", binary, "numBinary")
+	goMathFuncs(b, func(prefix string, o op) string { return prefix + o.Go }, "int32")
 	return b.Bytes()
 }
 
@@ -172,6 +263,32 @@ func cudaHeader() []byte {
 	for _, c := range constants {
 		fmt.Fprintf(&b, "#define %s %s /* %s */\n", c.C, c.Value, c.Doc)
 	}
+	b.WriteString(`
+// Each op's Math (device/internal/opgen), in double: what an op without a
+// hand-tuned case in elementwise.cu computes.
+__device__ __forceinline__ double ops_pos(double v) { return v > 0 ? v : 0; }
+__device__ __forceinline__ double ops_step(double v) { return v > 0 ? 1 : 0; }
+__device__ __forceinline__ double ops_maxnan(double a, double b) { return (a != a || a > b) ? a : b; }
+`)
+	cmath := func(expr string) string {
+		return ident.ReplaceAllStringFunc(expr, func(w string) string {
+			switch w {
+			case "pos", "step", "maxnan":
+				return "ops_" + w
+			}
+			return w
+		})
+	}
+	b.WriteString("__device__ __forceinline__ double unary_math(int op, double x, double alpha) {\n  switch (op) {\n")
+	for _, o := range unary {
+		fmt.Fprintf(&b, "    case U_%s: return %s;\n", o.C, cmath(o.Math))
+	}
+	b.WriteString("  }\n  return __longlong_as_double(0x7ff8000000000000ULL);\n}\n\n")
+	b.WriteString("__device__ __forceinline__ double binary_math(int op, double a, double b) {\n  switch (op) {\n")
+	for _, o := range binary {
+		fmt.Fprintf(&b, "    case B_%s: return %s;\n", o.C, cmath(o.Math))
+	}
+	b.WriteString("  }\n  return __longlong_as_double(0x7ff8000000000000ULL);\n}\n")
 	return b.Bytes()
 }
 

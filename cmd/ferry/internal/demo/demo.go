@@ -246,6 +246,13 @@ func Execute(cfg Config) (*Result, error) {
 
 // finish compares every finished run's gradients with mode none's.
 func (res *Result) finish(none *Run) {
+	for _, r := range res.Runs {
+		if none != nil && r.Mode == Recompute && r.AfterForwardBytes-r.BeforeForwardBytes >= none.AfterForwardBytes-none.BeforeForwardBytes {
+			res.Notes = append(res.Notes, "recompute keeps as much after forward as none here: each checkpointed segment keeps its input, "+
+				"and its input is all that the segment saves anyway (a Linear saves its input, its ReLU the next layer's input), "+
+				"so there is nothing to drop; recompute pays off where a segment saves more than its input, as a transformer block does")
+		}
+	}
 	if none != nil && none.hasData {
 		for i := range res.Runs {
 			eq := res.Runs[i].gradHash == none.gradHash && math.Float32bits(res.Runs[i].Loss) == math.Float32bits(none.Loss)

@@ -21,11 +21,12 @@
 // at once. So a binding that reads pinned memory before waiting sees stale
 // bytes, as on a GPU.
 //
-// Kernels cannot run here (there is no PTX interpreter): a launch is
-// checked against the .entry signature parsed from the module's PTX and
-// queued; when it runs, it calls the runner the test installed
-// (standin_set_kernel_runner), which may execute a host version of the
-// kernel over standin_resolve()d memory, or does nothing without one.
+// There is no PTX interpreter here: a launch is checked against the .entry
+// signature parsed from the module's PTX and queued; when it runs, it calls
+// the runner the test installed (standin_set_kernel_runner), which runs
+// the kernel's CUDA source compiled for the CPU (cudacpu.cpp) or a Go
+// version of it over standin_resolve()d memory, or does nothing without
+// one.
 // cublasSgemmStridedBatched is computed here, naively, as the Go fake does.
 //
 // Build: gcc -shared -fPIC -O1 -ffp-contract=off -o libstandin.so standin.c -lpthread
@@ -224,7 +225,7 @@ static __thread int ctx_depth;
 // ---- memory -------------------------------------------------------------
 
 // Device addresses start above 2^47: never a valid user-space pointer.
-#define DEV_BASE 0xCAFE00000000ULL
+#define DEV_BASE STANDIN_DEV_BASE
 #define DEV_ALIGN 512
 static const unsigned long long total_mem = 8ULL << 30;
 static CUdeviceptr next_dev = DEV_BASE;
@@ -242,7 +243,7 @@ struct range {
 static struct range ranges[MAX_RANGES];
 static int n_ranges;
 
-static int is_dev_addr(uintptr_t p) { return p >= DEV_BASE && p < DEV_BASE + (1ULL << 44); }
+static int is_dev_addr(uintptr_t p) { return p >= DEV_BASE && p < DEV_BASE + STANDIN_DEV_SPAN; }
 
 // find_range returns the range (alive or not, of the given kind) holding
 // [p, p+n), or NULL. Device ranges are sorted (addresses only grow).
@@ -340,7 +341,7 @@ struct op {
 	char *staged; // owned copy of a pageable source
 	// OP_KERNEL
 	struct func *f;
-	unsigned grid[3], block[3];
+	unsigned grid[3], block[3], shared;
 	void **params;
 	// OP_SGEMM
 	struct sgemm_args g;
@@ -437,7 +438,7 @@ static int run_op(struct stream *s, struct op *o, int force) {
 	case OP_KERNEL:
 		if (!c->sticky && runner) {
 			struct standin_launch l = {o->f->name, {o->grid[0], o->grid[1], o->grid[2]},
-			                           {o->block[0], o->block[1], o->block[2]}, o->f->sig.n, o->f->sig.sizes, o->params};
+			                           {o->block[0], o->block[1], o->block[2]}, o->f->sig.n, o->f->sig.sizes, o->params, o->shared};
 			cnt.launches_run++;
 			if (runner(&l) != 0) c->sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
 		}
@@ -1454,6 +1455,7 @@ static CUresult cuLaunchKernel_(uintptr_t fh, unsigned gx, unsigned gy, unsigned
 	struct op *o = calloc(1, sizeof *o);
 	o->kind = OP_KERNEL, o->f = f;
 	o->grid[0] = gx, o->grid[1] = gy, o->grid[2] = gz, o->block[0] = bx, o->block[1] = by, o->block[2] = bz;
+	o->shared = shared;
 	o->params = calloc((size_t)np + 1, sizeof(void *));
 	for (int i = 0; i < np; i++) { // the driver copies the values at launch
 		o->params[i] = malloc((size_t)f->sig.sizes[i]);
@@ -1706,6 +1708,12 @@ EXPORT void standin_set_copy_delay_us(long long us) {
 EXPORT void standin_set_kernel_runner(runner_fn f) {
 	lock();
 	runner = f;
+	unlock();
+}
+
+EXPORT void standin_violation(const char *what, const char *msg) {
+	lock();
+	violate(what, "%s", msg);
 	unlock();
 }
 

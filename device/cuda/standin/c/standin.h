@@ -32,8 +32,18 @@ struct standin_launch {
 	int nparams;
 	const int *sizes;
 	void *const *params;
+	unsigned shared; // bytes of dynamic shared memory
 };
 void standin_set_kernel_runner(int (*runner)(const struct standin_launch *));
+
+// Device addresses lie in [STANDIN_DEV_BASE, STANDIN_DEV_BASE +
+// STANDIN_DEV_SPAN): above 2^47, never a valid user-space pointer.
+#define STANDIN_DEV_BASE 0xCAFE00000000ULL
+#define STANDIN_DEV_SPAN (1ULL << 44)
+
+// standin_violation records a violation found by a kernel runner (what
+// broke the rules, and how), counted and reported as the API's are.
+void standin_violation(const char *what, const char *msg);
 
 // standin_resolve maps a device address to its host bytes and the bytes
 // left in its allocation; NULL if it is not live device memory.

@@ -1,0 +1,223 @@
+package ferry
+
+import (
+	"math"
+
+	"ferry/device"
+)
+
+// Ops of the Llama family: SiLU, RMSNorm and rotary position embeddings.
+// Each is a composite of existing ops (so it runs on every device, meta
+// included) recorded as one op with its own backward, so that it saves
+// only what its derivative needs:
+//
+//	op                 saves                      PyTorch 1.13 eager saves
+//	SiLU               x                          x
+//	RMSNorm            x, √(mean x² + eps) per row x, rsqrt per row, the normalised x
+//	RotaryEmbedding    cos, sin (constants)       cos, sin
+//
+// The forward runs its parts with recording off and records the result;
+// the backward is written beside it from the same public ops.
+
+// composite runs f with recording off on tp (if any): its ops save nothing
+// and their outputs carry no history; the caller records the result.
+func composite(tp *Tape, f func() *Tensor) *Tensor {
+	if tp == nil {
+		return f()
+	}
+	var out *Tensor
+	tp.NoGrad(func() { out = f() })
+	return out
+}
+
+// SiLU returns x·σ(x) (PyTorch: nn.functional.silu), saving x.
+func SiLU(x *Tensor) *Tensor {
+	const op = "silu"
+	out, tp := unary(op, device.SiLU, x, 0)
+	record(tp, op, out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
+		// d/dx x·σ(x) = σ(x)·(1 + x·(1 - σ(x))) = σ + x·σ - x·σ²
+		x := bk.Saved(0)
+		s := Sigmoid(x)
+		xs := Mul(x, s)
+		xss := Mul(xs, s)
+		a := Add(s, xs)
+		d := Sub(a, xss)
+		dx := Mul(bk.Grad(), d)
+		releaseAll(s, xs, xss, a, d)
+		bk.Accumulate(0, dx)
+	})
+	return out
+}
+
+// RMSNorm returns x/√(mean(x²) + eps)·weight over the last axis (PyTorch:
+// the LlamaRMSNorm of Hugging Face's transformers, in float32). weight is
+// [C], or nil for none. It saves x and each row's √(mean(x²) + eps): as
+// LayerNorm's fused kernel does, never the normalised tensor.
+func RMSNorm(x, weight *Tensor, eps float32) *Tensor {
+	const op = "rms_norm"
+	tp := tapeOf(op, x, weight)
+	sameDevice(op, x, weight)
+	floats32(op, x, weight)
+	if x.Rank() == 0 {
+		panicf(op, "needs at least one axis")
+	}
+	last := x.Rank() - 1
+	C := x.shape[last]
+	if weight != nil && (weight.Rank() != 1 || weight.shape[0] != C) {
+		panicf(op, "weight must be [%d] for input %v, got %v", C, x.shape, weight.shape)
+	}
+	if !(eps >= 0) {
+		panicf(op, "eps must be a non-negative number, got %v", eps)
+	}
+	var sd *Tensor // √(mean x² + eps), [..., 1]
+	out := composite(tp, func() *Tensor {
+		sq := Square(x)
+		ms := MeanKeepDim(sq, last)
+		sq.Release()
+		mse := AddScalar(ms, eps)
+		ms.Release()
+		sd = Sqrt(mse)
+		mse.Release()
+		y := Div(x, sd)
+		if weight == nil {
+			return y
+		}
+		defer y.Release()
+		return Mul(y, weight)
+	})
+	save := []*Tensor{x, sd}
+	if weight != nil {
+		save = append(save, weight)
+	}
+	record(tp, op, out, []*Tensor{x, weight}, save, func(bk *backward) {
+		// y = x·w/s, s = √(mean x² + eps). With h = g·w:
+		//   dx = (h - x·mean(h·x)/s²)/s,  dw = Σ_rows g·x/s.
+		g, x, s := bk.Grad(), bk.Saved(0), bk.Saved(1)
+		h := g
+		if weight != nil {
+			h = Mul(g, bk.Saved(2))
+			defer h.Release()
+		}
+		if bk.Needs(0) {
+			hx := Mul(h, x)
+			m := MeanKeepDim(hx, last)
+			s2 := Square(s)
+			c := Div(m, s2)
+			xc := Mul(x, c)
+			diff := Sub(h, xc)
+			releaseAll(hx, m, s2, c, xc)
+			bk.Accumulate(0, Div(diff, s))
+			diff.Release()
+		}
+		if weight != nil && bk.Needs(1) {
+			n := Div(x, s)
+			bk.Accumulate(1, Mul(g, n)) // summed to [C] by Accumulate
+			n.Release()
+		}
+	})
+	sd.Release() // lives on only as a saved tensor
+	return out
+}
+
+// RotaryEmbedding applies rotary position embeddings to x [..., T, D] (D
+// even) with cos and sin [T, D], in the "rotate_half" convention of
+// Hugging Face's LlamaRotaryEmbedding and apply_rotary_pos_emb:
+//
+//	x·cos + rotate_half(x)·sin,   rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2])
+//
+// where cos and sin repeat their D/2 frequencies twice (RotaryTables
+// makes them). The pairs rotated together are (i, i + D/2), not Meta's
+// interleaved (2i, 2i + 1); Hugging Face's checkpoints are permuted for
+// this convention. cos and sin are constants: no gradient flows to them.
+// It saves cos and sin only.
+func RotaryEmbedding(x, cos, sin *Tensor) *Tensor {
+	const op = "rotary_embedding"
+	tp := tapeOf(op, x, cos, sin)
+	sameDevice(op, x, cos, sin)
+	floats32(op, x, cos, sin)
+	r := x.Rank()
+	if r < 2 || x.shape[r-1]%2 != 0 {
+		panicf(op, "x must be [..., seq, head_dim] with an even head_dim, got %v", x.shape)
+	}
+	T, D := x.shape[r-2], x.shape[r-1]
+	for _, c := range []*Tensor{cos, sin} {
+		if c.Rank() != 2 || c.shape[0] != T || c.shape[1] != D {
+			panicf(op, "cos and sin must be [%d, %d] for x %v, got %v", T, D, x.shape, c.shape)
+		}
+	}
+	out := composite(tp, func() *Tensor {
+		a := Mul(x, cos)
+		rh := rotateHalf(x, false)
+		b := Mul(rh, sin)
+		rh.Release()
+		defer releaseAll(a, b)
+		return Add(a, b)
+	})
+	record(tp, op, out, []*Tensor{x}, []*Tensor{cos, sin}, func(bk *backward) {
+		// dx = g·cos + rotate_halfᵀ(g·sin), rotate_halfᵀ(u) = cat(u[D/2:], -u[:D/2]).
+		g := bk.Grad()
+		a := Mul(g, bk.Saved(0))
+		u := Mul(g, bk.Saved(1))
+		b := rotateHalf(u, true)
+		bk.Accumulate(0, Add(a, b))
+		releaseAll(a, u, b)
+	})
+	return out
+}
+
+// rotateHalf returns cat(-x2, x1) (or, transposed, cat(x2, -x1)) of the
+// halves x1, x2 of x's last axis.
+func rotateHalf(x *Tensor, transposed bool) *Tensor {
+	D := x.shape[x.Rank()-1]
+	x1 := x.Narrow(-1, 0, D/2)
+	x2 := x.Narrow(-1, D/2, D/2)
+	defer releaseAll(x1, x2)
+	if transposed {
+		n := Neg(x1)
+		defer n.Release()
+		return Cat(-1, x2, n)
+	}
+	n := Neg(x2)
+	defer n.Release()
+	return Cat(-1, n, x1)
+}
+
+// RotaryTables returns the cos and sin tables [T, D] of rotary position
+// embeddings for positions 0..T-1 and head width D (even), base theta, on
+// dev, as Hugging Face's LlamaRotaryEmbedding computes them:
+// inv_freq[i] = 1/theta^(2i/D), angle[t, i] = angle[t, i + D/2] = t·inv_freq[i].
+// The angles are computed in float32 as PyTorch does (an outer product of
+// float32 positions and float32 frequencies), their cos and sin in float64
+// and rounded once. The caller owns the tables.
+func RotaryTables(dev device.Device, T, D int, theta float64) (cos, sin *Tensor) {
+	if T < 0 || D < 2 || D%2 != 0 || !(theta > 0) {
+		panicf("rotary_tables", "need T >= 0, an even D >= 2 and theta > 0, got T %d, D %d, theta %v", T, D, theta)
+	}
+	half := D / 2
+	inv := make([]float32, half)
+	for i := range inv {
+		// PyTorch: 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)),
+		// the exponent in float32, the power and quotient in float32.
+		e := float32(2*i) / float32(D)
+		inv[i] = float32(1 / float32(math.Pow(theta, float64(e))))
+	}
+	c := make([]float32, T*D)
+	s := make([]float32, T*D)
+	for t := 0; t < T; t++ {
+		for i := 0; i < half; i++ {
+			a := float64(float32(t) * inv[i])
+			cv, sv := float32(math.Cos(a)), float32(math.Sin(a))
+			c[t*D+i], c[t*D+i+half] = cv, cv
+			s[t*D+i], s[t*D+i+half] = sv, sv
+		}
+	}
+	return FromFloat32s(dev, c, T, D), FromFloat32s(dev, s, T, D)
+}
+
+func releaseAll(ts ...*Tensor) {
+	for _, t := range ts {
+		if t != nil {
+			t.Release()
+		}
+	}
+}
