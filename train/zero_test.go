@@ -162,7 +162,11 @@ func TestShardedCheckpointsMoveAcrossRankCounts(t *testing.T) {
 			model := task.Model()
 			opt := optim.NewAdamW(model.Parameters(), 1e-2)
 			c := &train.Checkpointer{Dir: filepath.Dir(path)}
-			if _, err := c.Load(path, model, opt, map[string]any{"optimizer": "adamw"}); err != nil {
+			meta, err := train.ReadMeta(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Load(path, model, opt, meta.Identity); err != nil {
 				t.Fatal(err)
 			}
 			var ps [][]float32
@@ -207,11 +211,14 @@ func TestShardedCheckpointsMoveAcrossRankCounts(t *testing.T) {
 		}
 		// Three ranks, and one process, take the same checkpoint.
 		removeAfter(t, ckpt, 2)
-		if got := trainRanks(t, 3, train.Config{Steps: steps, Shard: shard, CheckpointDir: ckpt, Resume: true}); got[2].res.ResumedFrom != 2 {
+		// The rank count is part of a run's identity: changing it is an
+		// override, recorded in later checkpoints.
+		over := []string{"ranks"}
+		if got := trainRanks(t, 3, train.Config{Steps: steps, Shard: shard, CheckpointDir: ckpt, Resume: true, Overrides: over}); got[2].res.ResumedFrom != 2 {
 			t.Fatalf("three ranks resumed from %d", got[2].res.ResumedFrom)
 		}
 		removeAfter(t, ckpt, 2)
-		if got := trainRanks(t, 0, train.Config{Steps: steps, CheckpointDir: ckpt, Resume: true}); got[0].res.ResumedFrom != 2 {
+		if got := trainRanks(t, 0, train.Config{Steps: steps, CheckpointDir: ckpt, Resume: true, Overrides: over}); got[0].res.ResumedFrom != 2 {
 			t.Fatalf("one process resumed from %d", got[0].res.ResumedFrom)
 		}
 	}
