@@ -540,10 +540,20 @@ func TestShardedMPIChild(t *testing.T) {
 					}
 				}
 			}
+			if c.Rank() == 0 { // the state gathered through MPI is the unsharded optimizer's
+				if len(got.state.Tensors) != len(ref.state.Tensors) || !maps(got.state.Scalars, ref.state.Scalars) {
+					t.Fatalf("ZeRO-%d: gathered %d tensors, %v; unsharded %d, %v", stage, len(got.state.Tensors), got.state.Scalars, len(ref.state.Tensors), ref.state.Scalars)
+				}
+				for k, w := range ref.state.Tensors {
+					if g := got.state.Tensors[k]; g == nil || !sameBits(g.Float32s(), w.Float32s()) {
+						t.Fatalf("ZeRO-%d: gathered state %q differs from the unsharded optimizer's", stage, k)
+					}
+				}
+			}
 			got.release()
 		}
 	}
-	fmt.Printf("rank %d: ZeRO-1 and ZeRO-2 equal unsharded over %d steps\n", c.Rank(), steps)
+	fmt.Printf("rank %d: ZeRO-1 and ZeRO-2 equal unsharded over %d steps, state gathered\n", c.Rank(), steps)
 }
 
 // ZeRO-1 and ZeRO-2 on two in-process ranks over the CUDA device (the
