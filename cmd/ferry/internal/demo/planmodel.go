@@ -47,6 +47,7 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		x := tape.Input(input)
 		y := w.Forward(tape, x, false)
 		l := w.Loss(y, tape.Adopt(target.To(dev)))
+		y.Release() // as the Trainer does: the loss keeps what it saved
 		if err := backwardAndStep(l, opt, inBackward, nil, nil); err != nil {
 			return err
 		}
