@@ -72,18 +72,29 @@ type Setup struct {
 	DiskDir string
 	// Policy is the plan that mode policy applies.
 	Policy *Policy
+	// Segments recompute these segments in any mode (mode policy takes
+	// the policy's), and OptimizerInBackward updates each parameter inside
+	// backward (optim.InBackward) in any mode (mode policy takes the
+	// policy's): for callers that apply a policy's parts themselves.
+	Segments            *ferry.SegmentHooks
+	OptimizerInBackward bool
+	// HooksOverLoss keeps the hooks pushed while the loss is computed
+	// too (Begin … End), as the planner records a step, instead of around
+	// forward alone (Forward).
+	HooksOverLoss bool
 }
 
 // Memory is a memory mode set up on a device: the hooks and segments a
 // step installs on its tape, and the offloader or host saver behind them.
 // Its methods run on the training goroutine. Close it when training ends.
 type Memory struct {
-	mode  Mode
-	hooks *ferry.SavedTensorHooks
-	segs  *ferry.SegmentHooks
-	inBwd bool
-	off   *Offloader
-	saver *HostSaver
+	mode     Mode
+	overLoss bool
+	hooks    *ferry.SavedTensorHooks
+	segs     *ferry.SegmentHooks
+	inBwd    bool
+	off      *Offloader
+	saver    *HostSaver
 }
 
 // NewMemory sets up s.Mode on dev (the zero Mode is None).
@@ -91,7 +102,7 @@ func NewMemory(dev device.Device, s Setup) (*Memory, error) {
 	if s.Mode == "" {
 		s.Mode = None
 	}
-	m := &Memory{mode: s.Mode}
+	m := &Memory{mode: s.Mode, overLoss: s.HooksOverLoss, segs: s.Segments, inBwd: s.OptimizerInBackward}
 	if s.Policy != nil && s.Mode != PolicyMode {
 		return nil, fmt.Errorf("offload: a policy is applied by mode policy, not %s", s.Mode)
 	}
@@ -119,7 +130,7 @@ func NewMemory(dev device.Device, s Setup) (*Memory, error) {
 		}
 		cfg.Policy = s.Policy.Place
 		m.segs = s.Policy.SegmentHooks()
-		m.inBwd = s.Policy.OptimizerInBackward
+		m.inBwd = m.inBwd || s.Policy.OptimizerInBackward
 	default:
 		return nil, fmt.Errorf("offload: unknown memory mode %q", s.Mode)
 	}
@@ -160,6 +171,28 @@ func (m *Memory) Forward(tape *ferry.Tape, f func()) {
 		return
 	}
 	f()
+}
+
+// HooksOverLoss reports whether the hooks cover the loss too (Begin and
+// End rather than Forward).
+func (m *Memory) HooksOverLoss() bool { return m.overLoss }
+
+// Begin sets the mode up on tape (the policy's segments, the hooks pushed)
+// for what runs until End: forward and the loss.
+func (m *Memory) Begin(tape *ferry.Tape) {
+	if m.segs != nil {
+		tape.SetSegmentHooks(m.segs)
+	}
+	if m.hooks != nil {
+		tape.PushHooks(m.hooks)
+	}
+}
+
+// End pops what Begin pushed.
+func (m *Memory) End(tape *ferry.Tape) {
+	if m.hooks != nil {
+		tape.PopHooks()
+	}
 }
 
 // Stats returns what the mode moved so far; ok is false for modes that

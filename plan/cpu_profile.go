@@ -28,7 +28,7 @@ var cpuProfile = meta.Profile{
 
 // cpuGPTProfile is the same machine as measured by
 //
-//	ferry calibrate --model gpt --seconds 1 --save FILE
+//	ferry calibrate --model gpt --layers 4 --heads 4 --embd 128 --seq 64 --vocab 256 --batch 16 --seconds 1 --save FILE
 //
 // on 2026-12-03 with other engineers' jobs running: products timed at the
 // small GPT's own width (Linear(128) at 16 × 64 rows), the elementwise rate

@@ -187,6 +187,19 @@ type Hooks struct {
 	Message func(msg string)
 	// Done is called when the loop ends, before the summary is made.
 	Done func()
+
+	// Inside a step, for measuring it (ferry demo does): StepStart before
+	// its first micro-batch; ForwardStart and ForwardEnd around each
+	// micro-batch's forward (ForwardEnd before the loss); GradsReady with
+	// every gradient complete, before clipping and the optimizer, or, for
+	// an optimizer inside backward, GradReady with each parameter before
+	// its update; StepEnd after the optimizer.
+	StepStart    func(step int)
+	ForwardStart func(step, micro int)
+	ForwardEnd   func(step, micro int)
+	GradsReady   func(step int, params []*ferry.Tensor)
+	GradReady    func(step int, p *ferry.Tensor)
+	StepEnd      func(step int)
 }
 
 // StepInfo describes one finished step.
@@ -483,6 +496,9 @@ func (t *Trainer) checkPolicy(pol *offload.Policy) error {
 	}
 	return nil
 }
+
+// Memory is the memory mode the Trainer set up (its statistics, for one).
+func (t *Trainer) Memory() *offload.Memory { return t.mem }
 
 // Close frees what the Trainer set up (the memory mode's buffers). The
 // task, model and optimizer stay the caller's.
@@ -810,9 +826,12 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 // mean loss and the items trained on. A loss or gradient that is not
 // finite stops the step before the optimizer changes anything.
 func (t *Trainer) step(step int) (loss float64, items int64, err error) {
-	cfg, task, opt := t.cfg, t.task, t.optimizer()
+	cfg, task, opt, h := t.cfg, t.task, t.optimizer(), t.cfg.Hooks
 	model := task.Model()
 	inBwd := t.mem.OptimizerInBackward()
+	if h.StepStart != nil {
+		h.StepStart(step)
+	}
 	for micro := 0; micro < cfg.Accum; micro++ {
 		nn.SetStep(model, uint64((step-1)*cfg.Accum+micro+1))
 		x, y, n, err := t.batch(step, micro)
@@ -823,31 +842,75 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 		items += int64(n)
 		err = ferry.Step(func(tape *ferry.Tape) error {
 			xin := tape.Input(x)
-			var out *ferry.Tensor
-			t.mem.Forward(tape, func() { out = task.Forward(tape, xin, t.mem.Recompute()) })
-			l := task.Loss(out, tape.Input(y))
-			out.Release()
-			lv := float64(l.Item())
-			if math.IsNaN(lv) || math.IsInf(lv, 0) {
-				return fmt.Errorf("the loss is %v (%w); lower the learning rate or clip gradients", lv, ErrNonFinite)
+			if h.ForwardStart != nil {
+				h.ForwardStart(step, micro)
 			}
-			loss += lv / float64(cfg.Accum)
+			var out *ferry.Tensor
+			forward := func() { out = task.Forward(tape, xin, t.mem.Recompute()) }
+			var l *ferry.Tensor
+			if t.mem.HooksOverLoss() {
+				// The hooks see the loss's saves too, as the planner
+				// records a step.
+				t.mem.Begin(tape)
+				forward()
+				if h.ForwardEnd != nil {
+					h.ForwardEnd(step, micro)
+				}
+				l = task.Loss(out, tape.Input(y))
+				t.mem.End(tape)
+			} else {
+				t.mem.Forward(tape, forward)
+				if h.ForwardEnd != nil {
+					h.ForwardEnd(step, micro)
+				}
+				l = task.Loss(out, tape.Input(y))
+			}
+			out.Release()
+			lossOf := func() error {
+				if !device.HasData(l.Device()) {
+					return nil // the meta device: shapes, no values
+				}
+				lv := float64(l.Item())
+				if math.IsNaN(lv) || math.IsInf(lv, 0) {
+					return fmt.Errorf("the loss is %v (%w); lower the learning rate or clip gradients", lv, ErrNonFinite)
+				}
+				loss += lv / float64(cfg.Accum)
+				return nil
+			}
+			scaled := l
 			if cfg.Accum > 1 {
-				l = ferry.Scale(l, 1/float32(cfg.Accum))
+				scaled = ferry.Scale(l, 1/float32(cfg.Accum))
 			}
 			if inBwd {
+				// Parameters change inside backward: the loss is read,
+				// and checked, before.
+				if err := lossOf(); err != nil {
+					return err
+				}
 				opts, e := optim.InBackward(opt.(optim.Stepper))
-				if err := l.BackwardWith(opts); err != nil {
+				if h.GradReady != nil {
+					update := opts.GradReady
+					opts.GradReady = func(p *ferry.Tensor) { h.GradReady(step, p); update(p) }
+				}
+				if err := scaled.BackwardWith(opts); err != nil {
 					return err
 				}
 				return e.Err()
 			}
+			var err error
 			if t.red != nil && last {
 				// The buckets' all-reduces start as backward completes
 				// them, overlapping the rest of backward.
-				return l.BackwardWith(ferry.BackwardOptions{GradReady: t.red.GradReady})
+				err = scaled.BackwardWith(ferry.BackwardOptions{GradReady: t.red.GradReady})
+			} else {
+				err = scaled.Backward()
 			}
-			return l.Backward()
+			if err != nil {
+				return err
+			}
+			// Read after backward is queued, so that reading it does not
+			// hold the device between forward and backward.
+			return lossOf()
 		})
 		x.Release()
 		y.Release()
@@ -856,40 +919,43 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 			return 0, 0, err
 		}
 	}
-	if inBwd {
-		return loss, items, nil
-	}
-	if t.red != nil {
-		if err := t.red.Wait(); err != nil { // the gradients are now the ranks' mean
+	if !inBwd {
+		if t.red != nil {
+			if err := t.red.Wait(); err != nil { // the gradients are now the ranks' mean
+				return 0, 0, err
+			}
+		}
+		params := model.Parameters()
+		if h.GradsReady != nil {
+			h.GradsReady(step, params)
+		}
+		if cfg.Clip > 0 {
+			// A non-finite norm stops the step before the optimizer writes
+			// it into the weights. (Without clipping, a non-finite
+			// gradient shows as the next step's loss, and a checkpoint
+			// refuses non-finite weights, so the last good one stays.)
+			clip := optim.ClipGradNorm
+			if t.shard != nil && cfg.Shard == 2 { // each rank holds its own gradients only
+				clip = func(_ []*ferry.Tensor, max float64) (float64, error) { return t.shard.ClipGradNorm(max) }
+			}
+			norm, err := clip(params, cfg.Clip)
+			if math.IsNaN(norm) || math.IsInf(norm, 0) {
+				opt.ZeroGrad()
+				return 0, 0, fmt.Errorf("the gradients' norm is %v (%w); lower the learning rate", norm, ErrNonFinite)
+			}
+			if err != nil {
+				opt.ZeroGrad()
+				return 0, 0, err
+			}
+		}
+		if err := opt.Step(); err != nil {
 			return 0, 0, err
 		}
-	}
-	// Every gradient is complete: a non-finite one stops the step before
-	// the optimizer writes it into the weights.
-	params := model.Parameters()
-	var norm float64
-	switch {
-	case cfg.Shard == 2 && t.shard != nil && cfg.Clip > 0: // each rank holds its gradients only
-		norm, err = t.shard.ClipGradNorm(cfg.Clip)
-	case cfg.Shard == 2 && t.shard != nil:
-		norm, err = t.shard.GradNorm()
-	case cfg.Clip > 0:
-		norm, err = optim.ClipGradNorm(params, cfg.Clip)
-	default:
-		norm, err = optim.GradNorm(params)
-	}
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		opt.ZeroGrad()
-		return 0, 0, fmt.Errorf("the gradients' norm is %v (%w); lower the learning rate or clip gradients", norm, ErrNonFinite)
 	}
-	if err != nil {
-		opt.ZeroGrad()
-		return 0, 0, err
+	if h.StepEnd != nil {
+		h.StepEnd(step)
 	}
-	if err := opt.Step(); err != nil {
-		return 0, 0, err
-	}
-	opt.ZeroGrad()
 	return loss, items, nil
 }
 

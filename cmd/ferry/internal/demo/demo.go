@@ -6,12 +6,15 @@
 package demo
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"ferry/device/meta"
 	"ferry/internal/fsx"
 	"ferry/models"
 	_ "ferry/models/all" // the families the demo and the planner know
+	"ferry/nn"
+	"ferry/train"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -261,6 +264,53 @@ func (res *Result) finish(none *Run) {
 	}
 }
 
+// demoTask is a workload as the Trainer's task: the same input and target
+// every step (the first made once, on the host, and copied in for each
+// step, so that the device holds one input as the origin test did), and
+// forward in the mode's way (the origin user's copy in mode naive).
+type demoTask struct {
+	w             models.Workload
+	dev           device.Device
+	input, target *ferry.Tensor // on the host
+	naive         bool
+}
+
+func (d *demoTask) Model() nn.Module { return workloadModule{d.w} }
+
+func (d *demoTask) Batch(step, micro int) (x, y *ferry.Tensor, items int, err error) {
+	err = ferry.Catch(func() error {
+		x, y = d.input.To(d.dev), d.target.Clone()
+		return nil
+	})
+	return x, y, 1, err
+}
+
+func (d *demoTask) Forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor {
+	if d.naive {
+		return d.w.(models.NaiveForwarder).ForwardNaive(tape, x)
+	}
+	return d.w.Forward(tape, x, recompute)
+}
+
+// Loss moves the target to the device only now: as in the original test,
+// forward runs holding only the parameters and the input.
+func (d *demoTask) Loss(out, y *ferry.Tensor) *ferry.Tensor {
+	return d.w.Loss(out, y.To(d.dev))
+}
+
+// workloadModule lends a workload's parameters to the Trainer, which
+// never calls Forward on it (the task does).
+type workloadModule struct{ w models.Workload }
+
+func (m workloadModule) Forward(x *ferry.Tensor) *ferry.Tensor {
+	panic("demo: the workload runs through its task")
+}
+func (m workloadModule) Parameters() []*ferry.Tensor { return m.w.Parameters() }
+
+// runMode trains the workload in one mode through the Trainer, measuring
+// each step from its hooks: memory before and after forward and at its
+// peaks, time (the device's prediction on meta), what moved, and a hash
+// of the first step's gradients.
 func runMode(cfg Config, mode string) (*Run, error) {
 	opts := cfg.DeviceOptions
 	dev, err := cfg.Open(cfg.Device, opts)
@@ -275,173 +325,167 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	defer m.Release()
 	opt := m.Optimizer(cfg.LR)
 	defer opt.Release()
-	var input, target *ferry.Tensor
+	task := &demoTask{w: m, dev: dev, naive: mode == Naive}
 	if err := ferry.Catch(func() error {
-		// The target waits on the host: as in the original test, forward is
-		// measured holding only the parameters and the input.
-		input, target = m.Data(dev, cfg.Seed)
+		in, tgt := m.Data(dev, cfg.Seed)
+		task.input, task.target = in.To(dev.Host()), tgt
+		in.Release()
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	defer input.Release()
-	defer target.Release()
+	defer task.input.Release()
+	defer task.target.Release()
 
-	// The mode's hooks, as offload sets them up for every caller; naive
-	// and the policy's segments are the demo's own (runMode installs the
-	// policy's hooks across the loss too, as the planner replays it).
-	setup := offload.Setup{Mode: offload.Mode(mode), Config: &cfg.Offload, DiskDir: cfg.DiskDir}
+	// The mode, as offload sets it up for every caller; naive is the
+	// demo's own, and mode policy applies cfg's placements, segments and
+	// optimizer placement with the hooks over the loss too, as the
+	// planner replays a step.
+	setup := offload.Setup{Mode: offload.Mode(mode), Config: &cfg.Offload, DiskDir: cfg.DiskDir,
+		OptimizerInBackward: cfg.OptimizerInBackward}
 	switch mode {
 	case Naive:
 		setup.Mode = offload.None
-	case Policy: // the offloader places by cfg.Policy; runMode sets cfg.Segments itself
+	case Policy:
 		oc := cfg.Offload
 		oc.Policy = cfg.Policy
-		setup.Mode, setup.Config = offload.Offload, &oc
-	}
-	mem, err := offload.NewMemory(dev, setup)
-	if err != nil {
-		return nil, err
-	}
-	defer mem.Close()
-	hooks := mem.Hooks()
-	stats := func() offload.Stats { s, _ := mem.Stats(); return s }
-	if _, moves := mem.Stats(); !moves {
-		stats = nil
+		setup.Mode, setup.Config, setup.Segments, setup.HooksOverLoss = offload.Offload, &oc, cfg.Segments, true
 	}
 
 	r := &Run{Mode: mode, hasData: device.HasData(dev)}
-	recompute := mode == Recompute || mode == RecomputeOffload
 	alloc := dev.Allocator()
 	hostAlloc := dev.Host().Allocator()
-	runtime.GC()
-	debug.FreeOSMemory()
-	rssOK := rss.ResetPeak() == nil
 	sim, simulated := dev.(interface {
 		Now() float64
 		StallSeconds() float64
 	})
-	first := 0
+	first, last := 1, cfg.Steps+1 // step 1 warms up
 	if cfg.SkipWarmup {
-		first = 1
+		last = cfg.Steps
 	}
-	for step := first; step <= cfg.Steps; step++ {
-		if cfg.stopped() {
-			return nil, ErrInterrupted
-		}
-		var simStart, simStall float64
-		if simulated {
-			simStart, simStall = sim.Now(), sim.StallSeconds()
-		}
-		var statsBefore offload.Stats
-		if stats != nil {
-			statsBefore = stats()
-		}
-		hostAlloc.ResetPeak()
-		var rec *trace.Recorder
-		if cfg.TraceDir != "" && step == cfg.Steps {
-			rec = newRecorder(dev, simulated)
-			stop := rec.Allocator(dev.Name(), alloc)
-			defer stop()
-		}
-		phase := func(name string) func() {
-			if rec == nil {
-				return func() {}
+	warm := func(step int) bool { return step > 1 || cfg.SkipWarmup }
+	var (
+		simStart, simStall float64
+		t0                 time.Time
+		statsBefore        offload.Stats
+		rec                *trace.Recorder
+		stopRec, endPhase  func()
+		hashes             = map[*ferry.Tensor]uint64{}
+		memory             *offload.Memory
+	)
+	stats := func() (offload.Stats, bool) { return memory.Stats() }
+	hooks := train.Hooks{
+		StepStart: func(step int) {
+			hostAlloc.ResetPeak()
+			if simulated {
+				simStart, simStall = sim.Now(), sim.StallSeconds()
 			}
-			return rec.Begin("step", name)
-		}
-		start := time.Now()
-		var loss float32
-		err := ferry.Step(func(tape *ferry.Tape) error {
-			x := tape.Input(input)
+			statsBefore, _ = stats()
+			if cfg.TraceDir != "" && step == last {
+				rec = newRecorder(dev, simulated)
+				stopRec = rec.Allocator(dev.Name(), alloc)
+			}
+		},
+		ForwardStart: func(step, micro int) {
+			t0 = time.Now()
 			r.BeforeForwardBytes = alloc.Allocated()
 			alloc.ResetPeak()
-			var y *ferry.Tensor
-			endForward := phase("forward")
-			var l *ferry.Tensor
-			if mode == Policy {
-				// As the planner records and replays the step (PlanModel):
-				// the hooks see the loss's saves too, and the policy's
-				// segments are recomputed.
-				tape.SetSegmentHooks(cfg.Segments)
-				tape.PushHooks(hooks)
-				y = m.Forward(tape, x, false)
-			} else if hooks != nil {
-				tape.WithHooks(hooks, func() { y = m.Forward(tape, x, recompute) })
-			} else if mode == Naive {
-				y = m.(models.NaiveForwarder).ForwardNaive(tape, x)
-			} else {
-				y = m.Forward(tape, x, recompute)
+			if rec != nil {
+				endPhase = rec.Begin("step", "forward")
 			}
-			endForward()
-			defer phase("backward + optimizer")()
+		},
+		ForwardEnd: func(step, micro int) {
+			if rec != nil {
+				endPhase()
+				endPhase = rec.Begin("step", "backward + optimizer")
+			}
 			r.AfterForwardBytes = alloc.Allocated()
 			r.PeakForwardBytes = alloc.Stats().AllocatedBytes.Peak
-			l = m.Loss(y, tape.Adopt(target.To(dev)))
-			if mode == Policy {
-				tape.PopHooks()
+		},
+		GradReady: func(step int, p *ferry.Tensor) {
+			if step == first && r.hasData {
+				hashes[p] = hashGrad(p)
 			}
-			hashing := step == first && r.hasData
-			hashes := map[*ferry.Tensor]uint64{}
-			seen := func(p *ferry.Tensor) {
-				if hashing {
+		},
+		GradsReady: func(step int, params []*ferry.Tensor) {
+			if step == first && r.hasData {
+				for _, p := range params {
 					hashes[p] = hashGrad(p)
 				}
 			}
-			done := func() {
-				if hashing {
-					for _, p := range m.Parameters() {
-						hashes[p] = hashGrad(p)
-					}
-				}
+		},
+		StepEnd: func(step int) {
+			dev.Compute().Synchronize()
+			elapsed := time.Since(t0).Seconds()
+			if rec != nil {
+				endPhase()
+				stopRec()
 			}
-			if err := backwardAndStep(l, opt, cfg.OptimizerInBackward, seen, done); err != nil {
-				return err
+			if !warm(step) {
+				return
 			}
-			if hashing {
-				loss = l.Item()
-				h := fnv.New64a()
-				for _, p := range m.Parameters() {
-					binary.Write(h, binary.LittleEndian, hashes[p])
-				}
-				r.gradHash = h.Sum64()
+			if simulated && sim.Now() > 0 {
+				// A device with a cost model: report its prediction.
+				elapsed = sim.Now() - simStart
+				r.Simulated = true
 			}
-			return dev.Compute().Synchronize()
-		})
-		elapsed := time.Since(start).Seconds()
-		if err != nil {
+			r.StepSecondsAll = append(r.StepSecondsAll, elapsed)
+			st := alloc.Stats()
+			r.PeakStepBytes = st.AllocatedBytes.Peak
+			r.ReservedPeakBytes = st.ReservedBytes.Peak
+			r.HostPeakBytes = hostAlloc.Stats().AllocatedBytes.Peak
+			if s, ok := stats(); ok {
+				s = s.Since(statsBefore)
+				r.ToHostBytes, r.ToDiskBytes = s.BytesToHost, s.BytesToDisk
+				r.OffloadedBytes = s.BytesToHost + s.BytesToDisk
+				r.StallSeconds = s.StallSeconds
+				r.OverlapRatio = s.OverlapRatio()
+			}
+			if r.Simulated {
+				r.StallSeconds = sim.StallSeconds() - simStall
+			}
+		},
+		Step: func(s train.StepInfo) {
+			if s.Step == first {
+				r.Loss = float32(s.Loss)
+			}
+		},
+	}
+	tr, err := train.New(dev, task, train.Config{Steps: last, Optimizer: opt, Memory: setup, Hooks: hooks})
+	if err != nil {
+		return nil, err
+	}
+	defer tr.Close()
+	memory = tr.Memory()
+	runtime.GC()
+	debug.FreeOSMemory()
+	rssOK := rss.ResetPeak() == nil
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-cfg.Stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	res, err := tr.Run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if res.Interrupted {
+		return nil, ErrInterrupted
+	}
+	if r.hasData {
+		h := fnv.New64a()
+		for _, p := range m.Parameters() {
+			binary.Write(h, binary.LittleEndian, hashes[p])
+		}
+		r.gradHash = h.Sum64()
+	}
+	if rec != nil {
+		if err := writeTrace(cfg.TraceDir, mode, dev.Name(), rec); err != nil {
 			return nil, err
-		}
-		if step == first {
-			r.Loss = loss
-		}
-		if rec != nil {
-			if err := writeTrace(cfg.TraceDir, mode, dev.Name(), rec); err != nil {
-				return nil, err
-			}
-		}
-		if step == 0 {
-			continue // warm-up
-		}
-		if simulated && sim.Now() > 0 {
-			// A device with a cost model: report its prediction.
-			elapsed = sim.Now() - simStart
-			r.Simulated = true
-		}
-		r.StepSecondsAll = append(r.StepSecondsAll, elapsed)
-		st := alloc.Stats()
-		r.PeakStepBytes = st.AllocatedBytes.Peak
-		r.ReservedPeakBytes = st.ReservedBytes.Peak
-		r.HostPeakBytes = hostAlloc.Stats().AllocatedBytes.Peak
-		if stats != nil {
-			s := stats().Since(statsBefore)
-			r.ToHostBytes, r.ToDiskBytes = s.BytesToHost, s.BytesToDisk
-			r.OffloadedBytes = s.BytesToHost + s.BytesToDisk
-			r.StallSeconds = s.StallSeconds
-			r.OverlapRatio = s.OverlapRatio()
-		}
-		if r.Simulated {
-			r.StallSeconds = sim.StallSeconds() - simStall
 		}
 	}
 	r.StepSeconds = Median(r.StepSecondsAll)

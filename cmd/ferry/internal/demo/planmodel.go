@@ -107,6 +107,7 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		x := tape.Input(input)
 		y := w.Forward(tape, x, false)
 		l := w.Loss(y, tape.Adopt(target.To(dev)))
+		y.Release() // as the Trainer does: the loss keeps what it saved
 		if rk != nil {
 			if err := rk.backwardAndStep(l); err != nil {
 				return err
