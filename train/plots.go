@@ -28,13 +28,7 @@ func writePlots(dir, title string, h *History, rec *trace.Recorder, device strin
 		}
 		return nil
 	}
-	pts := func(ps []Point) []plots.Point {
-		out := make([]plots.Point, len(ps))
-		for i, p := range ps {
-			out[i] = plots.Point{Step: p.Step, Value: p.Value}
-		}
-		return out
-	}
+	pts := func(ps []Point) []plots.Point { return append([]plots.Point(nil), ps...) }
 	better := h.Better
 	names := make([]string, 0, len(h.Evals))
 	for n := range h.Evals {

@@ -19,6 +19,7 @@ import (
 	"ferry/optim"
 	"ferry/plan"
 	"ferry/trace"
+	"ferry/trace/plots"
 )
 
 // Task is what a Trainer trains: a model, its batches and its loss. The
@@ -215,10 +216,7 @@ type StepInfo struct {
 }
 
 // Point is one value of a curve: a loss at a step.
-type Point struct {
-	Step  int     `json:"step"`
-	Value float64 `json:"value"`
-}
+type Point = plots.Point
 
 // History is the run's curves; a checkpoint carries it, so a resumed
 // run's plots start at step 1.

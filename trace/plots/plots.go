@@ -42,8 +42,8 @@ var ErrNoData = errors.New("plots: no data to draw")
 
 // Point is one value of a series at a training step.
 type Point struct {
-	Step  int
-	Value float64
+	Step  int     `json:"step"`
+	Value float64 `json:"value"`
 }
 
 // The size of every picture: 8 × 4.5 inches, at 150 dots per inch in PNG
