@@ -40,7 +40,7 @@ type trainOptions struct {
 	checkpointEvery, keep         int
 	resume                        bool
 	override                      string
-	stopAfter, checkEvery         int
+	stopAfter, checkEvery, zero   int
 	unit                          string // "samples" or "tokens"
 	comm                          dist.Comm
 }
@@ -99,6 +99,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 	fs.IntVar(&o.keep, "keep", 3, "checkpoints to keep in --checkpoint-dir")
 	fs.BoolVar(&o.resume, "resume", false, "resume from the latest checkpoint in --checkpoint-dir")
 	fs.StringVar(&o.override, "override", "", "with --resume: settings that may differ from the checkpoint's, comma-separated (lr,steps,clip,…), recorded in the checkpoints written after")
+	fs.IntVar(&o.zero, "zero", 0, "under mpirun: shard the optimizer state across the ranks (1: ZeRO-1), and the gradients too (2: ZeRO-2)")
 	fs.IntVar(&o.checkEvery, "check-every", 0, "under mpirun: check every N steps that the ranks' parameters are bit-identical (0: at the end)")
 	fs.IntVar(&o.stopAfter, "stop-after", 0, "stop after this many steps of this run (the schedule still spans --steps), checkpointing if asked; resume later with --resume")
 }
@@ -162,6 +163,9 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	}
 	if o.momentum >= 1 {
 		return fmt.Errorf("--momentum must be below 1, got %v", o.momentum)
+	}
+	if o.zero < 0 || o.zero > 2 {
+		return fmt.Errorf("--zero must be 0, 1 or 2, got %d", o.zero)
 	}
 	if o.override != "" && !o.resume {
 		return fmt.Errorf("--override applies to --resume")
@@ -281,7 +285,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		Schedule:  train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps},
 		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath, PlotDir: o.plotDir,
 		CheckpointDir: o.checkpointDir, CheckpointEvery: o.checkpointEvery, Keep: o.keep, Resume: o.resume,
-		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit, Comm: o.comm, CheckEvery: o.checkEvery,
+		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit, Comm: o.comm, CheckEvery: o.checkEvery, Shard: o.zero,
 		Overrides: overrides, OverrideNote: "--override " + o.override + " on resume",
 		Hooks: train.Hooks{
 			Start:   func(first, total int) { p.phase("train", total, first-1) },
