@@ -128,6 +128,16 @@ func TestTrainInitFromCheckpointFineTunes(t *testing.T) {
 	if s, _ := ft["init_from"].(string); !strings.HasPrefix(s, ck) {
 		t.Errorf("init_from %q", s)
 	}
+	// The checkpoint's safetensors file alone, the sizes from the flags:
+	// the same start.
+	latest, _, err := resolveCheckpoint(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := runJSON(t, smallText(other, "--init-from", filepath.Join(latest, "model.safetensors"), "--steps", "1")...)
+	if num(t, file, "initial_val_loss") != start {
+		t.Errorf("from the safetensors file: %v; from the checkpoint: %v", file["initial_val_loss"], start)
+	}
 	// --init-optimizer takes the AdamW state: the run goes on.
 	runJSON(t, smallText(other, "--init-from", ck, "--init-optimizer", "--steps", "2")...)
 	for _, c := range []struct {

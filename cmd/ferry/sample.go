@@ -29,7 +29,7 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	n := fs.Int("n", 500, "tokens to generate (bytes, for a byte-level model)")
 	prompt := fs.String("prompt", "func ", "text to continue")
 	temperature := fs.Float64("temperature", 0.8, "softmax temperature (0: greedy, always the likeliest)")
-	topK := fs.Int("top-k", 20, "sample among the k likeliest bytes")
+	topK := fs.Int("top-k", 20, "sample among the k likeliest tokens")
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
 	devName := fs.String("device", "cpu", "device to run on")
 	return func(out io.Writer, asJSON bool) error {

@@ -29,7 +29,7 @@ import (
 func init() {
 	register(command{
 		name:    "train text",
-		summary: "train a byte-level language model on text (default: a GPT on the Go distribution's sources) and sample from it",
+		summary: "train a language model on text (bytes or GPT-2's BPE tokens; default: a GPT on the Go distribution's sources) and sample from it",
 		setup:   setupTrainText,
 	})
 }
@@ -197,14 +197,19 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		ctx, unlisten := interruptContext()
 		defer unlisten()
 		p := newProgress(out, stderrOf(out), asJSON)
-		p.line("%s\ntext: %d bytes for training, %d held out; unigram entropy %.3f nats per byte (a model blind to context reaches no lower)\non %s, %d steps, mode %s",
-			task.Describe(), len(txt.Train), len(txt.Val), text.UnigramEntropy(txt.Train), dev.Name(), o.steps, o.mode)
+		unigram, per := text.UnigramEntropy(txt.Train), "byte"
 		if tok != nil {
-			how := "tokenized now, cached"
+			unigram, per = text.TokenEntropy(tok.Train), "token"
+		}
+		p.line("%s\ntext: %d bytes for training, %d held out; unigram entropy %.3f nats per %s (a model blind to context reaches no lower)\non %s, %d steps, mode %s",
+			task.Describe(), len(txt.Train), len(txt.Val), unigram, per, dev.Name(), o.steps, o.mode)
+		if tok != nil {
+			how := "tokenized now, cached in"
 			if cacheHit {
-				how = "from the token cache"
+				how = "read from the token cache in"
 			}
-			p.line("tokens (%s): %d for training, %d held out (%s)", tok.Name, len(tok.Train), len(tok.Val), how)
+			cdir, _ := tokenCacheDir(*cacheDir)
+			p.line("%s tokens: %d for training, %d held out (%s %s)", tok.Name, len(tok.Train), len(tok.Val), how, cdir)
 		}
 		if src != nil {
 			p.line("initialised from %s (%s)", src.path, src.kind)
@@ -220,7 +225,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if sum.Metrics == nil {
 			sum.Metrics = map[string]float64{}
 		}
-		sum.Metrics["unigram_entropy"] = text.UnigramEntropy(txt.Train)
+		sum.Metrics["unigram_entropy"] = unigram
 		if v, ok := sum.Metrics["val_loss"]; ok {
 			sum.Metrics["final_val_loss"] = v
 			delete(sum.Metrics, "val_loss")

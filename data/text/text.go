@@ -189,3 +189,18 @@ func UnigramEntropy(b []byte) float64 {
 	}
 	return h
 }
+
+// TokenEntropy is the entropy of ids' distribution in nats per token: the
+// loss of a model over those tokens that ignores context.
+func TokenEntropy(ids []int32) float64 {
+	counts := map[int32]float64{}
+	for _, id := range ids {
+		counts[id]++
+	}
+	var h float64
+	for _, c := range counts {
+		p := c / float64(len(ids))
+		h -= p * math.Log(p)
+	}
+	return h
+}
