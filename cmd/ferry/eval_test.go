@@ -271,3 +271,34 @@ func TestEvalMNIST(t *testing.T) {
 		t.Errorf("eval %v; the run's %v, %v", ev, sum["test_accuracy"], sum["test_loss"])
 	}
 }
+
+// --init-from a Hugging Face Llama directory builds --model llama at its
+// config's sizes, GQA and SwiGLU width included, with its weights.
+func TestTrainInitFromHuggingFaceLlama(t *testing.T) {
+	dev, err := cpu.New(device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	cfg := nn.LlamaConfig{Vocab: 256, Seq: 16, Layers: 1, Heads: 4, KVHeads: 2, Embd: 32, Hidden: 48}.WithDefaults()
+	g, err := nn.NewLlama(dev, cfg, rand.New(rand.NewPCG(9, 9)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nn.Release(g)
+	hf := t.TempDir()
+	if err := nn.SaveSafetensors(filepath.Join(hf, "model.safetensors"), g); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(hf, "config.json"), []byte(`{"model_type": "llama", "vocab_size": 256, "max_position_embeddings": 16,
+		"num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 32, "intermediate_size": 48,
+		"tie_word_embeddings": false}`), 0o644)
+	args := []string{"train", "text", "--data", corpus(t), "--batch", "4", "--val-batches", "2", "--sample", "0", "--steps", "2"}
+	a := runJSON(t, append(args, "--init-from", hf)...)
+	if num(t, a, "parameter_count") != float64(cfg.ParameterCount()) || !strings.Contains(a["model"].(string), "llama") {
+		t.Errorf("model %v, %v parameters (want %d)", a["model"], a["parameter_count"], cfg.ParameterCount())
+	}
+	if _, errOut, code := runCLI(t, append(args, "--init-from", hf, "--model", "gpt")...); code != 1 || !strings.Contains(errOut, "--model gpt contradicts") {
+		t.Errorf("--model gpt against a llama: exit %d, %s", code, errOut)
+	}
+}
