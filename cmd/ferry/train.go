@@ -342,6 +342,10 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		}
 	}
 	tr, err := train.New(dev, task, cfg)
+	var ce *train.ConfigError
+	if runDir != "" && errors.As(err, &ce) && ce.Field == "CheckpointDir" {
+		return nil, fmt.Errorf("the run directory %s (where a run without --checkpoint-dir saves its model): %w; give --checkpoint-dir", runDir, ce.Err)
+	}
 	if err != nil {
 		return nil, flagError(err)
 	}
@@ -527,7 +531,9 @@ func finishTraining(out io.Writer, asJSON bool, s *trainSummary, unit string) er
 	}
 	if s.Interrupted {
 		msg := fmt.Sprintf("stopped after step %d", s.Steps)
-		if s.Checkpoint != "" {
+		if s.RunDir {
+			msg += fmt.Sprintf("; resume with --checkpoint-dir %s --resume", s.CheckpointDir)
+		} else if s.Checkpoint != "" {
 			msg += fmt.Sprintf("; resume with --resume (checkpoint %s)", s.Checkpoint)
 		}
 		err := fmt.Errorf("%w: %s", demo.ErrInterrupted, msg) // run() exits 130 on it
