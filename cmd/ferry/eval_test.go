@@ -87,7 +87,7 @@ func TestTrainSavesFinalModelAndEvalReproducesIt(t *testing.T) {
 
 // A run that fails (its loss turns NaN) or is refused leaves no run
 // directory behind.
-func TestFailedRunLeavesNoRunDirectory(t *testing.T) {
+func TestTrainFailedRunLeavesNoRunDirectory(t *testing.T) {
 	data := corpus(t)
 	count := func() int { ents, _ := os.ReadDir(runsDir); return len(ents) }
 	before := count()
@@ -151,6 +151,7 @@ func TestTrainInitFromCheckpointFineTunes(t *testing.T) {
 		{[]string{"--init-from", filepath.Join(t.TempDir(), "none")}, "--init-from"},
 		{[]string{"--init-from", data}, ".safetensors"},
 		{[]string{"--tokenizer", "words"}, "want byte or bpe"},
+		{[]string{"--token-cache", t.TempDir()}, "--token-cache applies to --tokenizer bpe"},
 	} {
 		_, errOut, code := runCLI(t, smallText(other, append(c.args, "--steps", "2")...)...)
 		if code == 0 || !strings.Contains(errOut, c.want) {

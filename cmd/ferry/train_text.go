@@ -119,6 +119,8 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		}
 		if *tokenizer == "bpe" {
 			s["vocab"] = float64(bpe.VocabSize)
+		} else if set["token-cache"] {
+			return fmt.Errorf("--token-cache applies to --tokenizer bpe (a byte-level model reads the bytes)")
 		}
 		if src != nil && src.sizes != nil {
 			if s, err = src.merge(fam, s, sizes.set); err != nil {
