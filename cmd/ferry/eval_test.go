@@ -303,3 +303,26 @@ func TestTrainInitFromHuggingFaceLlama(t *testing.T) {
 		t.Errorf("--model gpt against a llama: exit %d, %s", code, errOut)
 	}
 }
+
+// Two runs started in the same second get a run directory each, and
+// removeRunDir removes only one that holds no checkpoint.
+func TestTrainRunDirectoriesAreDistinct(t *testing.T) {
+	a, err := newRunDir("text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newRunDir("text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b || !strings.HasPrefix(b, a) {
+		t.Fatalf("run directories %s and %s", a, b)
+	}
+	removeRunDir(a)
+	removeRunDir(b)
+	for _, d := range []string{a, b} {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("%s is still there", d)
+		}
+	}
+}

@@ -298,7 +298,8 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	if ckptDir == "" && sum.WorldSize == 1 {
 		// No --checkpoint-dir: the final model goes to a new run
 		// directory, so that sample and eval work after any run. It is
-		// removed again if the run fails before saving anything.
+		// this run's alone, and removed again if the run fails before
+		// saving anything.
 		if runDir, err = newRunDir(r.name); err != nil {
 			return nil, err
 		}
@@ -381,12 +382,18 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 // --checkpoint-dir, under the current directory (tests move it).
 var runsDir = "runs"
 
-// newRunDir names a run directory that does not exist yet,
-// runs/<task>-YYYYMMDD-HHMMSS (with -2, -3, … after it when taken). It
-// creates nothing: the Trainer makes it.
+// newRunDir makes a new run directory, runs/<task>-YYYYMMDD-HHMMSS (with
+// -2, -3, … after it when taken: two runs started in the same second get
+// one each, since Mkdir fails on an existing directory).
 func newRunDir(task string) (string, error) {
 	if task == "" {
 		task = "run"
+	}
+	if _, err := os.Stat(runsDir); errors.Is(err, fs.ErrNotExist) {
+		madeRunsDir = true
+	}
+	if err := os.MkdirAll(runsDir, 0o755); err != nil {
+		return "", fmt.Errorf("the run directory (where a run without --checkpoint-dir saves its model): %w; give --checkpoint-dir", err)
 	}
 	base := filepath.Join(runsDir, task+"-"+time.Now().Format("20060102-150405"))
 	for i := 1; i < 1000; i++ {
@@ -394,12 +401,19 @@ func newRunDir(task string) (string, error) {
 		if i > 1 {
 			dir = fmt.Sprintf("%s-%d", base, i)
 		}
-		if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
 			return dir, nil
 		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("the run directory %s (where a run without --checkpoint-dir saves its model): %w; give --checkpoint-dir", dir, err)
+		}
 	}
-	return "", fmt.Errorf("no free run directory %s-N under %s: give --checkpoint-dir", base, runsDir)
+	return "", fmt.Errorf("no free run directory %s-N: give --checkpoint-dir", base)
 }
+
+// madeRunsDir says this process made runs/ (removeRunDir may remove it).
+var madeRunsDir bool
 
 // removeRunDir removes a run directory this run made and saved nothing
 // in, and runs/ when that leaves it empty.
@@ -408,7 +422,9 @@ func removeRunDir(dir string) {
 		return
 	}
 	os.RemoveAll(dir)
-	os.Remove(runsDir) // only if empty
+	if madeRunsDir {
+		os.Remove(runsDir) // only if empty
+	}
 }
 
 // formatMetricList writes one evaluation's metrics for people.
