@@ -44,7 +44,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	sizes := defineSizeFlags(fs, "gpt", isLanguage,
 		models.Sizes{"layers": 4, "heads": 4, "embd": 128, "seq": 64, "dropout": 0, "vocab": 256}, "batch", "vocab")
 	valBatches := fs.Int("val-batches", 8, "held-out batches per validation")
-	sample := fs.Int("sample", 300, "bytes to sample at the end (0: none)")
+	sample := fs.Int("sample", 300, "tokens (bytes, for a byte-level model) to sample at the end (0: none)")
 	prompt := fs.String("prompt", "func ", "text the sample continues")
 	tokenizer := fs.String("tokenizer", "byte", "byte (vocabulary 256) or bpe (GPT-2's, vocabulary 50257)")
 	cacheDir := fs.String("token-cache", "", "directory of cached token ids (default: the user's cache directory, ferry/tokens)")
