@@ -215,6 +215,9 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		}
 		if src != nil {
 			p.line("initialised from %s (%s)", src.path, src.kind)
+			if src.tokenizer == "" && src.sizes != nil && *tokenizer == "byte" && s.Int("vocab") != 256 {
+				p.line("note: its vocabulary is %d tokens, not GPT-2's: ferry has no tokenizer for it, and trains it on byte ids 0–255", s.Int("vocab"))
+			}
 		}
 		planned := func() plan.Model {
 			return demo.PlanModel(demo.Config{Family: fam, Sizes: s, Seed: o.seed, LR: 1e-3})
