@@ -198,7 +198,7 @@ CWD=
 
 # sample
 for v in 0 -1 abc 2000000; do probe err sample --checkpoint-dir "$ck" --n "$v"; done
-for v in 0 -1 NaN Inf abc; do probe err sample --checkpoint-dir "$ck" --temperature "$v"; done
+for v in -1 NaN Inf abc; do probe err sample --checkpoint-dir "$ck" --temperature "$v"; done   # 0 is greedy
 for v in 0 -2; do probe err sample --checkpoint-dir "$ck" --top-k "$v"; done
 for d in "" "$work/missing" "$work/file" "$work/emptydir" "$work/fifo" /dev/null; do probe err sample --checkpoint-dir "$d"; done
 probe ok sample --checkpoint-dir "$ck" --n 8

@@ -326,3 +326,21 @@ func TestTrainRunDirectoriesAreDistinct(t *testing.T) {
 		}
 	}
 }
+
+// A run whose summary cannot be written (stdout on a full disk) exits 1
+// and leaves no run directory: nobody was told where it is.
+func TestTrainFullStdoutLeavesNoRunDirectory(t *testing.T) {
+	data := corpus(t)
+	count := func() int { ents, _ := os.ReadDir(runsDir); return len(ents) }
+	before := count()
+	for _, extra := range [][]string{nil, {"--json"}} {
+		var errBuf strings.Builder
+		args := smallText(data, append([]string{"--steps", "2"}, extra...)...)
+		if code := run(args, fullWriter{}, &errBuf); code != 1 || !strings.Contains(errBuf.String(), "no space left") {
+			t.Errorf("%v: exit %d, %s", extra, code, errBuf.String())
+		}
+		if n := count(); n != before {
+			t.Errorf("%v: a run directory was left (%d entries, %d before)", extra, n, before)
+		}
+	}
+}

@@ -538,12 +538,22 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 // finishTraining prints the summary and turns an interruption into the
 // one-line error that makes ferry exit 130.
 func finishTraining(out io.Writer, asJSON bool, s *trainSummary, unit string) error {
+	var werr error
 	if asJSON {
-		if err := writeJSON(out, summaryJSON(s, unit)); err != nil {
-			return err
-		}
+		werr = writeJSON(out, summaryJSON(s, unit))
 	} else {
-		printSummary(out, s, unit)
+		printSummary(out, s, unit) // a failed write: run reports it
+	}
+	if c, ok := out.(*checkedWriter); (werr != nil || ok && c.err != nil) && s.RunDir {
+		// Nobody was told where the model went: leave no run directory
+		// behind (a --checkpoint-dir stays, as asked).
+		os.RemoveAll(s.CheckpointDir)
+		if madeRunsDir {
+			os.Remove(runsDir)
+		}
+	}
+	if werr != nil {
+		return werr
 	}
 	if s.Interrupted {
 		msg := fmt.Sprintf("stopped after step %d", s.Steps)
