@@ -13,26 +13,40 @@ import (
 
 // Generate continues prompt by n bytes from a byte-level language model
 // (vocabulary 256), sampling each from the top k of softmax(logits /
-// temperature), one forward pass per byte over the last Context() bytes,
-// in evaluation mode (no dropout), leaving the model in training mode.
-// An empty prompt starts from "\n". When ctx ends, it returns what it has
-// with ctx's error.
+// temperature) (temperature 0: the likeliest, greedy), one forward pass
+// per byte over the last Context() bytes, in evaluation mode (no
+// dropout), leaving the model in training mode. An empty prompt starts
+// from "\n". When ctx ends, it returns what it has with ctx's error.
 func Generate(ctx context.Context, g LanguageModel, dev device.Device, prompt []byte, n int, temperature float64, topK int, rng *rand.Rand) (string, error) {
+	if len(prompt) == 0 {
+		prompt = []byte{'\n'}
+	}
+	ids := make([]int32, len(prompt))
+	for i, b := range prompt {
+		ids[i] = int32(b)
+	}
+	out, err := GenerateTokens(ctx, g, dev, ids, n, temperature, topK, rng)
+	b := make([]byte, len(out))
+	for i, id := range out {
+		b[i] = byte(id)
+	}
+	if err != nil && ctx.Err() == nil {
+		return "", err
+	}
+	return string(b), err
+}
+
+// GenerateTokens is Generate over token ids: it returns prompt followed
+// by n sampled ids (fewer when ctx ends). The prompt must not be empty.
+func GenerateTokens(ctx context.Context, g LanguageModel, dev device.Device, prompt []int32, n int, temperature float64, topK int, rng *rand.Rand) ([]int32, error) {
 	nn.SetTraining(g, false)
 	defer nn.SetTraining(g, true)
-	out := append([]byte(nil), prompt...)
-	if len(out) == 0 {
-		out = []byte{'\n'}
-	}
+	out := append([]int32(nil), prompt...)
 	for range n {
 		if err := ctx.Err(); err != nil {
-			return string(out), err
+			return out, err
 		}
-		ctx := out[max(0, len(out)-g.Context()):]
-		ids := make([]int32, len(ctx))
-		for i, b := range ctx {
-			ids[i] = int32(b)
-		}
+		ids := out[max(0, len(out)-g.Context()):]
 		var logits []float32
 		err := ferry.Step(func(tape *ferry.Tape) error {
 			tape.NoGrad(func() {
@@ -43,15 +57,31 @@ func Generate(ctx context.Context, g LanguageModel, dev device.Device, prompt []
 			return nil
 		})
 		if err != nil {
-			return "", err
+			return out, err
 		}
-		out = append(out, PickTopK(logits, temperature, topK, rng))
+		out = append(out, int32(PickToken(logits, temperature, topK, rng)))
 	}
-	return string(out), nil
+	return out, nil
 }
 
 // PickTopK samples a byte from the top k of softmax(logits / temperature).
 func PickTopK(logits []float32, temperature float64, k int, rng *rand.Rand) byte {
+	return byte(PickToken(logits, temperature, k, rng))
+}
+
+// PickToken samples an index of logits from the top k of softmax(logits /
+// temperature). Temperature 0 (or below) is greedy: the likeliest index,
+// the lowest of equals, drawing nothing from rng.
+func PickToken(logits []float32, temperature float64, k int, rng *rand.Rand) int {
+	if temperature <= 0 {
+		best := 0
+		for i, v := range logits {
+			if v > logits[best] {
+				best = i
+			}
+		}
+		return best
+	}
 	idx := make([]int, len(logits))
 	for i := range idx {
 		idx[i] = i
@@ -68,8 +98,8 @@ func PickTopK(logits []float32, temperature float64, k int, rng *rand.Rand) byte
 	u := rng.Float64() * sum
 	for i := range p {
 		if u -= p[i]; u <= 0 {
-			return byte(idx[i])
+			return idx[i]
 		}
 	}
-	return byte(idx[k-1])
+	return idx[k-1]
 }

@@ -13,46 +13,107 @@ import (
 	"ferry/train"
 )
 
-// TextTask is a language model on a byte-level corpus (vocabulary 256),
-// the task `ferry train text` gives the Trainer: batches are random
-// windows drawn from a generator keyed by (seed, step, micro-batch), and
-// the validation batches are fixed when the task is made.
+// TextTask is a language model on a corpus, the task `ferry train text`
+// gives the Trainer: the text's bytes (vocabulary 256), or its token ids
+// under a tokenizer (Tokens). Batches are random windows drawn from a
+// generator keyed by (seed, step, micro-batch), and the validation
+// batches are fixed when the task is made, from the seed alone, so that
+// another TextTask of the same seed, rows and data draws the same.
 type TextTask struct {
 	LM     LanguageModel
 	Family string
 	Sizes  Sizes
 	Text   *text.Text
+	// Tokens, if set, are the corpus as token ids: batches are drawn from
+	// them rather than from Text's bytes.
+	Tokens *Tokens
 	Rows   int    // sequences per micro-batch
 	Seed   uint64 // of the initialisation, the batches and dropout
 	Source string // the data as given, for the identity
 	// DataID identifies the data's content (a hash, not the path's
 	// spelling), for the identity.
-	DataID     string
-	dev        device.Device
-	valX, valY []*ferry.Tensor
+	DataID string
+	// IdentityExtra is added to the identity (the command's settings that
+	// a reader of the checkpoint needs: where the data came from, …).
+	IdentityExtra map[string]any
+	dev           device.Device
+	valX, valY    []*ferry.Tensor
+}
+
+// Tokens is a corpus as token ids: training and held-out, under the
+// tokenizer Name, whose ids are below Vocab.
+type Tokens struct {
+	Name       string // the tokenizer ("bpe")
+	Vocab      int
+	Train, Val []int32
+}
+
+// Check says whether the ids can give sequences of length seq.
+func (t *Tokens) Check(seq int, source string) error {
+	const minSeqs = 4
+	if len(t.Train) < minSeqs*(seq+1) || len(t.Val) < seq+1 {
+		return fmt.Errorf("%s: %d tokens of training text and %d held out are too little for sequences of %d tokens "+
+			"(give more text, or a smaller --seq)", source, len(t.Train), len(t.Val), seq)
+	}
+	return nil
+}
+
+// Tokenizer names the task's tokenizer: "byte", or Tokens' name.
+func (t *TextTask) Tokenizer() string {
+	if t.Tokens != nil {
+		return t.Tokens.Name
+	}
+	return "byte"
 }
 
 // NewTextTask makes family f's language model at sizes s on dev (its
 // "batch" the rows of a micro-batch) and valBatches fixed validation
 // batches.
 func NewTextTask(dev device.Device, txt *text.Text, f LanguageFamily, s Sizes, valBatches int, seed uint64) (*TextTask, error) {
-	if err := txt.Check(s.Int("seq")); err != nil {
-		return nil, err
-	}
-	if s.Int("vocab") < 256 {
-		return nil, fmt.Errorf("%s: a byte-level model needs a vocabulary of 256, not %d", f.Name(), s.Int("vocab"))
+	return NewTokenTask(dev, txt, nil, f, s, valBatches, seed)
+}
+
+// NewTokenTask is NewTextTask on txt's token ids tok (nil: its bytes).
+func NewTokenTask(dev device.Device, txt *text.Text, tok *Tokens, f LanguageFamily, s Sizes, valBatches int, seed uint64) (*TextTask, error) {
+	if tok == nil {
+		if err := txt.Check(s.Int("seq")); err != nil {
+			return nil, err
+		}
+		if s.Int("vocab") < 256 {
+			return nil, fmt.Errorf("%s: a byte-level model needs a vocabulary of 256, not %d", f.Name(), s.Int("vocab"))
+		}
+	} else {
+		if err := tok.Check(s.Int("seq"), txt.Source); err != nil {
+			return nil, err
+		}
+		if s.Int("vocab") < tok.Vocab {
+			return nil, fmt.Errorf("%s: the %s tokenizer needs a vocabulary of %d, not %d", f.Name(), tok.Name, tok.Vocab, s.Int("vocab"))
+		}
 	}
 	lm, err := f.LanguageModel(dev, s, seed)
 	if err != nil {
 		return nil, err
 	}
-	t := &TextTask{LM: lm, Family: f.Name(), Sizes: s, Text: txt, Rows: s.Int("batch"), Seed: seed, dev: dev}
+	t := &TextTask{LM: lm, Family: f.Name(), Sizes: s, Text: txt, Tokens: tok, Rows: s.Int("batch"), Seed: seed, dev: dev}
 	rng := rand.New(rand.NewPCG(seed, 99))
 	for i := 0; i < valBatches; i++ {
-		x, y := text.Batch(dev, txt.Val, rng, t.Rows, lm.Context())
+		var x, y *ferry.Tensor
+		if tok != nil {
+			x, y = text.Batch(dev, tok.Val, rng, t.Rows, lm.Context())
+		} else {
+			x, y = text.Batch(dev, txt.Val, rng, t.Rows, lm.Context())
+		}
 		t.valX, t.valY = append(t.valX, x), append(t.valY, y)
 	}
 	return t, nil
+}
+
+// windows draws n training windows from rng.
+func (t *TextTask) windows(rng *rand.Rand, n int) (xs, ys []int32) {
+	if t.Tokens != nil {
+		return text.Windows(t.Tokens.Train, rng, n, t.LM.Context())
+	}
+	return text.Windows(t.Text.Train, rng, n, t.LM.Context())
 }
 
 // Describe is one line about the model and data.
@@ -61,7 +122,14 @@ func (t *TextTask) Describe() string {
 	for _, p := range t.LM.Parameters() {
 		n += int64(p.Numel())
 	}
-	return fmt.Sprintf("byte-level %s (%s, %d parameters), batch %d, on %s", t.Family, t.sizes(", "), n, t.Rows, t.Text.Source)
+	return fmt.Sprintf("%s %s (%s, %d parameters), batch %d, on %s", t.level(), t.Family, t.sizes(", "), n, t.Rows, t.Text.Source)
+}
+
+func (t *TextTask) level() string {
+	if t.Tokens != nil {
+		return t.Tokens.Name + "-token"
+	}
+	return "byte-level"
 }
 
 // sizes lists the model's sizes but the batch and vocabulary.
@@ -82,7 +150,7 @@ func (t *TextTask) sizes(sep string) string {
 
 // Title titles the plots.
 func (t *TextTask) Title() string {
-	return fmt.Sprintf("byte-level %s (%s), batch %d", t.Family, t.sizes(" "), t.Rows)
+	return fmt.Sprintf("%s %s (%s), batch %d", t.level(), t.Family, t.sizes(" "), t.Rows)
 }
 
 func (t *TextTask) Model() nn.Module { return t.LM }
@@ -97,8 +165,9 @@ func (t *TextTask) Loss(out, y *ferry.Tensor) *ferry.Tensor { return ferry.Cross
 // Batch draws from a generator keyed by (seed, step, micro).
 func (t *TextTask) Batch(step, micro int) (x, y *ferry.Tensor, items int, err error) {
 	rng := rand.New(rand.NewPCG(t.Seed^0x7465787462617463, uint64(step)<<16|uint64(micro)))
-	x, y = text.Batch(t.dev, t.Text.Train, rng, t.Rows, t.LM.Context())
-	return x, y, t.Rows * t.LM.Context(), nil
+	xs, ys := t.windows(rng, t.Rows)
+	seq := t.LM.Context()
+	return ferry.FromInt32s(t.dev, xs, t.Rows, seq), ferry.FromInt32s(t.dev, ys, t.Rows, seq), t.Rows * seq, nil
 }
 
 // BatchShard is rows [rank·Rows, (rank+1)·Rows) of the batch Batch would
@@ -107,7 +176,7 @@ func (t *TextTask) Batch(step, micro int) (x, y *ferry.Tensor, items int, err er
 func (t *TextTask) BatchShard(step, micro, rank, size int) (x, y *ferry.Tensor, items int, err error) {
 	rng := rand.New(rand.NewPCG(t.Seed^0x7465787462617463, uint64(step)<<16|uint64(micro)))
 	seq := t.LM.Context()
-	xs, ys := text.Windows(t.Text.Train, rng, t.Rows*size, seq)
+	xs, ys := t.windows(rng, t.Rows*size)
 	lo, hi := rank*t.Rows*seq, (rank+1)*t.Rows*seq
 	return ferry.FromInt32s(t.dev, xs[lo:hi], t.Rows, seq), ferry.FromInt32s(t.dev, ys[lo:hi], t.Rows, seq), t.Rows * seq, nil
 }
@@ -130,9 +199,12 @@ func (t *TextTask) Evaluate() ([]train.Metric, error) {
 }
 
 // Identity is what a checkpoint must match: the family and its sizes (the
-// batch among them), the seed and the data.
+// batch among them), the tokenizer, the seed, the data and IdentityExtra.
 func (t *TextTask) Identity() map[string]any {
-	id := map[string]any{"task": "text", "model": t.Family, "seed": t.Seed}
+	id := map[string]any{"task": "text", "model": t.Family, "seed": t.Seed, "tokenizer": t.Tokenizer()}
+	for k, v := range t.IdentityExtra {
+		id[k] = v
+	}
 	for k, v := range t.Sizes {
 		id[k] = v
 	}

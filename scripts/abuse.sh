@@ -198,7 +198,7 @@ CWD=
 
 # sample
 for v in 0 -1 abc 2000000; do probe err sample --checkpoint-dir "$ck" --n "$v"; done
-for v in 0 -1 NaN Inf abc; do probe err sample --checkpoint-dir "$ck" --temperature "$v"; done
+for v in -1 NaN Inf abc; do probe err sample --checkpoint-dir "$ck" --temperature "$v"; done   # 0 is greedy
 for v in 0 -2; do probe err sample --checkpoint-dir "$ck" --top-k "$v"; done
 for d in "" "$work/missing" "$work/file" "$work/emptydir" "$work/fifo" /dev/null; do probe err sample --checkpoint-dir "$d"; done
 probe ok sample --checkpoint-dir "$ck" --n 8
@@ -206,6 +206,18 @@ probe ok sample --checkpoint-dir "$ck" --n 8 --json --prompt $'\xff\xfe'
 OUT=/dev/full probe err sample --checkpoint-dir "$ck" --n 8
 OUT=/dev/full probe err sample --checkpoint-dir "$ck" --n 8 --json
 OUT=$work/out
+probe ok sample --checkpoint-dir "$ck" --n 8 --temperature 0
+# eval, and train text --init-from
+for d in "" "$work/missing" "$work/file" "$work/emptydir" "$work/fifo" /dev/null; do probe err eval --checkpoint-dir "$d"; done
+for v in 0 -1 abc 100000; do probe err eval --checkpoint-dir "$ck" --batches "$v"; done
+probe err eval --checkpoint-dir "$ck" --data "$work/missing.txt"
+probe ok eval --checkpoint-dir "$ck" --json
+OUT=/dev/full probe err eval --checkpoint-dir "$ck" --json
+OUT=$work/out
+for f in "$work/missing" "$work/file" "$work/garbage.json" "$work/emptydir" "$work/fifo" /dev/null; do probe err "${T[@]}" --steps 2 --init-from "$f"; done
+probe err "${T[@]}" --steps 2 --init-from "$ck" --embd 32
+probe err "${T[@]}" --steps 2 --init-optimizer
+probe err "${T[@]}" --steps 2 --tokenizer words
 
 # plan: profiles, policy files, outputs
 good_profile='"matmul_flops": 5e13, "memory_bytes_per_sec": 3e12, "kernel_seconds": 5e-6, "h2d_bytes_per_sec": 5e10, "disk_write_bytes_per_sec": 5e9, "disk_read_bytes_per_sec": 7e9'

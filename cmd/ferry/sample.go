@@ -14,7 +14,6 @@ import (
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/models"
 	"ferry/nn"
-	"ferry/train"
 )
 
 func init() {
@@ -27,10 +26,10 @@ func init() {
 
 func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	dir := fs.String("checkpoint-dir", "", "a --checkpoint-dir of `ferry train text` (its latest checkpoint), or one checkpoint's directory")
-	n := fs.Int("n", 500, "bytes to generate")
+	n := fs.Int("n", 500, "tokens to generate (bytes, for a byte-level model)")
 	prompt := fs.String("prompt", "func ", "text to continue")
-	temperature := fs.Float64("temperature", 0.8, "softmax temperature")
-	topK := fs.Int("top-k", 20, "sample among the k likeliest bytes")
+	temperature := fs.Float64("temperature", 0.8, "softmax temperature (0: greedy, always the likeliest)")
+	topK := fs.Int("top-k", 20, "sample among the k likeliest tokens")
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
 	devName := fs.String("device", "cpu", "device to run on")
 	return func(out io.Writer, asJSON bool) error {
@@ -40,22 +39,13 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if *n < 1 || *n > 1<<20 {
 			return fmt.Errorf("--n must be in [1, 1048576], got %d", *n)
 		}
-		if !(*temperature > 0) || math.IsInf(*temperature, 0) {
-			return fmt.Errorf("--temperature must be positive and finite, got %v", *temperature)
+		if !(*temperature >= 0) || math.IsInf(*temperature, 0) {
+			return fmt.Errorf("--temperature must be finite and ≥ 0 (0: greedy), got %v", *temperature)
 		}
 		if *topK < 1 {
 			return fmt.Errorf("--top-k must be a positive integer, got %d", *topK)
 		}
-		path := *dir
-		if _, err := train.ReadMeta(path); err != nil {
-			// A checkpoint directory's parent: take its latest.
-			latest, lerr := (&train.Checkpointer{Dir: *dir}).Latest()
-			if lerr != nil || latest == "" {
-				return fmt.Errorf("%s holds no checkpoint of `ferry train text`: %v", *dir, err)
-			}
-			path = latest
-		}
-		meta, err := train.Verify(path)
+		path, meta, err := resolveCheckpoint(*dir)
 		if err != nil {
 			return err
 		}
@@ -78,9 +68,10 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		}
 		ctx, unlisten := interruptContext()
 		defer unlisten()
-		text, err := models.Generate(ctx, g, dev, []byte(*prompt), *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
+		tokenizer := tokenizerOf(meta.Identity)
+		text, err := generateText(ctx, g, dev, tokenizer, *prompt, *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w after %d bytes of the sample", demo.ErrInterrupted, len(text)-len(*prompt))
+			return fmt.Errorf("%w during the sample", demo.ErrInterrupted)
 		}
 		if err != nil {
 			return err
@@ -89,7 +80,7 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			// A byte-level model emits any byte, and JSON strings hold
 			// UTF-8 only: "text" shows invalid bytes as U+FFFD, for
 			// people; "text_base64" is the exact bytes.
-			return writeJSON(out, map[string]any{"checkpoint": path, "step": meta.Step, "prompt": *prompt, "text": text,
+			return writeJSON(out, map[string]any{"checkpoint": path, "step": meta.Step, "prompt": *prompt, "text": text, "tokenizer": tokenizer, "temperature": *temperature,
 				"text_base64": base64.StdEncoding.EncodeToString([]byte(text)), "valid_utf8": utf8.ValidString(text)})
 		}
 		fmt.Fprintf(out, "%s (step %d):\n\n%s\n", path, meta.Step, text)

@@ -7,9 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
@@ -213,8 +217,13 @@ type trainSummary struct {
 	PeakTotalBytes int64            `json:"peak_bytes"`
 	Offload        *offload.Stats   `json:"offload,omitempty"`
 	Checkpoint     string           `json:"checkpoint,omitempty"`
+	CheckpointDir  string           `json:"checkpoint_dir,omitempty"`  // where sample and eval find the run
+	RunDir         bool             `json:"run_dir_created,omitempty"` // made for this run (no --checkpoint-dir)
 	Plots          []string         `json:"plots,omitempty"`
 	Sample         string           `json:"sample,omitempty"`
+	Tokenizer      string           `json:"tokenizer,omitempty"`       // train text: byte or bpe
+	TokenCacheHit  *bool            `json:"token_cache_hit,omitempty"` // bpe: the ids came from the cache
+	InitFrom       string           `json:"init_from,omitempty"`       // --init-from, resolved
 	history        *train.History
 }
 
@@ -222,8 +231,12 @@ type trainSummary struct {
 // parts of the configuration the command decides.
 type trainRun struct {
 	task     train.Task
+	name     string // "text", "mnist": names the run directory
 	describe string
 	planned  func() plan.Model // the task's step for the planner (policies); nil: none
+	// initOptimizer, if set, loads the optimizer's state before training
+	// (--init-optimizer).
+	initOptimizer func(optim.Stateful) error
 }
 
 // plannedTask adds the planner's view of a task's step (train.Planner).
@@ -235,7 +248,7 @@ type plannedTask struct {
 func (p plannedTask) PlanModel() plan.Model { return p.planModel() }
 
 // runTrainer runs r under the shared flags o and returns the summary.
-func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (*trainSummary, error) {
+func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (_ *trainSummary, retErr error) {
 	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, Model: r.describe, WorldSize: 1}
 	if o.comm != nil {
 		sum.WorldSize = o.comm.Size()
@@ -259,6 +272,11 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		opt = a
 	}
 	defer opt.Release()
+	if r.initOptimizer != nil {
+		if err := r.initOptimizer(opt); err != nil {
+			return nil, err
+		}
+	}
 	warmup := o.warmup
 	if warmup < 0 {
 		warmup = o.steps / 10
@@ -280,11 +298,27 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	if err != nil {
 		return nil, fmt.Errorf("--override: %w", err)
 	}
+	ckptDir, ckptEvery, runDir := o.checkpointDir, o.checkpointEvery, ""
+	if ckptDir == "" && sum.WorldSize == 1 {
+		// No --checkpoint-dir: the final model goes to a new run
+		// directory, so that sample and eval work after any run. It is
+		// this run's alone, and removed again if the run fails before
+		// saving anything.
+		if runDir, err = newRunDir(r.name); err != nil {
+			return nil, err
+		}
+		ckptDir, ckptEvery = runDir, o.steps
+		defer func() {
+			if retErr != nil {
+				removeRunDir(runDir)
+			}
+		}()
+	}
 	cfg := train.Config{
 		Steps: o.steps, Accum: o.accum, Optimizer: opt, Clip: o.clip, Memory: mem,
 		Schedule:  train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps},
 		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath, PlotDir: o.plotDir,
-		CheckpointDir: o.checkpointDir, CheckpointEvery: o.checkpointEvery, Keep: o.keep, Resume: o.resume,
+		CheckpointDir: ckptDir, CheckpointEvery: ckptEvery, Keep: o.keep, Resume: o.resume,
 		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit, Comm: o.comm, CheckEvery: o.checkEvery, Shard: o.zero,
 		Overrides: overrides, OverrideNote: "--override " + o.override + " on resume",
 		Hooks: train.Hooks{
@@ -313,6 +347,10 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		}
 	}
 	tr, err := train.New(dev, task, cfg)
+	var ce *train.ConfigError
+	if runDir != "" && errors.As(err, &ce) && ce.Field == "CheckpointDir" {
+		return nil, fmt.Errorf("the run directory %s (where a run without --checkpoint-dir saves its model): %w; give --checkpoint-dir", runDir, ce.Err)
+	}
 	if err != nil {
 		return nil, flagError(err)
 	}
@@ -335,7 +373,62 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	}
 	sum.PeakBytes, sum.PeakTotalBytes, sum.Offload = res.PeakBytes, res.PeakTotalBytes, res.Offload
 	sum.Checkpoint, sum.Plots, sum.history = res.Checkpoint, res.Plots, res.History
+	if res.Checkpoint != "" {
+		sum.CheckpointDir = ckptDir
+	} else if runDir != "" {
+		removeRunDir(runDir) // stopped before its first step
+	}
+	sum.RunDir = runDir != "" && res.Checkpoint != ""
 	return sum, nil
+}
+
+// runsDir holds the run directories of train runs given no
+// --checkpoint-dir, under the current directory (tests move it).
+var runsDir = "runs"
+
+// newRunDir makes a new run directory, runs/<task>-YYYYMMDD-HHMMSS (with
+// -2, -3, … after it when taken: two runs started in the same second get
+// one each, since Mkdir fails on an existing directory).
+func newRunDir(task string) (string, error) {
+	if task == "" {
+		task = "run"
+	}
+	if _, err := os.Stat(runsDir); errors.Is(err, fs.ErrNotExist) {
+		madeRunsDir = true
+	}
+	if err := os.MkdirAll(runsDir, 0o755); err != nil {
+		return "", fmt.Errorf("the run directory (where a run without --checkpoint-dir saves its model): %w; give --checkpoint-dir", err)
+	}
+	base := filepath.Join(runsDir, task+"-"+time.Now().Format("20060102-150405"))
+	for i := 1; i < 1000; i++ {
+		dir := base
+		if i > 1 {
+			dir = fmt.Sprintf("%s-%d", base, i)
+		}
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			return dir, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("the run directory %s (where a run without --checkpoint-dir saves its model): %w; give --checkpoint-dir", dir, err)
+		}
+	}
+	return "", fmt.Errorf("no free run directory %s-N: give --checkpoint-dir", base)
+}
+
+// madeRunsDir says this process made runs/ (removeRunDir may remove it).
+var madeRunsDir bool
+
+// removeRunDir removes a run directory this run made and saved nothing
+// in, and runs/ when that leaves it empty.
+func removeRunDir(dir string) {
+	if latest, err := (&train.Checkpointer{Dir: dir}).Latest(); err != nil || latest != "" {
+		return
+	}
+	os.RemoveAll(dir)
+	if madeRunsDir {
+		os.Remove(runsDir) // only if empty
+	}
 }
 
 // formatMetricList writes one evaluation's metrics for people.
@@ -438,6 +531,9 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 	if s.Checkpoint != "" {
 		fmt.Fprintf(w, "  checkpoint: %s\n", s.Checkpoint)
 	}
+	if s.RunDir {
+		fmt.Fprintf(w, "  saved the model in %s (no --checkpoint-dir): ferry eval --checkpoint-dir %s\n", s.CheckpointDir, s.CheckpointDir)
+	}
 	for _, f := range s.Plots {
 		fmt.Fprintf(w, "  plot: %s\n", f)
 	}
@@ -446,16 +542,28 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 // finishTraining prints the summary and turns an interruption into the
 // one-line error that makes ferry exit 130.
 func finishTraining(out io.Writer, asJSON bool, s *trainSummary, unit string) error {
+	var werr error
 	if asJSON {
-		if err := writeJSON(out, summaryJSON(s, unit)); err != nil {
-			return err
-		}
+		werr = writeJSON(out, summaryJSON(s, unit))
 	} else {
-		printSummary(out, s, unit)
+		printSummary(out, s, unit) // a failed write: run reports it
+	}
+	if c, ok := out.(*checkedWriter); (werr != nil || ok && c.err != nil) && s.RunDir {
+		// Nobody was told where the model went: leave no run directory
+		// behind (a --checkpoint-dir stays, as asked).
+		os.RemoveAll(s.CheckpointDir)
+		if madeRunsDir {
+			os.Remove(runsDir)
+		}
+	}
+	if werr != nil {
+		return werr
 	}
 	if s.Interrupted {
 		msg := fmt.Sprintf("stopped after step %d", s.Steps)
-		if s.Checkpoint != "" {
+		if s.RunDir {
+			msg += fmt.Sprintf("; resume with --checkpoint-dir %s --resume", s.CheckpointDir)
+		} else if s.Checkpoint != "" {
 			msg += fmt.Sprintf("; resume with --resume (checkpoint %s)", s.Checkpoint)
 		}
 		err := fmt.Errorf("%w: %s", demo.ErrInterrupted, msg) // run() exits 130 on it

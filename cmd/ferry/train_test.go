@@ -19,14 +19,26 @@ import (
 // TestMain lets a test run the ferry command in a child process (for
 // signals): with FERRY_TEST_ARGS set, the test binary is ferry.
 func TestMain(m *testing.M) {
+	// Runs without --checkpoint-dir save into runs/ under the current
+	// directory: the tests' go to a temporary one, not the source tree,
+	// which the child processes share (they may be killed).
 	if a := os.Getenv("FERRY_TEST_ARGS"); a != "" {
 		var args []string
 		if err := json.Unmarshal([]byte(a), &args); err != nil {
 			panic(err)
 		}
+		runsDir = filepath.Join(os.Getenv("FERRY_TEST_RUNS"), "runs")
 		os.Exit(run(args, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	tmp, err := os.MkdirTemp("", "ferry-test-runs-")
+	if err != nil {
+		panic(err)
+	}
+	runsDir = filepath.Join(tmp, "runs")
+	os.Setenv("FERRY_TEST_RUNS", tmp)
+	code := m.Run()
+	os.RemoveAll(tmp)
+	os.Exit(code)
 }
 
 // corpus writes a small text file: words in a fixed pseudo-random order.

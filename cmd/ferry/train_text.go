@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -11,12 +12,16 @@ import (
 	"runtime"
 	"strings"
 
+	"ferry"
 	"ferry/cmd/ferry/internal/demo"
+	"ferry/data/bpe"
 	"ferry/data/text"
 	"ferry/device"
 	"ferry/device/meta"
 	"ferry/models"
+	"ferry/nn"
 	"ferry/offload"
+	"ferry/optim"
 	"ferry/plan"
 	"ferry/train"
 )
@@ -24,7 +29,7 @@ import (
 func init() {
 	register(command{
 		name:    "train text",
-		summary: "train a byte-level language model on text (default: a GPT on the Go distribution's sources) and sample from it",
+		summary: "train a language model on text (bytes or GPT-2's BPE tokens; default: a GPT on the Go distribution's sources) and sample from it",
 		setup:   setupTrainText,
 	})
 }
@@ -39,8 +44,12 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	sizes := defineSizeFlags(fs, "gpt", isLanguage,
 		models.Sizes{"layers": 4, "heads": 4, "embd": 128, "seq": 64, "dropout": 0, "vocab": 256}, "batch", "vocab")
 	valBatches := fs.Int("val-batches", 8, "held-out batches per validation")
-	sample := fs.Int("sample", 300, "bytes to sample at the end (0: none)")
+	sample := fs.Int("sample", 300, "tokens (bytes, for a byte-level model) to sample at the end (0: none)")
 	prompt := fs.String("prompt", "func ", "text the sample continues")
+	tokenizer := fs.String("tokenizer", "byte", "byte (vocabulary 256) or bpe (GPT-2's, vocabulary 50257)")
+	cacheDir := fs.String("token-cache", "", "directory of cached token ids (default: the user's cache directory, ferry/tokens)")
+	initFrom := fs.String("init-from", "", "start from these weights: a checkpoint directory (its latest), one checkpoint, a safetensors file, or a Hugging Face model directory")
+	initOpt := fs.Bool("init-optimizer", false, "with --init-from a checkpoint: take its optimizer state too")
 	fs.IntVar(&o.batch, "batch", 16, "sequences per micro-batch")
 	fs.IntVar(&o.steps, "steps", 600, "optimizer steps")
 	fs.IntVar(&o.evalEvery, "eval-every", 100, "steps between validation losses")
@@ -57,6 +66,37 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		}
 		if *sample < 0 || *sample > 1<<20 {
 			return fmt.Errorf("--sample must be in [0, 1048576], got %d", *sample)
+		}
+		if *tokenizer != "byte" && *tokenizer != "bpe" {
+			return fmt.Errorf("--tokenizer %q: want byte or bpe", *tokenizer)
+		}
+		if *initOpt && *initFrom == "" {
+			return fmt.Errorf("--init-optimizer applies to --init-from")
+		}
+		var src *initSource
+		if *initFrom != "" {
+			var err error
+			if src, err = openInitSource(*initFrom); err != nil {
+				return err
+			}
+			if src.fam != nil {
+				if set["model"] && *sizes.model != src.fam.Name() {
+					return fmt.Errorf("--model %s contradicts --init-from %s, a %s model: drop --model", *sizes.model, *initFrom, src.fam.Name())
+				}
+				*sizes.model = src.fam.Name()
+			}
+			if src.tokenizer != "" {
+				if set["tokenizer"] && *tokenizer != src.tokenizer {
+					return fmt.Errorf("--tokenizer %s contradicts --init-from %s, trained with the %s tokenizer: drop --tokenizer", *tokenizer, *initFrom, src.tokenizer)
+				}
+				*tokenizer = src.tokenizer
+			}
+			if *initOpt && src.optimizer == "" {
+				return fmt.Errorf("--init-optimizer: %s is not a ferry checkpoint, so it holds no optimizer state", *initFrom)
+			}
+			if *initOpt && src.optName != o.optimizer {
+				return fmt.Errorf("--init-optimizer: %s was trained with --optimizer %s, and this run uses %s", *initFrom, src.optName, o.optimizer)
+			}
 		}
 		o.unit = "tokens"
 		out, err := o.openComm(out)
@@ -77,6 +117,16 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if err != nil {
 			return err
 		}
+		if *tokenizer == "bpe" {
+			s["vocab"] = float64(bpe.VocabSize)
+		} else if set["token-cache"] {
+			return fmt.Errorf("--token-cache applies to --tokenizer bpe (a byte-level model reads the bytes)")
+		}
+		if src != nil && src.sizes != nil {
+			if s, err = src.merge(fam, s, sizes.set); err != nil {
+				return err
+			}
+		}
 		if o.policy != "" { // a policy for another model: say which flags it was planned with
 			pol, err := offload.LoadPolicy(o.policy)
 			if err != nil {
@@ -92,11 +142,15 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 				return fmt.Errorf("--%s %g is beyond what ferry train text runs (at most %d)", k, v, maxTrainDim)
 			}
 		}
-		txt, err := loadText(*data, *maxBytes)
+		txt, tok, cacheHit, err := loadCorpus(*data, *maxBytes, *tokenizer, *cacheDir)
 		if err != nil {
 			return err
 		}
-		if err := txt.Check(s.Int("seq")); err != nil {
+		if tok == nil {
+			if err := txt.Check(s.Int("seq")); err != nil {
+				return err
+			}
+		} else if err := tok.Check(s.Int("seq"), txt.Source); err != nil {
 			return err
 		}
 		dev, err := openTrainDevice(o.device)
@@ -119,26 +173,56 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			w.Release()
 		}
 		tokens := int64(o.batch) * int64(s.Int("seq"))
-		if err := preflight(dev, params, stateCopies(o.optimizer), tokens*256*4*3+int64(s.Int("layers"))*act*4, tokens*8*int64(max(1, *valBatches)),
+		if err := preflight(dev, params, stateCopies(o.optimizer), tokens*int64(s.Int("vocab"))*4*3+int64(s.Int("layers"))*act*4, tokens*8*int64(max(1, *valBatches)),
 			"lower --batch or the model's sizes (or offload: --mode offload)"); err != nil {
 			return err
 		}
-		task, err := models.NewTextTask(dev, txt, lf, s, *valBatches, o.seed)
+		task, err := models.NewTokenTask(dev, txt, tok, lf, s, *valBatches, o.seed)
 		if err != nil {
 			return err
 		}
 		defer task.Release()
 		task.Source = *data
 		task.DataID = train.HashBytes(txt.Train, txt.Val) // the text read, whatever the path's spelling
+		// What ferry eval needs to draw this run's validation batches again.
+		task.IdentityExtra = map[string]any{"text_source": absPath(*data), "max_bytes": *maxBytes, "val_batches": *valBatches}
+		var initOptimizer func(optim.Stateful) error
+		if src != nil {
+			if err := src.load(task.LM); err != nil {
+				return err
+			}
+			task.IdentityExtra["init_from"] = absPath(src.path)
+			if *initOpt {
+				initOptimizer = src.loadOptimizer
+			}
+		}
 		ctx, unlisten := interruptContext()
 		defer unlisten()
 		p := newProgress(out, stderrOf(out), asJSON)
-		p.line("%s\ntext: %d bytes for training, %d held out; unigram entropy %.3f nats per byte (a model blind to context reaches no lower)\non %s, %d steps, mode %s",
-			task.Describe(), len(txt.Train), len(txt.Val), text.UnigramEntropy(txt.Train), dev.Name(), o.steps, o.mode)
+		unigram, per := text.UnigramEntropy(txt.Train), "byte"
+		if tok != nil {
+			unigram, per = text.TokenEntropy(tok.Train), "token"
+		}
+		p.line("%s\ntext: %d bytes for training, %d held out; unigram entropy %.3f nats per %s (a model blind to context reaches no lower)\non %s, %d steps, mode %s",
+			task.Describe(), len(txt.Train), len(txt.Val), unigram, per, dev.Name(), o.steps, o.mode)
+		if tok != nil {
+			how := "tokenized now, cached in"
+			if cacheHit {
+				how = "read from the token cache in"
+			}
+			cdir, _ := tokenCacheDir(*cacheDir)
+			p.line("%s tokens: %d for training, %d held out (%s %s)", tok.Name, len(tok.Train), len(tok.Val), how, cdir)
+		}
+		if src != nil {
+			p.line("initialised from %s (%s)", src.path, src.kind)
+			if src.tokenizer == "" && src.sizes != nil && *tokenizer == "byte" && s.Int("vocab") != 256 {
+				p.line("note: its vocabulary is %d tokens, not GPT-2's: ferry has no tokenizer for it, and trains it on byte ids 0–255", s.Int("vocab"))
+			}
+		}
 		planned := func() plan.Model {
 			return demo.PlanModel(demo.Config{Family: fam, Sizes: s, Seed: o.seed, LR: 1e-3})
 		}
-		sum, err := runTrainer(trainRun{task: task, describe: task.Describe(), planned: planned}, dev, &o, p, ctx)
+		sum, err := runTrainer(trainRun{task: task, name: "text", describe: task.Describe(), planned: planned, initOptimizer: initOptimizer}, dev, &o, p, ctx)
 		if err != nil {
 			return err
 		}
@@ -146,7 +230,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if sum.Metrics == nil {
 			sum.Metrics = map[string]float64{}
 		}
-		sum.Metrics["unigram_entropy"] = text.UnigramEntropy(txt.Train)
+		sum.Metrics["unigram_entropy"] = unigram
 		if v, ok := sum.Metrics["val_loss"]; ok {
 			sum.Metrics["final_val_loss"] = v
 			delete(sum.Metrics, "val_loss")
@@ -154,10 +238,17 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if first, ok := sum.initialVal("val_loss"); ok {
 			sum.Metrics["initial_val_loss"] = first
 		}
+		sum.Tokenizer, sum.InitFrom = task.Tokenizer(), ""
+		if src != nil {
+			sum.InitFrom = src.path
+		}
+		if tok != nil {
+			sum.TokenCacheHit = &cacheHit
+		}
 		sampleCut := false
 		if *sample > 0 && !sum.Interrupted && ctx.Err() == nil && o.comm.Rank() == 0 {
 			// Ctrl-C here cuts the sample short; the summary still follows.
-			s, err := models.Generate(ctx, task.LM, dev, []byte(*prompt), *sample, 0.8, 20, rand.New(rand.NewPCG(o.seed, 5)))
+			s, err := generateText(ctx, task.LM, dev, task.Tokenizer(), *prompt, *sample, 0.8, 20, rand.New(rand.NewPCG(o.seed, 5)))
 			if sampleCut = ctx.Err() != nil; err != nil && !sampleCut {
 				return err
 			}
@@ -211,3 +302,247 @@ func defaultTextSource() string {
 }
 
 func isLanguage(f models.Family) bool { _, ok := f.(models.LanguageFamily); return ok }
+
+// absPath is path made absolute (when it can be), "" for "".
+func absPath(path string) string {
+	if path == "" {
+		return ""
+	}
+	if a, err := filepath.Abs(path); err == nil {
+		return a
+	}
+	return path
+}
+
+// tokenizerOf is a text checkpoint's tokenizer (byte when it records
+// none).
+func tokenizerOf(id map[string]any) string {
+	if s, ok := id["tokenizer"].(string); ok && s != "" {
+		return s
+	}
+	return "byte"
+}
+
+// tokenCacheDir is --token-cache, or ferry/tokens in the user's cache
+// directory ($XDG_CACHE_HOME on Linux).
+func tokenCacheDir(flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory for token ids (%v): give --token-cache DIR", err)
+	}
+	return filepath.Join(d, "ferry", "tokens"), nil
+}
+
+// loadCorpus reads the text (loadText) and, under tokenizer bpe, its
+// token ids, training and held-out parts apart, through the token cache;
+// hit says the cache had them both.
+func loadCorpus(path string, maxBytes int, tokenizer, cacheFlag string) (*text.Text, *models.Tokens, bool, error) {
+	txt, err := loadText(path, maxBytes)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	switch tokenizer {
+	case "byte":
+		return txt, nil, false, nil
+	case "bpe":
+	default:
+		return nil, nil, false, fmt.Errorf("tokenizer %q: this ferry knows byte and bpe", tokenizer)
+	}
+	dir, err := tokenCacheDir(cacheFlag)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	tok := &models.Tokens{Name: "bpe", Vocab: bpe.VocabSize}
+	trainIDs, hit1, err := bpe.CachedEncodeBytes(txt.Train, dir)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("--token-cache: %w", err)
+	}
+	valIDs, hit2, err := bpe.CachedEncodeBytes(txt.Val, dir)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("--token-cache: %w", err)
+	}
+	tok.Train, tok.Val = trainIDs, valIDs
+	return txt, tok, hit1 && hit2, nil
+}
+
+// generateText continues prompt by n tokens of tokenizer ("byte": n
+// bytes) and returns the text, prompt included.
+func generateText(ctx context.Context, g models.LanguageModel, dev device.Device, tokenizer, prompt string, n int, temperature float64, topK int, rng *rand.Rand) (string, error) {
+	if tokenizer == "byte" {
+		return models.Generate(ctx, g, dev, []byte(prompt), n, temperature, topK, rng)
+	}
+	ids := bpe.Encode([]byte(prompt))
+	if len(ids) == 0 {
+		ids = bpe.Encode([]byte("\n"))
+	}
+	out, err := models.GenerateTokens(ctx, g, dev, ids, n, temperature, topK, rng)
+	if err != nil && ctx.Err() == nil {
+		return "", err
+	}
+	return string(bpe.Decode(out)), err
+}
+
+// initSource is what --init-from names: the model's family and sizes
+// (nil for a bare safetensors file: the flags say), its tokenizer when it
+// records one, and the files of its weights.
+type initSource struct {
+	path, kind string
+	fam        models.LanguageFamily
+	sizes      models.Sizes
+	tokenizer  string
+	files      []string
+	optimizer  string // a checkpoint's optimizer.safetensors
+	optName    string // and the optimizer that wrote it
+	optScalars map[string]float64
+}
+
+// openInitSource reads what path holds: a checkpoint (or a directory of
+// them: its latest), a Hugging Face model directory, or a safetensors
+// file.
+func openInitSource(path string) (*initSource, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--init-from: %w", err)
+	}
+	if !st.IsDir() {
+		if !strings.HasSuffix(path, ".safetensors") {
+			return nil, fmt.Errorf("--init-from %s: a file must be a .safetensors file (or give a checkpoint or Hugging Face model directory)", path)
+		}
+		return &initSource{path: path, kind: "safetensors file", files: []string{path}}, nil
+	}
+	if cfg, err := os.ReadFile(filepath.Join(path, "config.json")); err == nil {
+		return openHFSource(path, cfg)
+	}
+	ck, meta, err := resolveCheckpoint(path)
+	if err != nil {
+		return nil, fmt.Errorf("--init-from %s is no checkpoint, Hugging Face model (config.json) or safetensors file: %w", path, err)
+	}
+	fam, sz, err := languageModelOf(meta.Identity)
+	if err != nil {
+		return nil, fmt.Errorf("--init-from %s: %w", ck, err)
+	}
+	delete(sz, "batch")
+	optName, _ := meta.Identity["optimizer"].(string)
+	return &initSource{path: ck, kind: fmt.Sprintf("checkpoint at step %d", meta.Step), fam: fam, sizes: sz,
+		tokenizer: tokenizerOf(meta.Identity), files: []string{filepath.Join(ck, "model.safetensors")},
+		optimizer: filepath.Join(ck, "optimizer.safetensors"), optName: optName, optScalars: meta.OptimizerScalars}, nil
+}
+
+// openHFSource reads a Hugging Face model directory: config.json (gpt2
+// or llama) and its safetensors files.
+func openHFSource(dir string, cfg []byte) (*initSource, error) {
+	typ, err := nn.HFModelType(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--init-from %s: %w", dir, err)
+	}
+	files, err := nn.HFWeightFiles(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--init-from: %w", err)
+	}
+	src := &initSource{path: dir, kind: "Hugging Face " + typ, files: files}
+	var name string
+	switch typ {
+	case "gpt2":
+		c, err := nn.GPTConfigFromHF(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("--init-from %s: %w", dir, err)
+		}
+		name = "gpt"
+		src.sizes = models.Sizes{"vocab": float64(c.Vocab), "seq": float64(c.Seq), "layers": float64(c.Layers), "heads": float64(c.Heads), "embd": float64(c.Embd), "dropout": 0}
+		if c.Vocab == bpe.VocabSize {
+			src.tokenizer = "bpe" // GPT-2's
+		}
+	case "llama":
+		c, err := nn.LlamaConfigFromHF(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("--init-from %s: %w", dir, err)
+		}
+		name = "llama"
+		src.sizes = models.Sizes{"vocab": float64(c.Vocab), "seq": float64(c.Seq), "layers": float64(c.Layers), "heads": float64(c.Heads),
+			"kv-heads": float64(c.KVHeads), "embd": float64(c.Embd), "hidden": float64(c.Hidden)}
+		def := nn.LlamaConfig{Vocab: c.Vocab, Seq: c.Seq, Layers: c.Layers, Heads: c.Heads, KVHeads: c.KVHeads, Embd: c.Embd, Hidden: c.Hidden}.WithDefaults()
+		if def.RopeTheta != c.RopeTheta || def.NormEps != c.NormEps {
+			return nil, fmt.Errorf("--init-from %s: rope_theta %v and rms_norm_eps %v; ferry's llama family builds %v and %v", dir, c.RopeTheta, c.NormEps, def.RopeTheta, def.NormEps)
+		}
+	default:
+		return nil, fmt.Errorf("--init-from %s: model_type %q; ferry reads gpt2 and llama", dir, typ)
+	}
+	f, err := models.Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	src.fam = f.(models.LanguageFamily)
+	return src, nil
+}
+
+// merge takes the source's model sizes over s (the flags' and defaults'):
+// the batch and the dropout stay the run's; a size flag that contradicts
+// the source is an error naming both.
+func (src *initSource) merge(f models.Family, s models.Sizes, set map[string]bool) (models.Sizes, error) {
+	out := models.Sizes{}
+	for k, v := range s {
+		out[k] = v
+	}
+	var clash []string
+	for _, z := range f.Sizes() {
+		v, ok := src.sizes[z.Name]
+		if !ok || z.Name == "batch" || (z.Name == "dropout" && set["dropout"]) {
+			continue
+		}
+		if set[z.Name] && s[z.Name] != v {
+			clash = append(clash, fmt.Sprintf("--%s %g (the source has %g)", z.Name, s[z.Name], v))
+		}
+		out[z.Name] = v
+	}
+	if len(clash) > 0 {
+		return nil, fmt.Errorf("--init-from %s fixes the model's sizes, and %s contradicts them: drop those flags", src.path, strings.Join(clash, ", "))
+	}
+	if err := models.Validate(f, out); err != nil {
+		return nil, fmt.Errorf("--init-from %s: %w", src.path, err)
+	}
+	return out, nil
+}
+
+// load reads the source's weights into m (all or nothing; Hugging Face's
+// half-precision tensors converted).
+func (src *initSource) load(m nn.Module) error {
+	if err := nn.LoadSafetensorsFiles(src.files, m, nn.LoadOptions{ConvertFloats: true}); err != nil {
+		return fmt.Errorf("--init-from %s: %w", src.path, err)
+	}
+	return nil
+}
+
+// loadOptimizer sets opt's state from the source checkpoint's.
+// The shapes must match the model's (SetState checks every entry).
+func (src *initSource) loadOptimizer(opt optim.Stateful) error {
+	var params []*ferry.Tensor
+	switch o := opt.(type) {
+	case *optim.SGD:
+		params = o.Params
+	case *optim.AdamW:
+		params = o.Params
+	}
+	if len(params) == 0 {
+		return fmt.Errorf("--init-optimizer: %T has no parameters to take state for", opt)
+	}
+	tensors, _, err := nn.LoadTensors(src.optimizer, params[0].Device())
+	if err != nil {
+		return fmt.Errorf("--init-optimizer: %w", err)
+	}
+	defer func() {
+		for _, t := range tensors {
+			t.Release()
+		}
+	}()
+	scalars := map[string]float64{}
+	for k, v := range src.optScalars {
+		scalars[k] = v
+	}
+	if err := opt.SetState(optim.State{Tensors: tensors, Scalars: scalars}); err != nil {
+		return fmt.Errorf("--init-optimizer: the state in %s does not fit this model: %w", src.optimizer, err)
+	}
+	return nil
+}

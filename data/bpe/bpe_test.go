@@ -144,3 +144,23 @@ func TestParallelEncode(t *testing.T) {
 		t.Errorf("parallel encoding differs from the whole text's (%d ids, %d)", len(got), len(whole))
 	}
 }
+
+// CachedEncodeBytes shares CachedEncode's cache: the bytes of a file hit
+// the entry the file wrote, and no cache directory is an error.
+func TestCachedEncodeBytes(t *testing.T) {
+	dir := t.TempDir()
+	body := []byte("package main\n\nfunc main() {}\n")
+	path := filepath.Join(dir, "m.go")
+	os.WriteFile(path, body, 0o644)
+	cacheDir := filepath.Join(dir, "cache")
+	if _, hit, err := CachedEncodeBytes(body, cacheDir); err != nil || hit {
+		t.Fatalf("first: hit %v, %v", hit, err)
+	}
+	ids, hit, err := CachedEncode(path, cacheDir)
+	if err != nil || !hit || !slices.Equal(ids, Encode(body)) {
+		t.Fatalf("the file's ids: hit %v, %v", hit, err)
+	}
+	if _, _, err := CachedEncodeBytes(body, ""); err == nil {
+		t.Error("no cache directory: no error")
+	}
+}

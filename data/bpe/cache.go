@@ -58,6 +58,23 @@ func CachedEncode(path, cacheDir string) (ids []int32, hit bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("bpe.CachedEncode: %w", err)
 	}
+	ids, hit, err = CachedEncodeBytes(text, cacheDir)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w (the ids of %s)", err, path)
+	}
+	return ids, hit, nil
+}
+
+// CachedEncodeBytes is CachedEncode of text already in memory (a corpus
+// read from many files, or one part of it): the cache is keyed by the
+// bytes, so it is shared with CachedEncode of a file holding them.
+func CachedEncodeBytes(text []byte, cacheDir string) (ids []int32, hit bool, err error) {
+	if cacheDir == "" {
+		return nil, false, fmt.Errorf("bpe.CachedEncodeBytes: no cache directory given")
+	}
+	if len(text) > MaxTextBytes {
+		return nil, false, fmt.Errorf("bpe.CachedEncodeBytes: %d bytes is more than the %d it tokenizes", len(text), MaxTextBytes)
+	}
 	cache := filepath.Join(cacheDir, CacheKey(text))
 	if ids, err := readCache(cache); err == nil {
 		return ids, true, nil
@@ -68,7 +85,7 @@ func CachedEncode(path, cacheDir string) (ids []int32, hit bool, err error) {
 		return nil, false, fmt.Errorf("bpe.CachedEncode: %w", err)
 	}
 	if err := fsx.WriteAtomic(cache, func(w io.Writer) error { return writeCache(w, ids) }); err != nil {
-		return nil, false, fmt.Errorf("bpe.CachedEncode: caching the ids of %s: %w", path, err)
+		return nil, false, fmt.Errorf("bpe.CachedEncode: caching token ids in %s: %w", cacheDir, err)
 	}
 	return ids, false, nil
 }

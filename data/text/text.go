@@ -149,16 +149,20 @@ func (t *Text) Check(seq int) error {
 	return nil
 }
 
-// Batch draws n random windows of seq+1 bytes from text and returns the
-// inputs and the next-byte targets, both int32 [n, seq] on dev.
-func Batch(dev device.Device, text []byte, rng *rand.Rand, n, seq int) (x, y *ferry.Tensor) {
+// Token is what a corpus holds: bytes (a byte-level corpus) or token ids
+// (a tokenized one, such as GPT-2's BPE ids).
+type Token interface{ ~byte | ~int32 }
+
+// Batch draws n random windows of seq+1 tokens from text and returns the
+// inputs and the next-token targets, both int32 [n, seq] on dev.
+func Batch[T Token](dev device.Device, text []T, rng *rand.Rand, n, seq int) (x, y *ferry.Tensor) {
 	xs, ys := Windows(text, rng, n, seq)
 	return ferry.FromInt32s(dev, xs, n, seq), ferry.FromInt32s(dev, ys, n, seq)
 }
 
 // Windows draws what Batch does, as row-major [n, seq] token ids: row b of
 // a draw of n rows is the same whatever part of them is kept.
-func Windows(text []byte, rng *rand.Rand, n, seq int) (xs, ys []int32) {
+func Windows[T Token](text []T, rng *rand.Rand, n, seq int) (xs, ys []int32) {
 	xs, ys = make([]int32, n*seq), make([]int32, n*seq)
 	for b := 0; b < n; b++ {
 		at := rng.IntN(len(text) - seq)
@@ -182,6 +186,21 @@ func UnigramEntropy(b []byte) float64 {
 			p := c / float64(len(b))
 			h -= p * math.Log(p)
 		}
+	}
+	return h
+}
+
+// TokenEntropy is the entropy of ids' distribution in nats per token: the
+// loss of a model over those tokens that ignores context.
+func TokenEntropy(ids []int32) float64 {
+	counts := map[int32]float64{}
+	for _, id := range ids {
+		counts[id]++
+	}
+	var h float64
+	for _, c := range counts {
+		p := c / float64(len(ids))
+		h -= p * math.Log(p)
 	}
 	return h
 }

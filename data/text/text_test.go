@@ -1,6 +1,7 @@
 package text
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,5 +58,24 @@ func TestRefusesSpecialAndBinary(t *testing.T) {
 		if _, err := Load(sparse, o); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
+	}
+}
+
+// TokenEntropy is ln 4 for four equally common ids, 0 for one id, and
+// UnigramEntropy's value on the same symbols.
+func TestTokenEntropy(t *testing.T) {
+	if h := TokenEntropy([]int32{7, 9, 50000, 3, 3, 9, 7, 50000}); math.Abs(h-math.Log(4)) > 1e-12 {
+		t.Errorf("four ids: %v", h)
+	}
+	if h := TokenEntropy([]int32{5, 5, 5}); h != 0 {
+		t.Errorf("one id: %v", h)
+	}
+	b := []byte("hello, world")
+	ids := make([]int32, len(b))
+	for i, c := range b {
+		ids[i] = int32(c)
+	}
+	if a, u := TokenEntropy(ids), UnigramEntropy(b); math.Abs(a-u) > 1e-12 {
+		t.Errorf("TokenEntropy %v, UnigramEntropy %v", a, u)
 	}
 }

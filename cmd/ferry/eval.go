@@ -1,0 +1,234 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+
+	"ferry/data/mnist"
+	"ferry/models"
+	"ferry/models/mlp"
+	"ferry/nn"
+	"ferry/train"
+)
+
+func init() {
+	register(command{
+		name:    "eval",
+		summary: "evaluate a checkpoint: validation loss and perplexity (text) or test accuracy (mnist)",
+		setup:   setupEval,
+	})
+}
+
+func setupEval(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
+	dir := fs.String("checkpoint-dir", "", "a --checkpoint-dir or run directory (its latest checkpoint), or one checkpoint's directory")
+	data := fs.String("data", "", "text (a file or directory) or MNIST directory to evaluate on (default: the run's own data and validation split)")
+	batches := fs.Int("batches", 0, "validation batches (text; default: the run's --val-batches)")
+	batch := fs.Int("batch", 0, "sequences per validation batch (text; default: the run's --batch)")
+	seed := fs.Uint64("seed", 0, "seed of the validation batches (text; default: the run's --seed)")
+	cacheDir := fs.String("token-cache", "", "directory of cached token ids (default: the user's cache directory, ferry/tokens)")
+	devName := fs.String("device", "cpu", "device to run on")
+	return func(out io.Writer, asJSON bool) error {
+		set := setFlags(fs)
+		if *dir == "" {
+			return fmt.Errorf("give --checkpoint-dir (a run's directory, written by `ferry train`)")
+		}
+		if err := positive(set, map[string]int{"batches": *batches, "batch": *batch}); err != nil {
+			return err
+		}
+		if *batches > 1<<16 || *batch > maxTrainDim {
+			return fmt.Errorf("--batches is at most %d and --batch at most %d", 1<<16, maxTrainDim)
+		}
+		path, meta, err := resolveCheckpoint(*dir)
+		if err != nil {
+			return err
+		}
+		id := meta.Identity
+		res := map[string]any{"checkpoint": path, "step": meta.Step, "task": id["task"]}
+		switch id["task"] {
+		case "text":
+			if err := evalText(path, id, *data, *batches, *batch, *seed, set["seed"], *cacheDir, *devName, res); err != nil {
+				return err
+			}
+		case "mnist":
+			for _, f := range []string{"batches", "batch", "seed", "token-cache"} {
+				if set[f] {
+					return fmt.Errorf("--%s applies to text checkpoints; %s is an MNIST one (evaluated on the whole test set)", f, path)
+				}
+			}
+			if err := evalMNIST(path, id, *data, *devName, res); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("checkpoint %s was written by `ferry train %v`; ferry eval reads text and mnist checkpoints", path, id["task"])
+		}
+		if asJSON {
+			return writeJSON(out, res)
+		}
+		fmt.Fprintf(out, "%s (step %d) on %s:\n", path, meta.Step, res["data"])
+		if res["task"] == "text" {
+			fmt.Fprintf(out, "  validation loss %.4f nats per %s, perplexity %.3f (%d batches of %d × %d %ss, %s tokenizer)\n",
+				res["val_loss"], res["unit"], res["perplexity"], res["batches"], res["batch"], res["seq"], res["unit"], res["tokenizer"])
+		} else {
+			fmt.Fprintf(out, "  test accuracy %.2f%%, test loss %.4f (%d images)\n", 100*res["accuracy"].(float64), res["test_loss"], res["images"])
+		}
+		return nil
+	}
+}
+
+// resolveCheckpoint is dir itself when it is a checkpoint, else the
+// latest checkpoint in it; its files are verified.
+func resolveCheckpoint(dir string) (string, *train.Meta, error) {
+	path := dir
+	if _, err := train.ReadMeta(path); err != nil {
+		// A checkpoint directory's parent: take its latest.
+		latest, lerr := (&train.Checkpointer{Dir: dir}).Latest()
+		if lerr != nil || latest == "" {
+			return "", nil, fmt.Errorf("%s holds no checkpoint of `ferry train`: %v", dir, err)
+		}
+		path = latest
+	}
+	meta, err := train.Verify(path)
+	if err != nil {
+		return "", nil, err
+	}
+	return path, meta, nil
+}
+
+// idInt reads a whole number from a checkpoint's identity.
+func idInt(id map[string]any, key string) (int, bool) {
+	n, ok := id[key].(json.Number)
+	if !ok {
+		return 0, false
+	}
+	v, err := n.Int64()
+	if err != nil {
+		f, ferr := n.Float64()
+		if ferr != nil || f != math.Trunc(f) {
+			return 0, false
+		}
+		v = int64(f)
+	}
+	return int(v), true
+}
+
+func evalText(path string, id map[string]any, data string, batches, batch int, seed uint64, seedSet bool, cacheDir, devName string, res map[string]any) error {
+	fam, sz, err := languageModelOf(id)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	tokenizer := tokenizerOf(id)
+	if !seedSet {
+		s, ok := idInt(id, "seed")
+		if !ok {
+			return fmt.Errorf("checkpoint %s: its identity lacks the seed; give --seed", path)
+		}
+		seed = uint64(s)
+	}
+	if batches == 0 {
+		if batches, _ = idInt(id, "val_batches"); batches == 0 {
+			batches = 8 // train text's default, before runs recorded theirs
+		}
+	}
+	if batch > 0 {
+		sz["batch"] = float64(batch)
+	}
+	maxBytes, ok := idInt(id, "max_bytes")
+	if !ok {
+		maxBytes = 4 << 20
+	}
+	source := data
+	if data == "" {
+		s, ok := id["text_source"].(string)
+		if !ok {
+			return fmt.Errorf("checkpoint %s does not record its data (written before ferry eval): give --data", path)
+		}
+		source = s
+	}
+	txt, tok, _, err := loadCorpus(source, maxBytes, tokenizer, cacheDir)
+	if err != nil {
+		return err
+	}
+	if data == "" && id["data"] != nil && id["data"] != train.HashBytes(txt.Train, txt.Val) {
+		return fmt.Errorf("the run's data (%s) has changed since it trained: give --data to evaluate on what is there now", txt.Source)
+	}
+	dev, err := openTrainDevice(devName)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	task, err := models.NewTokenTask(dev, txt, tok, fam, sz, batches, seed)
+	if err != nil {
+		return err
+	}
+	defer task.Release()
+	if err := nn.LoadSafetensors(filepath.Join(path, "model.safetensors"), task.LM); err != nil {
+		return err
+	}
+	nn.SetTraining(task.LM, false)
+	ms, err := task.Evaluate()
+	if err != nil {
+		return err
+	}
+	loss := ms[0].Value
+	unit := "token"
+	if tokenizer == "byte" {
+		unit = "byte"
+	}
+	res["data"], res["tokenizer"], res["unit"] = txt.Source, tokenizer, unit
+	res["batches"], res["batch"], res["seq"], res["seed"] = batches, sz.Int("batch"), sz.Int("seq"), seed
+	res["val_loss"], res["perplexity"] = loss, math.Exp(loss)
+	return nil
+}
+
+func evalMNIST(path string, id map[string]any, data, devName string, res map[string]any) error {
+	depth, ok1 := idInt(id, "depth")
+	width, ok2 := idInt(id, "width")
+	rows, ok3 := idInt(id, "batch")
+	seed, ok4 := idInt(id, "seed")
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return fmt.Errorf("checkpoint %s: its identity lacks depth, width, batch or seed", path)
+	}
+	dir := data
+	if dir == "" {
+		d, err := mnistDir()
+		if err != nil {
+			return err
+		}
+		dir = d
+	}
+	ds, err := mnist.Load(dir)
+	if err != nil {
+		return err
+	}
+	if data == "" && id["data"] != nil {
+		if h, err := train.HashPath(dir); err == nil && h != id["data"] {
+			return fmt.Errorf("the MNIST files in %s are not those the run trained with: give --data", dir)
+		}
+	}
+	dev, err := openTrainDevice(devName)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	task, err := mlp.NewClassifier(dev, ds, depth, width, min(rows, ds.TrainCount()), 1, uint64(seed))
+	if err != nil {
+		return err
+	}
+	defer task.Release()
+	if err := nn.LoadSafetensors(filepath.Join(path, "model.safetensors"), task.Model()); err != nil {
+		return err
+	}
+	nn.SetTraining(task.Model(), false)
+	ms, err := task.Evaluate()
+	if err != nil {
+		return err
+	}
+	m := metricMap(ms)
+	res["data"], res["images"] = dir, ds.TestCount()
+	res["accuracy"], res["test_loss"] = m["test_accuracy"], m["test_loss"]
+	return nil
+}
