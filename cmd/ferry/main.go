@@ -1,12 +1,18 @@
 // Command ferry runs ferry's experiments and tools. Every command prints
 // for people by default and one JSON object with --json.
 //
-//	ferry demo         the origin experiment: memory and time per offload mode
+//	ferry demo         the origin experiment: memory and time per offload mode (any model: --model)
 //	ferry doctor       which devices and native libraries ferry found
 //	ferry plan         choose offload placements under a memory budget
+//	ferry calibrate    measure this machine for the planner
 //	ferry train mnist  train an MLP on MNIST
-//	ferry train text   train a byte-level GPT on text on this machine
+//	ferry train text   train a language model (gpt, llama) on text on this machine
+//	ferry eval         a trained model's validation loss (or accuracy)
+//	ferry sample       text from a trained language model
 //	ferry vet          ferry's static checks (go vet -vettool=$(which ferry) runs them too)
+//
+// Under mpirun -np N, ferry train trains data-parallel (--zero 1|2 shards
+// the optimizer state).
 //
 // Run `ferry <command> -h` for a command's flags.
 package main

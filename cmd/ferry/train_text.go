@@ -42,7 +42,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	// A small model by default, whatever the family's usual size; the
 	// batch is --batch and the vocabulary the 256 byte values.
 	sizes := defineSizeFlags(fs, "gpt", isLanguage,
-		models.Sizes{"layers": 4, "heads": 4, "embd": 128, "seq": 64, "dropout": 0, "vocab": 256}, "batch", "vocab")
+		models.Sizes{"layers": 4, "heads": 4, "embd": 128, "seq": 128, "dropout": 0, "vocab": 256}, "batch", "vocab")
 	valBatches := fs.Int("val-batches", 8, "held-out batches per validation")
 	sample := fs.Int("sample", 300, "tokens (bytes, for a byte-level model) to sample at the end (0: none)")
 	prompt := fs.String("prompt", "func ", "text the sample continues")
@@ -51,8 +51,8 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	initFrom := fs.String("init-from", "", "start from these weights: a checkpoint directory (its latest), one checkpoint, a safetensors file, or a Hugging Face model directory")
 	initOpt := fs.Bool("init-optimizer", false, "with --init-from a checkpoint: take its optimizer state too")
 	fs.IntVar(&o.batch, "batch", 16, "sequences per micro-batch")
-	fs.IntVar(&o.steps, "steps", 600, "optimizer steps")
-	fs.IntVar(&o.evalEvery, "eval-every", 100, "steps between validation losses")
+	fs.IntVar(&o.steps, "steps", 1000, "optimizer steps")
+	fs.IntVar(&o.evalEvery, "eval-every", 200, "steps between validation losses")
 	return func(out io.Writer, asJSON bool) error {
 		set := setFlags(fs)
 		if err := positive(set, map[string]int{"max-bytes": *maxBytes, "val-batches": *valBatches}); err != nil {
