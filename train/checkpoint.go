@@ -640,3 +640,22 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
+
+// ResolveCheckpoint is dir itself when it is a checkpoint, else the
+// latest checkpoint in it; its files are verified.
+func ResolveCheckpoint(dir string) (string, *Meta, error) {
+	path := dir
+	if _, err := ReadMeta(path); err != nil {
+		// A checkpoint directory's parent: take its latest.
+		latest, lerr := (&Checkpointer{Dir: dir}).Latest()
+		if lerr != nil || latest == "" {
+			return "", nil, fmt.Errorf("%s holds no checkpoint of `ferry train`: %v", dir, err)
+		}
+		path = latest
+	}
+	meta, err := Verify(path)
+	if err != nil {
+		return "", nil, err
+	}
+	return path, meta, nil
+}

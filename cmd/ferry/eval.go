@@ -42,7 +42,7 @@ func setupEval(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if *batches > 1<<16 || *batch > maxTrainDim {
 			return fmt.Errorf("--batches is at most %d and --batch at most %d", 1<<16, maxTrainDim)
 		}
-		path, meta, err := resolveCheckpoint(*dir)
+		path, meta, err := train.ResolveCheckpoint(*dir)
 		if err != nil {
 			return err
 		}
@@ -79,25 +79,6 @@ func setupEval(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	}
 }
 
-// resolveCheckpoint is dir itself when it is a checkpoint, else the
-// latest checkpoint in it; its files are verified.
-func resolveCheckpoint(dir string) (string, *train.Meta, error) {
-	path := dir
-	if _, err := train.ReadMeta(path); err != nil {
-		// A checkpoint directory's parent: take its latest.
-		latest, lerr := (&train.Checkpointer{Dir: dir}).Latest()
-		if lerr != nil || latest == "" {
-			return "", nil, fmt.Errorf("%s holds no checkpoint of `ferry train`: %v", dir, err)
-		}
-		path = latest
-	}
-	meta, err := train.Verify(path)
-	if err != nil {
-		return "", nil, err
-	}
-	return path, meta, nil
-}
-
 // idInt reads a whole number from a checkpoint's identity.
 func idInt(id map[string]any, key string) (int, bool) {
 	n, ok := id[key].(json.Number)
@@ -116,11 +97,11 @@ func idInt(id map[string]any, key string) (int, bool) {
 }
 
 func evalText(path string, id map[string]any, data string, batches, batch int, seed uint64, seedSet bool, cacheDir, devName string, res map[string]any) error {
-	fam, sz, err := languageModelOf(id)
+	fam, sz, err := models.CheckpointModel(id)
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	tokenizer := tokenizerOf(id)
+	tokenizer := models.TokenizerOf(id)
 	if !seedSet {
 		s, ok := idInt(id, "seed")
 		if !ok {

@@ -12,6 +12,7 @@ import (
 	"ferry/device"
 	"ferry/device/cpu"
 	"ferry/nn"
+	"ferry/train"
 )
 
 // runJSON runs ferry args --json, which must succeed, and decodes the object.
@@ -130,7 +131,7 @@ func TestTrainInitFromCheckpointFineTunes(t *testing.T) {
 	}
 	// The checkpoint's safetensors file alone, the sizes from the flags:
 	// the same start.
-	latest, _, err := resolveCheckpoint(ck)
+	latest, _, err := train.ResolveCheckpoint(ck)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/models"
 	"ferry/nn"
+	"ferry/train"
 )
 
 func init() {
@@ -45,11 +45,11 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if *topK < 1 {
 			return fmt.Errorf("--top-k must be a positive integer, got %d", *topK)
 		}
-		path, meta, err := resolveCheckpoint(*dir)
+		path, meta, err := train.ResolveCheckpoint(*dir)
 		if err != nil {
 			return err
 		}
-		fam, sz, err := languageModelOf(meta.Identity)
+		fam, sz, err := models.CheckpointModel(meta.Identity)
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
@@ -68,7 +68,7 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		}
 		ctx, unlisten := interruptContext()
 		defer unlisten()
-		tokenizer := tokenizerOf(meta.Identity)
+		tokenizer := models.TokenizerOf(meta.Identity)
 		text, err := generateText(ctx, g, dev, tokenizer, *prompt, *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w during the sample", demo.ErrInterrupted)
@@ -86,39 +86,4 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		fmt.Fprintf(out, "%s (step %d):\n\n%s\n", path, meta.Step, text)
 		return nil
 	}
-}
-
-// languageModelOf finds the family and sizes of a text checkpoint's model
-// in its identity (checkpoints from before the model registry are GPTs).
-func languageModelOf(id map[string]any) (models.LanguageFamily, models.Sizes, error) {
-	if id["task"] != "text" {
-		return nil, nil, fmt.Errorf("it was written by `ferry train %v`, not `ferry train text`", id["task"])
-	}
-	name, _ := id["model"].(string)
-	if name == "" {
-		name = "gpt"
-	}
-	f, err := models.Lookup(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	lf, ok := f.(models.LanguageFamily)
-	if !ok {
-		return nil, nil, fmt.Errorf("its model %s is not a language model", name)
-	}
-	s := models.Sizes{}
-	for _, z := range f.Sizes() {
-		v, ok := id[z.Name].(json.Number)
-		if !ok {
-			if z.Name == "dropout" { // not recorded by early checkpoints: it does not change the weights' use
-				s[z.Name] = 0
-				continue
-			}
-			return nil, nil, fmt.Errorf("its identity lacks %s", z.Name)
-		}
-		if s[z.Name], err = v.Float64(); err != nil {
-			return nil, nil, fmt.Errorf("its %s is %v", z.Name, v)
-		}
-	}
-	return lf, s, models.Validate(f, s)
 }

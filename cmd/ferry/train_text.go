@@ -12,14 +12,12 @@ import (
 	"runtime"
 	"strings"
 
-	"ferry"
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/data/bpe"
 	"ferry/data/text"
 	"ferry/device"
 	"ferry/device/meta"
 	"ferry/models"
-	"ferry/nn"
 	"ferry/offload"
 	"ferry/optim"
 	"ferry/plan"
@@ -73,29 +71,29 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if *initOpt && *initFrom == "" {
 			return fmt.Errorf("--init-optimizer applies to --init-from")
 		}
-		var src *initSource
+		var src *models.Source
 		if *initFrom != "" {
 			var err error
-			if src, err = openInitSource(*initFrom); err != nil {
-				return err
+			if src, err = models.OpenSource(*initFrom); err != nil {
+				return fmt.Errorf("--init-from: %w", err)
 			}
-			if src.fam != nil {
-				if set["model"] && *sizes.model != src.fam.Name() {
-					return fmt.Errorf("--model %s contradicts --init-from %s, a %s model: drop --model", *sizes.model, *initFrom, src.fam.Name())
+			if src.Family != nil {
+				if set["model"] && *sizes.model != src.Family.Name() {
+					return fmt.Errorf("--model %s contradicts --init-from %s, a %s model: drop --model", *sizes.model, *initFrom, src.Family.Name())
 				}
-				*sizes.model = src.fam.Name()
+				*sizes.model = src.Family.Name()
 			}
-			if src.tokenizer != "" {
-				if set["tokenizer"] && *tokenizer != src.tokenizer {
-					return fmt.Errorf("--tokenizer %s contradicts --init-from %s, trained with the %s tokenizer: drop --tokenizer", *tokenizer, *initFrom, src.tokenizer)
+			if src.Tokenizer != "" {
+				if set["tokenizer"] && *tokenizer != src.Tokenizer {
+					return fmt.Errorf("--tokenizer %s contradicts --init-from %s, trained with the %s tokenizer: drop --tokenizer", *tokenizer, *initFrom, src.Tokenizer)
 				}
-				*tokenizer = src.tokenizer
+				*tokenizer = src.Tokenizer
 			}
-			if *initOpt && src.optimizer == "" {
+			if *initOpt && src.OptimizerFile == "" {
 				return fmt.Errorf("--init-optimizer: %s is not a ferry checkpoint, so it holds no optimizer state", *initFrom)
 			}
-			if *initOpt && src.optName != o.optimizer {
-				return fmt.Errorf("--init-optimizer: %s was trained with --optimizer %s, and this run uses %s", *initFrom, src.optName, o.optimizer)
+			if *initOpt && src.OptimizerName != o.optimizer {
+				return fmt.Errorf("--init-optimizer: %s was trained with --optimizer %s, and this run uses %s", *initFrom, src.OptimizerName, o.optimizer)
 			}
 		}
 		o.unit = "tokens"
@@ -122,9 +120,9 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		} else if set["token-cache"] {
 			return fmt.Errorf("--token-cache applies to --tokenizer bpe (a byte-level model reads the bytes)")
 		}
-		if src != nil && src.sizes != nil {
-			if s, err = src.merge(fam, s, sizes.set); err != nil {
-				return err
+		if src != nil && src.Sizes != nil {
+			if s, err = src.Merge(fam, s, sizes.set); err != nil {
+				return fmt.Errorf("--init-from: %w", err)
 			}
 		}
 		if o.policy != "" { // a policy for another model: say which flags it was planned with
@@ -188,12 +186,17 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		task.IdentityExtra = map[string]any{"text_source": absPath(*data), "max_bytes": *maxBytes, "val_batches": *valBatches}
 		var initOptimizer func(optim.Stateful) error
 		if src != nil {
-			if err := src.load(task.LM); err != nil {
-				return err
+			if err := src.Load(task.LM); err != nil {
+				return fmt.Errorf("--init-from: %w", err)
 			}
-			task.IdentityExtra["init_from"] = absPath(src.path)
+			task.IdentityExtra["init_from"] = absPath(src.Path)
 			if *initOpt {
-				initOptimizer = src.loadOptimizer
+				initOptimizer = func(opt optim.Stateful) error {
+					if err := src.LoadOptimizer(opt); err != nil {
+						return fmt.Errorf("--init-optimizer: %w", err)
+					}
+					return nil
+				}
 			}
 		}
 		ctx, unlisten := interruptContext()
@@ -214,8 +217,8 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			p.line("%s tokens: %d for training, %d held out (%s %s)", tok.Name, len(tok.Train), len(tok.Val), how, cdir)
 		}
 		if src != nil {
-			p.line("initialised from %s (%s)", src.path, src.kind)
-			if src.tokenizer == "" && src.sizes != nil && *tokenizer == "byte" && s.Int("vocab") != 256 {
+			p.line("initialised from %s (%s)", src.Path, src.Kind)
+			if src.Tokenizer == "" && src.Sizes != nil && *tokenizer == "byte" && s.Int("vocab") != 256 {
 				p.line("note: its vocabulary is %d tokens, not GPT-2's: ferry has no tokenizer for it, and trains it on byte ids 0–255", s.Int("vocab"))
 			}
 		}
@@ -240,7 +243,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		}
 		sum.Tokenizer, sum.InitFrom = task.Tokenizer(), ""
 		if src != nil {
-			sum.InitFrom = src.path
+			sum.InitFrom = src.Path
 		}
 		if tok != nil {
 			sum.TokenCacheHit = &cacheHit
@@ -314,15 +317,6 @@ func absPath(path string) string {
 	return path
 }
 
-// tokenizerOf is a text checkpoint's tokenizer (byte when it records
-// none).
-func tokenizerOf(id map[string]any) string {
-	if s, ok := id["tokenizer"].(string); ok && s != "" {
-		return s
-	}
-	return "byte"
-}
-
 // tokenCacheDir is --token-cache, or ferry/tokens in the user's cache
 // directory ($XDG_CACHE_HOME on Linux).
 func tokenCacheDir(flagValue string) (string, error) {
@@ -383,166 +377,4 @@ func generateText(ctx context.Context, g models.LanguageModel, dev device.Device
 		return "", err
 	}
 	return string(bpe.Decode(out)), err
-}
-
-// initSource is what --init-from names: the model's family and sizes
-// (nil for a bare safetensors file: the flags say), its tokenizer when it
-// records one, and the files of its weights.
-type initSource struct {
-	path, kind string
-	fam        models.LanguageFamily
-	sizes      models.Sizes
-	tokenizer  string
-	files      []string
-	optimizer  string // a checkpoint's optimizer.safetensors
-	optName    string // and the optimizer that wrote it
-	optScalars map[string]float64
-}
-
-// openInitSource reads what path holds: a checkpoint (or a directory of
-// them: its latest), a Hugging Face model directory, or a safetensors
-// file.
-func openInitSource(path string) (*initSource, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("--init-from: %w", err)
-	}
-	if !st.IsDir() {
-		if !strings.HasSuffix(path, ".safetensors") {
-			return nil, fmt.Errorf("--init-from %s: a file must be a .safetensors file (or give a checkpoint or Hugging Face model directory)", path)
-		}
-		return &initSource{path: path, kind: "safetensors file", files: []string{path}}, nil
-	}
-	if cfg, err := os.ReadFile(filepath.Join(path, "config.json")); err == nil {
-		return openHFSource(path, cfg)
-	}
-	ck, meta, err := resolveCheckpoint(path)
-	if err != nil {
-		return nil, fmt.Errorf("--init-from %s is no checkpoint, Hugging Face model (config.json) or safetensors file: %w", path, err)
-	}
-	fam, sz, err := languageModelOf(meta.Identity)
-	if err != nil {
-		return nil, fmt.Errorf("--init-from %s: %w", ck, err)
-	}
-	delete(sz, "batch")
-	optName, _ := meta.Identity["optimizer"].(string)
-	return &initSource{path: ck, kind: fmt.Sprintf("checkpoint at step %d", meta.Step), fam: fam, sizes: sz,
-		tokenizer: tokenizerOf(meta.Identity), files: []string{filepath.Join(ck, "model.safetensors")},
-		optimizer: filepath.Join(ck, "optimizer.safetensors"), optName: optName, optScalars: meta.OptimizerScalars}, nil
-}
-
-// openHFSource reads a Hugging Face model directory: config.json (gpt2
-// or llama) and its safetensors files.
-func openHFSource(dir string, cfg []byte) (*initSource, error) {
-	typ, err := nn.HFModelType(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("--init-from %s: %w", dir, err)
-	}
-	files, err := nn.HFWeightFiles(dir)
-	if err != nil {
-		return nil, fmt.Errorf("--init-from: %w", err)
-	}
-	src := &initSource{path: dir, kind: "Hugging Face " + typ, files: files}
-	var name string
-	switch typ {
-	case "gpt2":
-		c, err := nn.GPTConfigFromHF(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("--init-from %s: %w", dir, err)
-		}
-		name = "gpt"
-		src.sizes = models.Sizes{"vocab": float64(c.Vocab), "seq": float64(c.Seq), "layers": float64(c.Layers), "heads": float64(c.Heads), "embd": float64(c.Embd), "dropout": 0}
-		if c.Vocab == bpe.VocabSize {
-			src.tokenizer = "bpe" // GPT-2's
-		}
-	case "llama":
-		c, err := nn.LlamaConfigFromHF(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("--init-from %s: %w", dir, err)
-		}
-		name = "llama"
-		src.sizes = models.Sizes{"vocab": float64(c.Vocab), "seq": float64(c.Seq), "layers": float64(c.Layers), "heads": float64(c.Heads),
-			"kv-heads": float64(c.KVHeads), "embd": float64(c.Embd), "hidden": float64(c.Hidden)}
-		def := nn.LlamaConfig{Vocab: c.Vocab, Seq: c.Seq, Layers: c.Layers, Heads: c.Heads, KVHeads: c.KVHeads, Embd: c.Embd, Hidden: c.Hidden}.WithDefaults()
-		if def.RopeTheta != c.RopeTheta || def.NormEps != c.NormEps {
-			return nil, fmt.Errorf("--init-from %s: rope_theta %v and rms_norm_eps %v; ferry's llama family builds %v and %v", dir, c.RopeTheta, c.NormEps, def.RopeTheta, def.NormEps)
-		}
-	default:
-		return nil, fmt.Errorf("--init-from %s: model_type %q; ferry reads gpt2 and llama", dir, typ)
-	}
-	f, err := models.Lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	src.fam = f.(models.LanguageFamily)
-	return src, nil
-}
-
-// merge takes the source's model sizes over s (the flags' and defaults'):
-// the batch and the dropout stay the run's; a size flag that contradicts
-// the source is an error naming both.
-func (src *initSource) merge(f models.Family, s models.Sizes, set map[string]bool) (models.Sizes, error) {
-	out := models.Sizes{}
-	for k, v := range s {
-		out[k] = v
-	}
-	var clash []string
-	for _, z := range f.Sizes() {
-		v, ok := src.sizes[z.Name]
-		if !ok || z.Name == "batch" || (z.Name == "dropout" && set["dropout"]) {
-			continue
-		}
-		if set[z.Name] && s[z.Name] != v {
-			clash = append(clash, fmt.Sprintf("--%s %g (the source has %g)", z.Name, s[z.Name], v))
-		}
-		out[z.Name] = v
-	}
-	if len(clash) > 0 {
-		return nil, fmt.Errorf("--init-from %s fixes the model's sizes, and %s contradicts them: drop those flags", src.path, strings.Join(clash, ", "))
-	}
-	if err := models.Validate(f, out); err != nil {
-		return nil, fmt.Errorf("--init-from %s: %w", src.path, err)
-	}
-	return out, nil
-}
-
-// load reads the source's weights into m (all or nothing; Hugging Face's
-// half-precision tensors converted).
-func (src *initSource) load(m nn.Module) error {
-	if err := nn.LoadSafetensorsFiles(src.files, m, nn.LoadOptions{ConvertFloats: true}); err != nil {
-		return fmt.Errorf("--init-from %s: %w", src.path, err)
-	}
-	return nil
-}
-
-// loadOptimizer sets opt's state from the source checkpoint's.
-// The shapes must match the model's (SetState checks every entry).
-func (src *initSource) loadOptimizer(opt optim.Stateful) error {
-	var params []*ferry.Tensor
-	switch o := opt.(type) {
-	case *optim.SGD:
-		params = o.Params
-	case *optim.AdamW:
-		params = o.Params
-	}
-	if len(params) == 0 {
-		return fmt.Errorf("--init-optimizer: %T has no parameters to take state for", opt)
-	}
-	tensors, _, err := nn.LoadTensors(src.optimizer, params[0].Device())
-	if err != nil {
-		return fmt.Errorf("--init-optimizer: %w", err)
-	}
-	defer func() {
-		for _, t := range tensors {
-			t.Release()
-		}
-	}()
-	scalars := map[string]float64{}
-	for k, v := range src.optScalars {
-		scalars[k] = v
-	}
-	if err := opt.SetState(optim.State{Tensors: tensors, Scalars: scalars}); err != nil {
-		return fmt.Errorf("--init-optimizer: the state in %s does not fit this model: %w", src.optimizer, err)
-	}
-	return nil
 }

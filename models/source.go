@@ -1,0 +1,222 @@
+package models
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"ferry"
+	"ferry/data/bpe"
+	"ferry/nn"
+	"ferry/optim"
+	"ferry/train"
+)
+
+// CheckpointModel finds the family and sizes of a text checkpoint's model
+// in its identity (checkpoints from before the model registry are GPTs).
+func CheckpointModel(id map[string]any) (LanguageFamily, Sizes, error) {
+	if id["task"] != "text" {
+		return nil, nil, fmt.Errorf("it was written by `ferry train %v`, not `ferry train text`", id["task"])
+	}
+	name, _ := id["model"].(string)
+	if name == "" {
+		name = "gpt"
+	}
+	f, err := Lookup(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	lf, ok := f.(LanguageFamily)
+	if !ok {
+		return nil, nil, fmt.Errorf("its model %s is not a language model", name)
+	}
+	s := Sizes{}
+	for _, z := range f.Sizes() {
+		v, ok := id[z.Name].(json.Number)
+		if !ok {
+			if z.Name == "dropout" { // not recorded by early checkpoints: it does not change the weights' use
+				s[z.Name] = 0
+				continue
+			}
+			return nil, nil, fmt.Errorf("its identity lacks %s", z.Name)
+		}
+		if s[z.Name], err = v.Float64(); err != nil {
+			return nil, nil, fmt.Errorf("its %s is %v", z.Name, v)
+		}
+	}
+	return lf, s, Validate(f, s)
+}
+
+// TokenizerOf is a text checkpoint's tokenizer (byte when it records
+// none).
+func TokenizerOf(id map[string]any) string {
+	if s, ok := id["tokenizer"].(string); ok && s != "" {
+		return s
+	}
+	return "byte"
+}
+
+// Source is a model to start a run from (ferry train text --init-from):
+// its family and sizes, its tokenizer when it records one, and the files
+// of its weights.
+type Source struct {
+	Path, Kind string
+	Family     LanguageFamily // nil for a bare safetensors file: the caller's sizes say
+	Sizes      Sizes
+	Tokenizer  string // "" when the source does not say
+	Files      []string
+	// OptimizerFile is a ferry checkpoint's optimizer.safetensors ("" for
+	// other sources), OptimizerName the optimizer that wrote it.
+	OptimizerFile, OptimizerName string
+	OptimizerScalars             map[string]float64
+}
+
+// OpenSource reads what path holds: a checkpoint (or a directory of
+// them: its latest), a Hugging Face model directory, or a safetensors
+// file.
+func OpenSource(path string) (*Source, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w", err)
+	}
+	if !st.IsDir() {
+		if !strings.HasSuffix(path, ".safetensors") {
+			return nil, fmt.Errorf("%s: a file must be a .safetensors file (or give a checkpoint or Hugging Face model directory)", path)
+		}
+		return &Source{Path: path, Kind: "safetensors file", Files: []string{path}}, nil
+	}
+	if cfg, err := os.ReadFile(filepath.Join(path, "config.json")); err == nil {
+		return openHFSource(path, cfg)
+	}
+	ck, meta, err := train.ResolveCheckpoint(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s is no checkpoint, Hugging Face model (config.json) or safetensors file: %w", path, err)
+	}
+	fam, sz, err := CheckpointModel(meta.Identity)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ck, err)
+	}
+	delete(sz, "batch")
+	optName, _ := meta.Identity["optimizer"].(string)
+	return &Source{Path: ck, Kind: fmt.Sprintf("checkpoint at step %d", meta.Step), Family: fam, Sizes: sz,
+		Tokenizer: TokenizerOf(meta.Identity), Files: []string{filepath.Join(ck, "model.safetensors")},
+		OptimizerFile: filepath.Join(ck, "optimizer.safetensors"), OptimizerName: optName, OptimizerScalars: meta.OptimizerScalars}, nil
+}
+
+// openHFSource reads a Hugging Face model directory: config.json (gpt2
+// or llama) and its safetensors files.
+func openHFSource(dir string, cfg []byte) (*Source, error) {
+	typ, err := nn.HFModelType(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	files, err := nn.HFWeightFiles(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w", err)
+	}
+	src := &Source{Path: dir, Kind: "Hugging Face " + typ, Files: files}
+	var name string
+	switch typ {
+	case "gpt2":
+		c, err := nn.GPTConfigFromHF(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
+		}
+		name = "gpt"
+		src.Sizes = Sizes{"vocab": float64(c.Vocab), "seq": float64(c.Seq), "layers": float64(c.Layers), "heads": float64(c.Heads), "embd": float64(c.Embd), "dropout": 0}
+		if c.Vocab == bpe.VocabSize {
+			src.Tokenizer = "bpe" // GPT-2's
+		}
+	case "llama":
+		c, err := nn.LlamaConfigFromHF(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
+		}
+		name = "llama"
+		src.Sizes = Sizes{"vocab": float64(c.Vocab), "seq": float64(c.Seq), "layers": float64(c.Layers), "heads": float64(c.Heads),
+			"kv-heads": float64(c.KVHeads), "embd": float64(c.Embd), "hidden": float64(c.Hidden)}
+		def := nn.LlamaConfig{Vocab: c.Vocab, Seq: c.Seq, Layers: c.Layers, Heads: c.Heads, KVHeads: c.KVHeads, Embd: c.Embd, Hidden: c.Hidden}.WithDefaults()
+		if def.RopeTheta != c.RopeTheta || def.NormEps != c.NormEps {
+			return nil, fmt.Errorf("%s: rope_theta %v and rms_norm_eps %v; ferry's llama family builds %v and %v", dir, c.RopeTheta, c.NormEps, def.RopeTheta, def.NormEps)
+		}
+	default:
+		return nil, fmt.Errorf("%s: model_type %q; ferry reads gpt2 and llama", dir, typ)
+	}
+	f, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	src.Family = f.(LanguageFamily)
+	return src, nil
+}
+
+// merge takes the source's model sizes over s (the flags' and defaults'):
+// the batch and the dropout stay the run's; a size flag that contradicts
+// the source is an error naming both.
+func (src *Source) Merge(f Family, s Sizes, set map[string]bool) (Sizes, error) {
+	out := Sizes{}
+	for k, v := range s {
+		out[k] = v
+	}
+	var clash []string
+	for _, z := range f.Sizes() {
+		v, ok := src.Sizes[z.Name]
+		if !ok || z.Name == "batch" || (z.Name == "dropout" && set["dropout"]) {
+			continue
+		}
+		if set[z.Name] && s[z.Name] != v {
+			clash = append(clash, fmt.Sprintf("--%s %g (the source has %g)", z.Name, s[z.Name], v))
+		}
+		out[z.Name] = v
+	}
+	if len(clash) > 0 {
+		return nil, fmt.Errorf("%s fixes the model's sizes, and %s contradicts them: drop those flags", src.Path, strings.Join(clash, ", "))
+	}
+	if err := Validate(f, out); err != nil {
+		return nil, fmt.Errorf("%s: %w", src.Path, err)
+	}
+	return out, nil
+}
+
+// load reads the source's weights into m (all or nothing; Hugging Face's
+// half-precision tensors converted).
+func (src *Source) Load(m nn.Module) error {
+	if err := nn.LoadSafetensorsFiles(src.Files, m, nn.LoadOptions{ConvertFloats: true}); err != nil {
+		return fmt.Errorf("%s: %w", src.Path, err)
+	}
+	return nil
+}
+
+// loadOptimizer sets opt's state from the source checkpoint's.
+// The shapes must match the model's (SetState checks every entry).
+func (src *Source) LoadOptimizer(opt optim.Stateful) error {
+	var params []*ferry.Tensor
+	switch o := opt.(type) {
+	case *optim.SGD:
+		params = o.Params
+	case *optim.AdamW:
+		params = o.Params
+	}
+	if len(params) == 0 {
+		return fmt.Errorf("%T has no parameters to take state for", opt)
+	}
+	tensors, _, err := nn.LoadTensors(src.OptimizerFile, params[0].Device())
+	if err != nil {
+		return fmt.Errorf("%w", err)
+	}
+	defer func() {
+		for _, t := range tensors {
+			t.Release()
+		}
+	}()
+	scalars := map[string]float64{}
+	for k, v := range src.OptimizerScalars {
+		scalars[k] = v
+	}
+	if err := opt.SetState(optim.State{Tensors: tensors, Scalars: scalars}); err != nil {
+		return fmt.Errorf("the state in %s does not fit this model: %w", src.OptimizerFile, err)
+	}
+	return nil
+}
