@@ -46,6 +46,9 @@ func needTool(t *testing.T, name, version string) {
 // files byte for byte, and every source has its PTX and every PTX its
 // source.
 func TestPTXUpToDate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: recompiles every kernel with nvcc")
+	}
 	needTool(t, "nvcc", "release 11.8")
 	dir := t.TempDir()
 	kdir := filepath.Join(dir, "kernels")
@@ -92,6 +95,9 @@ func TestPTXUpToDate(t *testing.T) {
 // Every kernel assembles for Ampere (sm_80) and Hopper (sm_90) with no
 // spill to local memory.
 func TestPTXAssemblesWithoutSpills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: assembles every kernel with ptxas")
+	}
 	needTool(t, "ptxas", "11.8")
 	files, _ := filepath.Glob("kernels/*.ptx")
 	entry := regexp.MustCompile(`Compiling entry function '(\w+)' for '(\w+)'`)

@@ -557,6 +557,9 @@ var kernelCases = map[string]kernelCase{
 // what it computes matches the CPU device. A kernel added to a .cu file
 // without a case here fails.
 func TestKernelSource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: builds and runs every kernel source with g++")
+	}
 	entries := kernels.Entries()
 	if len(entries) == 0 {
 		t.Fatal("no extern \"C\" __global__ kernels found in the .cu sources")

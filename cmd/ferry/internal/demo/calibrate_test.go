@@ -14,6 +14,9 @@ import (
 // A GPT fit on the CPU at a toy size: it runs in seconds and gives finite,
 // positive rates, with the copy share fitted to the offload steps.
 func TestFitModelProfileCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: times training steps on the CPU")
+	}
 	dev, err := device.Open("cpu", device.Options{})
 	if err != nil {
 		t.Fatal(err)

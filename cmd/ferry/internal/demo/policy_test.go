@@ -84,6 +84,9 @@ func runPolicy(t *testing.T, cfg Config, p *plan.Plan, dev string, open func(str
 // A planned mixed policy changes no gradient, bit for bit, on the CPU,
 // dropout included.
 func TestPlannedPolicyGradientsBitwise(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: plans and trains two models per placement")
+	}
 	for name, cfg := range map[string]Config{"mlp": smallMLP(), "gpt": smallGPT()} {
 		t.Run(name, func(t *testing.T) {
 			p := mixedPlan(t, cfg)
@@ -100,6 +103,9 @@ func TestPlannedPolicyGradientsBitwise(t *testing.T) {
 // Replaying a plan with `ferry demo --device meta --policy` peaks at the
 // predicted bytes, within the budget.
 func TestPlanReplaysOnMetaAsPredicted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: searches plans for a GPT")
+	}
 	cfg := smallGPT()
 	p := mixedPlan(t, cfg)
 	res := runPolicy(t, cfg, p, "meta", func(string, device.Options) (device.Device, error) { return meta.New(device.Options{}, slowLink), nil })

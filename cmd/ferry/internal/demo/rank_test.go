@@ -119,6 +119,9 @@ func TestRankMemoryOnMeta(t *testing.T) {
 // by the state it does not hold, never updating inside backward, even
 // under a budget that one process meets only by updating inside backward.
 func TestPlanPerRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short: plans GPT-sized steps per rank")
+	}
 	cfg := demo.DefaultConfig("meta")
 	cfg.Family, _ = models.Lookup("gpt")
 	cfg.Sizes = models.Sizes{"vocab": 512, "seq": 64, "layers": 4, "heads": 4, "embd": 128, "batch": 4}
