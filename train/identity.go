@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"ferry/internal/fsx"
 	"fmt"
 	"io"
 	"io/fs"
@@ -217,19 +218,7 @@ func HashPath(path string) (string, error) {
 			}
 		}
 	default:
-		return "", fmt.Errorf("hashing the data: %s is %s, not a file or directory", path, modeName(st.Mode()))
+		return "", fmt.Errorf("hashing the data: %s is %s, not a file or directory", path, fsx.Kind(st.Mode()))
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func modeName(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	}
-	return "a special file"
 }

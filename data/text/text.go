@@ -18,6 +18,7 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/internal/fsx"
 )
 
 // Text is a byte-level corpus split into training and held-out text.
@@ -61,7 +62,7 @@ func Load(path string, o Options) (*Text, error) {
 	var text []byte
 	source := path
 	if !st.IsDir() && !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("text: %s is a %s, not a regular file or a directory; give a text file or a directory of them", path, fileKind(st.Mode()))
+		return nil, fmt.Errorf("text: %s is %s, not a regular file or a directory; give a text file or a directory of them", path, fsx.Kind(st.Mode()))
 	}
 	if !st.IsDir() {
 		f, err := os.Open(path)
@@ -114,21 +115,6 @@ func Load(path string, o Options) (*Text, error) {
 	}
 	split := int(float64(len(text)) * (1 - valFraction))
 	return &Text{Train: text[:split], Val: text[split:], Source: source}, nil
-}
-
-// fileKind names a non-regular file's type for people.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "named pipe (FIFO)"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeCharDevice != 0:
-		return "character device"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	}
-	return "special file"
 }
 
 func textFile(name string) bool {

@@ -8,20 +8,33 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
+
+// Kind names a file that is not a regular file or a directory, for
+// people: "a named pipe (FIFO)", "a socket", "a character device", …
+func Kind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "a special file"
+}
 
 // ReadLimited reads path whole, refusing more than limit bytes.
 // A named pipe or a socket is refused before it is opened: opening a
 // FIFO waits for a writer that may never come.
 func ReadLimited(path string, limit int64) ([]byte, error) {
 	if st, err := os.Stat(path); err == nil && st.Mode()&(os.ModeNamedPipe|os.ModeSocket) != 0 {
-		what := "a named pipe"
-		if st.Mode()&os.ModeSocket != 0 {
-			what = "a socket"
-		}
-		return nil, fmt.Errorf("%s is %s, not a file; give a file", path, what)
+		return nil, fmt.Errorf("%s is %s, not a file; give a file", path, Kind(st.Mode()))
 	}
 	f, err := os.Open(path)
 	if err != nil {
