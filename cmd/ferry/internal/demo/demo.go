@@ -488,7 +488,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			return nil, err
 		}
 	}
-	r.StepSeconds = Median(r.StepSecondsAll)
+	r.StepSeconds = train.Median(r.StepSecondsAll)
 	if rssOK {
 		_, r.PeakRSSBytes, _ = rss.Read()
 	}
@@ -504,20 +504,6 @@ func hashGrad(p *ferry.Tensor) uint64 {
 		h.Write(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*4))
 	}
 	return h.Sum64()
-}
-
-// Median is the median of xs (the mean of the middle two for an even
-// count), NaN for none.
-func Median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func newRecorder(dev device.Device, simulated bool) *trace.Recorder {
