@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"ferry"
 	"ferry/device"
 	"ferry/models"
 	"ferry/nn"
-	"ferry/optim"
 )
 
 func init() { models.Register(family{}) }
@@ -91,7 +89,10 @@ func (f family) Workload(dev device.Device, s models.Sizes, seed uint64) (models
 	if err != nil {
 		return nil, err
 	}
-	return &workload{m: m, batch: s.Int("batch"), sizes: s}, nil
+	c := m.Config
+	return &models.TokenWorkload{LM: m, Sizes: s, Params: c.ParameterCount(),
+		Model: fmt.Sprintf("GPT (%d layers, %d heads, embedding %d, sequence %d, vocabulary %d, %d parameters)",
+			c.Layers, c.Heads, c.Embd, c.Seq, c.Vocab, c.ParameterCount())}, nil
 }
 
 // LanguageModel is the GPT of s (its vocab and seq included).
@@ -101,50 +102,3 @@ func (f family) LanguageModel(dev device.Device, s models.Sizes, seed uint64) (m
 	}
 	return nn.NewGPT(dev, Config(s, seed), rand.New(rand.NewPCG(seed, 7)))
 }
-
-// workload is a GPT on random tokens against random targets.
-type workload struct {
-	m     *nn.GPT
-	batch int
-	sizes models.Sizes
-}
-
-func (g *workload) Parameters() []*ferry.Tensor { return g.m.Parameters() }
-func (g *workload) Release()                    { nn.Release(g.m) }
-
-func (g *workload) Data(dev device.Device, seed uint64) (input, target *ferry.Tensor) {
-	return models.RandomTokens(dev, seed, g.batch, g.m.Config.Seq, g.m.Config.Vocab)
-}
-
-func (g *workload) Forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor {
-	g.m.CheckpointBlocks = recompute
-	return g.m.Forward(x)
-}
-
-func (g *workload) Loss(y, target *ferry.Tensor) *ferry.Tensor { return ferry.CrossEntropy(y, target) }
-
-func (g *workload) Optimizer(lr float32) optim.Stepper {
-	if lr == 0 {
-		lr = 3e-4
-	}
-	return optim.NewAdamW(g.m.Parameters(), lr)
-}
-
-func (g *workload) Describe() string {
-	c := g.m.Config
-	return fmt.Sprintf("GPT (%d layers, %d heads, embedding %d, sequence %d, vocabulary %d, %d parameters), batch %d, cross-entropy, AdamW",
-		c.Layers, c.Heads, c.Embd, c.Seq, c.Vocab, c.ParameterCount(), g.batch)
-}
-
-func (g *workload) ParameterCount() int64 { return g.m.Config.ParameterCount() }
-
-// ActivationBytes is one block's output.
-func (g *workload) ActivationBytes() int64 {
-	c := g.m.Config
-	return 4 * int64(g.batch) * int64(c.Seq) * int64(c.Embd)
-}
-
-func (g *workload) MatmulShape() (rows, width int) { return g.batch * g.m.Config.Seq, g.m.Config.Embd }
-
-// Smaller halves the batch, then the sequence at this batch.
-func (g *workload) Smaller() []models.Variant { return models.SmallerSequences(g.sizes) }

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"ferry"
 	"ferry/device"
 	"ferry/models"
 	"ferry/nn"
-	"ferry/optim"
 )
 
 func init() { models.Register(family{}) }
@@ -89,7 +87,10 @@ func (f family) Workload(dev device.Device, s models.Sizes, seed uint64) (models
 	if err != nil {
 		return nil, err
 	}
-	return &workload{m: m.(*nn.Llama), sizes: s}, nil
+	c := m.(*nn.Llama).Config
+	return &models.TokenWorkload{LM: m, Sizes: s, Params: c.ParameterCount(),
+		Model: fmt.Sprintf("Llama (%d layers, %d heads sharing %d key/value heads, width %d, SwiGLU %d, sequence %d, vocabulary %d, %d parameters)",
+			c.Layers, c.Heads, c.KVHeads, c.Embd, c.Hidden, c.Seq, c.Vocab, c.ParameterCount())}, nil
 }
 
 // LanguageModel is the Llama of s.
@@ -99,48 +100,3 @@ func (f family) LanguageModel(dev device.Device, s models.Sizes, seed uint64) (m
 	}
 	return nn.NewLlama(dev, Config(s, seed), rand.New(rand.NewPCG(seed, 0x11a)))
 }
-
-type workload struct {
-	m     *nn.Llama
-	sizes models.Sizes
-}
-
-func (w *workload) Parameters() []*ferry.Tensor { return w.m.Parameters() }
-func (w *workload) Release()                    { nn.Release(w.m) }
-
-func (w *workload) Data(dev device.Device, seed uint64) (input, target *ferry.Tensor) {
-	return models.RandomTokens(dev, seed, w.sizes.Int("batch"), w.m.Config.Seq, w.m.Config.Vocab)
-}
-
-func (w *workload) Forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor {
-	w.m.SetRecompute(recompute)
-	return w.m.Forward(x)
-}
-
-func (w *workload) Loss(y, target *ferry.Tensor) *ferry.Tensor { return ferry.CrossEntropy(y, target) }
-
-func (w *workload) Optimizer(lr float32) optim.Stepper {
-	if lr == 0 {
-		lr = 3e-4
-	}
-	return optim.NewAdamW(w.m.Parameters(), lr)
-}
-
-func (w *workload) Describe() string {
-	c := w.m.Config
-	return fmt.Sprintf("Llama (%d layers, %d heads sharing %d key/value heads, width %d, SwiGLU %d, sequence %d, vocabulary %d, %d parameters), batch %d, cross-entropy, AdamW",
-		c.Layers, c.Heads, c.KVHeads, c.Embd, c.Hidden, c.Seq, c.Vocab, c.ParameterCount(), w.sizes.Int("batch"))
-}
-
-func (w *workload) ParameterCount() int64 { return w.m.Config.ParameterCount() }
-
-// ActivationBytes is one block's output.
-func (w *workload) ActivationBytes() int64 {
-	return 4 * int64(w.sizes.Int("batch")) * int64(w.m.Config.Seq) * int64(w.m.Config.Embd)
-}
-
-func (w *workload) MatmulShape() (rows, width int) {
-	return w.sizes.Int("batch") * w.m.Config.Seq, w.m.Config.Embd
-}
-
-func (w *workload) Smaller() []models.Variant { return models.SmallerSequences(w.sizes) }
