@@ -27,11 +27,7 @@ package standin
 
 import (
 	_ "embed"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"time"
 	"unsafe"
@@ -40,6 +36,7 @@ import (
 
 	"ferry/device/cuda/cu"
 	"ferry/device/cuda/fake"
+	"ferry/internal/cbuild"
 )
 
 var (
@@ -50,30 +47,14 @@ var (
 )
 
 // ErrNoCompiler is returned by Build when there is no C compiler.
-var ErrNoCompiler = errors.New("standin: no C compiler (gcc, or $CC)")
+var ErrNoCompiler = cbuild.ErrNoCompiler
 
 // Build compiles the stand-in into dir and returns the library's path.
 func Build(dir string) (string, error) {
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	if _, err := exec.LookPath(cc); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrNoCompiler, err)
-	}
-	src := filepath.Join(dir, "standin.c")
-	if err := os.WriteFile(src, source, 0o644); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "standin.h"), header, 0o644); err != nil {
-		return "", err
-	}
-	lib := filepath.Join(dir, "libstandin.so")
 	// -ffp-contract=off: sgemm sums as the Go fake does, without FMA.
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-ffp-contract=off", "-Wall", "-Werror",
-		"-o", lib, src, "-lpthread").CombinedOutput()
+	lib, err := cbuild.Shared(dir, "standin", source, header, "-ffp-contract=off")
 	if err != nil {
-		return "", fmt.Errorf("standin: %s: %v\n%s", cc, err, out)
+		return "", fmt.Errorf("standin: %w", err)
 	}
 	return lib, nil
 }

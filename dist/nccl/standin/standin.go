@@ -11,11 +11,8 @@ package standin
 
 import (
 	_ "embed"
-	"errors"
+	"ferry/internal/cbuild"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"time"
 	"unsafe"
 
@@ -30,28 +27,13 @@ var (
 )
 
 // ErrNoCompiler is returned by Build when there is no C compiler.
-var ErrNoCompiler = errors.New("nccl standin: no C compiler (gcc, or $CC)")
+var ErrNoCompiler = cbuild.ErrNoCompiler
 
 // Build compiles the stand-in into dir and returns the library's path.
 func Build(dir string) (string, error) {
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	if _, err := exec.LookPath(cc); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrNoCompiler, err)
-	}
-	src := filepath.Join(dir, "nccl_standin.c")
-	if err := os.WriteFile(src, source, 0o644); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "nccl_standin.h"), header, 0o644); err != nil {
-		return "", err
-	}
-	lib := filepath.Join(dir, "libnccl_standin.so")
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", lib, src, "-lpthread").CombinedOutput()
+	lib, err := cbuild.Shared(dir, "nccl_standin", source, header)
 	if err != nil {
-		return "", fmt.Errorf("nccl standin: %s: %v\n%s", cc, err, out)
+		return "", fmt.Errorf("nccl standin: %w", err)
 	}
 	return lib, nil
 }
