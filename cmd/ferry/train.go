@@ -296,7 +296,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	}
 	overrides, err := train.ParseOverrides(o.override)
 	if err != nil {
-		return nil, fmt.Errorf("--override: %w", err)
+		return nil, err // it names --override
 	}
 	ckptDir, ckptEvery, runDir := o.checkpointDir, o.checkpointEvery, ""
 	if ckptDir == "" && sum.WorldSize == 1 {
