@@ -14,12 +14,16 @@ import (
 // them; each returns at once, and its event completes when every rank has
 // issued it (the last rank to arrive computes the result for all, summing
 // in rank order). Ranks whose n-th collectives differ get an error each,
-// never a hang or a read past a buffer.
+// never a hang or a read past a buffer. A rank that closes its Comm (as a
+// rank that fails does, before it returns) fails every collective its
+// peers have issued or will issue that it has not joined, as a real
+// backend's job abort does, so that one rank's error never leaves the
+// others waiting forever.
 func NewGroup(n int) []Comm {
 	if n < 1 {
 		panic(fmt.Sprintf("dist.NewGroup: %d ranks", n))
 	}
-	g := &group{n: n, slots: map[int64]*groupSlot{}}
+	g := &group{n: n, slots: map[int64]*groupSlot{}, gone: -1}
 	cs := make([]Comm, n)
 	for r := range cs {
 		cs[r] = &groupComm{g: g, rank: r}
@@ -31,6 +35,9 @@ type group struct {
 	n     int
 	mu    sync.Mutex
 	slots map[int64]*groupSlot // by sequence number
+	// gone is the first rank to close, with the number of collectives it
+	// had issued: every later sequence number fails (-1: none closed).
+	gone, goneAt int64
 }
 
 type groupOp struct {
@@ -63,6 +70,11 @@ func (c *groupComm) post(o *groupOp) device.Event {
 	g := c.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.gone >= 0 && c.seq >= g.goneAt {
+		// A peer closed before joining this collective: it never will.
+		c.seq++
+		return Done(fmt.Errorf("dist: %s: rank %d closed its communicator after %d collectives; this was collective %d", o.kind, g.gone, g.goneAt, c.seq))
+	}
 	s := g.slots[c.seq]
 	if s == nil {
 		s = &groupSlot{ops: make([]*groupOp, g.n), done: make(chan struct{})}
@@ -182,5 +194,30 @@ func (c *groupComm) Close() error {
 		return fmt.Errorf("%w: close called twice", ErrClosed)
 	}
 	c.closed = true
+	g := c.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gone < 0 {
+		g.gone, g.goneAt = int64(c.rank), c.seq
+	}
+	// Collectives the peers issued that this rank did not join fail now.
+	for seq, s := range g.slots {
+		if seq >= c.seq && s.err == nil {
+			s.err = fmt.Errorf("dist: %s: rank %d closed its communicator after %d collectives; this was collective %d", s.first().kind, c.rank, c.seq, seq+1)
+			close(s.done)
+			delete(g.slots, seq)
+		}
+	}
 	return nil
+}
+
+// first is the operation of the lowest rank that has issued the slot's
+// collective.
+func (s *groupSlot) first() *groupOp {
+	for _, o := range s.ops {
+		if o != nil {
+			return o
+		}
+	}
+	return &groupOp{kind: "collective"}
 }

@@ -2,6 +2,8 @@ package dist_test
 
 import (
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -53,5 +55,42 @@ func TestGroupMismatch(t *testing.T) {
 	c.Close()
 	if err := c.Barrier(); !errors.Is(err, dist.ErrClosed) {
 		t.Errorf("Barrier after Close: %v", err)
+	}
+}
+
+// A rank that closes its communicator (a rank that failed) fails the
+// collectives its peers issued and will issue without it, before and after
+// it closed, instead of leaving them waiting.
+func TestGroupRankClosesMidway(t *testing.T) {
+	for _, early := range []bool{true, false} {
+		errs := onRanks(dist.NewGroup(3), func(c dist.Comm) error {
+			buf := make([]float32, 4)
+			if err := c.AllReduce(buf).Synchronize(); err != nil {
+				return err // the first collective completes on every rank
+			}
+			if c.Rank() == 1 {
+				if !early {
+					// Let the others issue the next collective first.
+					for range 1000 {
+						runtime.Gosched()
+					}
+				}
+				return c.Close()
+			}
+			if err := c.AllReduce(buf).Synchronize(); err == nil {
+				return errors.New("an all-reduce without rank 1 succeeded")
+			} else if !strings.Contains(err.Error(), "rank 1 closed") {
+				return err
+			}
+			if err := c.Barrier(); err == nil || !strings.Contains(err.Error(), "rank 1 closed") {
+				return fmt.Errorf("a later barrier: %v", err)
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Errorf("early %v, rank %d: %v", early, r, err)
+			}
+		}
 	}
 }

@@ -79,6 +79,7 @@ func TestDataParallelEqualsOneProcessAtTheWholeBatch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer comms[r].Close() // a failed rank fails the others' collectives
 			got[r], params[r], errs[r] = train1(comms[r], rows)
 		}()
 	}

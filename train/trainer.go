@@ -355,8 +355,12 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 			return nil, fmt.Errorf("train: checkpoints need an optimizer whose state can be saved (optim.Stateful); %T is not", cfg.Optimizer)
 		}
 		t.ckpt = &Checkpointer{Dir: cfg.CheckpointDir, Keep: cfg.Keep, Overrides: cfg.Overrides, OverrideNote: cfg.OverrideNote}
-		if err := writableDir(cfg.CheckpointDir); t.rank == 0 && err != nil {
-			return nil, &ConfigError{"CheckpointDir", err}
+		// Rank 0 alone probes (it alone writes): a probe makes and removes
+		// the directory, which would race with another rank's probe.
+		if t.rank == 0 {
+			if err := writableDir(cfg.CheckpointDir); err != nil {
+				return nil, &ConfigError{"CheckpointDir", err}
+			}
 		}
 	} else if cfg.Resume {
 		return nil, fmt.Errorf("train: resume needs a checkpoint directory")

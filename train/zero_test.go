@@ -71,6 +71,9 @@ func trainRanks(t *testing.T, ranks int, cfg train.Config) []zeroRun {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// A failed rank's closed communicator fails the others'
+			// collectives: an error each, never a hang.
+			defer comms[r].Close()
 			runs[r], errs[r] = one(comms[r])
 		}()
 	}
