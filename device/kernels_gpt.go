@@ -72,8 +72,15 @@ type DropoutKernels interface {
 // DropoutKey names one draw of dropout masks: the run's seed, the op that
 // draws (a stable id of its module path) and the training step. A forward
 // replayed with the same key (recomputation) draws the same mask.
+//
+// Offset places the tensor inside a larger mask: its element i draws as
+// element Offset+i of the mask of the same key. Data parallelism uses it
+// so that a rank holding rows [r·B, (r+1)·B) of a batch draws exactly the
+// masks a single process drew for those rows (Offset = r·B·elements per
+// row); it is 0 otherwise.
 type DropoutKey struct {
 	Seed, Op, Step uint64
+	Offset         uint64
 }
 
 // Philox4x32 is the Philox-4×32-10 counter-based generator of Salmon et
@@ -111,7 +118,8 @@ func (k DropoutKey) PhiloxKey() (key [2]uint32, step [2]uint32) {
 	return [2]uint32{uint32(s), uint32(s >> 32)}, [2]uint32{uint32(k.Step), uint32(k.Step >> 32)}
 }
 
-// DropoutBits writes 4 uniform 32-bit draws for elements 4n … 4n+3.
+// DropoutBits writes 4 uniform 32-bit draws for mask elements 4n … 4n+3
+// (mask elements: Offset is not applied here).
 func (k DropoutKey) DropoutBits(n uint64) [4]uint32 {
 	key, step := k.PhiloxKey()
 	return Philox4x32([4]uint32{uint32(n), uint32(n >> 32), step[0], step[1]}, key)
@@ -130,10 +138,12 @@ func DropoutThreshold(p float32) uint32 {
 	return uint32(float64(p) * (1 << 32))
 }
 
-// DropoutKeep reports whether element i survives dropout p under key.
+// DropoutKeep reports whether element i of the tensor survives dropout p
+// under key: the draw of mask element k.Offset+i.
 func DropoutKeep(k DropoutKey, p float32, i uint64) bool {
 	if p >= 1 {
 		return false
 	}
+	i += k.Offset
 	return k.DropoutBits(i / 4)[i%4] >= DropoutThreshold(p)
 }

@@ -30,3 +30,6 @@ func (c Checkpoint) SetTraining(on bool) { SetTraining(c.Module, on) }
 
 // SetStep passes the step to the module.
 func (c Checkpoint) SetStep(step uint64) { SetStep(c.Module, step) }
+
+// SetFirstRow passes the first global batch row to the module.
+func (c Checkpoint) SetFirstRow(row uint64) { SetFirstRow(c.Module, row) }

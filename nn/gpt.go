@@ -54,8 +54,15 @@ func (c GPTConfig) ParameterCount() int64 {
 // that keys this step's masks, and train/eval mode. A training loop
 // advances Step once per optimizer step (GPT.SetStep); a forward replayed
 // for recomputation within a step draws the same masks.
+//
+// FirstRow is the index, in the batch a single process would draw, of
+// this process's first row: under data parallelism rank r of a batch of
+// B rows per rank holds rows [r·B, (r+1)·B) and sets FirstRow = r·B, so
+// that its masks are the ones a single process drew for those rows. It is
+// 0 in a single process.
 type DropoutState struct {
 	Seed, Step uint64
+	FirstRow   uint64
 	Training   bool
 }
 
@@ -74,8 +81,18 @@ func OpID(path string) uint64 {
 	return h.Sum64()
 }
 
-func (d *Dropout) key() ferry.DropoutKey {
-	return ferry.DropoutKey{Seed: d.State.Seed, Op: d.Op, Step: d.State.Step}
+// key is the site's key for a tensor whose first axis is the batch, with
+// perRow elements per batch row.
+func (d *Dropout) key(perRow int) ferry.DropoutKey {
+	return ferry.DropoutKey{Seed: d.State.Seed, Op: d.Op, Step: d.State.Step, Offset: d.State.FirstRow * uint64(perRow)}
+}
+
+// perRow is the number of elements in one row of x's first axis.
+func perRow(x *ferry.Tensor) int {
+	if s := x.Shape(); len(s) > 0 && s[0] > 0 {
+		return x.Numel() / s[0]
+	}
+	return 0
 }
 
 func (d *Dropout) active() bool { return d.P > 0 && d.State != nil && d.State.Training }
@@ -85,7 +102,7 @@ func (d *Dropout) Forward(x *ferry.Tensor) *ferry.Tensor {
 	if !d.active() {
 		return x.Contiguous()
 	}
-	return ferry.Dropout(x, d.P, d.key())
+	return ferry.Dropout(x, d.P, d.key(perRow(x)))
 }
 
 // Parameters: none.
@@ -104,6 +121,14 @@ func (d *Dropout) SetTraining(on bool) {
 func (d *Dropout) SetStep(step uint64) {
 	if d.State != nil {
 		d.State.Step = step
+	}
+}
+
+// SetFirstRow sets the global batch row of this process's first row (of
+// every site sharing the state; DropoutState.FirstRow).
+func (d *Dropout) SetFirstRow(row uint64) {
+	if d.State != nil {
+		d.State.FirstRow = row
 	}
 }
 
@@ -229,7 +254,8 @@ func (a *CausalSelfAttention) Forward(x *ferry.Tensor) *ferry.Tensor {
 	}
 	opts := ferry.AttentionOptions{Causal: true}
 	if a.AttnDrop.active() {
-		opts.Dropout, opts.Key = a.AttnDrop.P, a.AttnDrop.key()
+		// The weights are [B, H, T, T]: H·T·T elements per batch row.
+		opts.Dropout, opts.Key = a.AttnDrop.P, a.AttnDrop.key(H*T*T)
 	}
 	y := ferry.ScaledDotProductAttention(hs[0], hs[1], hs[2], opts)
 	for _, h := range hs {
@@ -479,6 +505,10 @@ func (g *GPT) SetTraining(on bool) { g.Dropout.Training = on }
 // SetStep sets the step that keys the dropout masks; a training loop calls
 // it (or increments g.Dropout.Step) once per optimizer step.
 func (g *GPT) SetStep(step uint64) { g.Dropout.Step = step }
+
+// SetFirstRow sets the global batch row of this process's first row
+// (DropoutState.FirstRow).
+func (g *GPT) SetFirstRow(row uint64) { g.Dropout.FirstRow = row }
 
 // Parameters lists every parameter once, in nanoGPT's order, named as
 // PyTorch names them.

@@ -24,6 +24,24 @@ type Stepped interface {
 	SetStep(step uint64)
 }
 
+// Sharded is an optional interface of a Module whose forward draws from
+// keys indexed by batch row, as dropout does. Under data parallelism a
+// training loop calls SetFirstRow with the index, in the batch a single
+// process would draw, of this rank's first row (rank·rows per rank), so
+// that N ranks draw the masks one process draws at N times the batch. A
+// container passes it to each child that implements it.
+type Sharded interface {
+	SetFirstRow(row uint64)
+}
+
+// SetFirstRow sets m's first global batch row if m implements Sharded,
+// and does nothing otherwise.
+func SetFirstRow(m Module, row uint64) {
+	if s, ok := m.(Sharded); ok {
+		s.SetFirstRow(row)
+	}
+}
+
 // SetTraining puts m in training (on) or evaluation mode if m implements
 // Trainable, and does nothing otherwise.
 func SetTraining(m Module, on bool) {
@@ -51,4 +69,9 @@ var (
 	_ Stepped   = Checkpoint{}
 	_ Trainable = (*Dropout)(nil)
 	_ Stepped   = (*Dropout)(nil)
+	_ Sharded   = (*GPT)(nil)
+	_ Sharded   = (*Sequential)(nil)
+	_ Sharded   = ModuleList(nil)
+	_ Sharded   = Checkpoint{}
+	_ Sharded   = (*Dropout)(nil)
 )

@@ -229,6 +229,10 @@ func (s *Sequential) SetTraining(on bool) { ModuleList(s.Modules).SetTraining(on
 // SetStep sets the step of every module that has one (Stepped).
 func (s *Sequential) SetStep(step uint64) { ModuleList(s.Modules).SetStep(step) }
 
+// SetFirstRow passes the first global batch row to every module that
+// takes it (Sharded).
+func (s *Sequential) SetFirstRow(row uint64) { ModuleList(s.Modules).SetFirstRow(row) }
+
 // ModuleList holds modules that the caller runs itself (PyTorch:
 // nn.ModuleList); it gives them names and collects their parameters.
 type ModuleList []Module
@@ -264,6 +268,14 @@ func (l ModuleList) SetTraining(on bool) {
 func (l ModuleList) SetStep(step uint64) {
 	for _, m := range l {
 		SetStep(m, step)
+	}
+}
+
+// SetFirstRow passes the first global batch row to every module that
+// takes it (Sharded).
+func (l ModuleList) SetFirstRow(row uint64) {
+	for _, m := range l {
+		SetFirstRow(m, row)
 	}
 }
 

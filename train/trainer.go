@@ -170,7 +170,9 @@ type Config struct {
 // Sharder is a Task that can give one rank's shard of a step's global
 // batch: rows [rank·B, (rank+1)·B) of the batch of size·B rows a single
 // process would draw for the same (step, micro), so that N ranks train
-// as one process at N times the batch.
+// as one process at N times the batch. The Trainer tells the model where
+// its rows start (nn.SetFirstRow: rank·B), so that dropout draws the masks
+// the single process draws for those rows.
 type Sharder interface {
 	BatchShard(step, micro, rank, size int) (x, y *ferry.Tensor, items int, err error)
 }
@@ -968,7 +970,13 @@ func (t *Trainer) batch(step, micro int) (x, y *ferry.Tensor, items int, err err
 	}
 	size := t.cfg.Comm.Size()
 	if s, ok := t.task.(Sharder); ok {
-		return s.BatchShard(step, micro, t.rank, size)
+		x, y, items, err = s.BatchShard(step, micro, t.rank, size)
+		if err == nil && x != nil && len(x.Shape()) > 0 {
+			// This rank's rows start at rank·rows of the batch one process
+			// draws: its dropout masks are that process's for those rows.
+			nn.SetFirstRow(t.task.Model(), uint64(t.rank*x.Shape()[0]))
+		}
+		return x, y, items, err
 	}
 	return t.task.Batch(step, micro*size+t.rank)
 }

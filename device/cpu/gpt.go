@@ -211,11 +211,18 @@ func (k *kernels) Dropout(dst, src device.View, p float32, key device.DropoutKey
 	scale := 1 / (1 - p)
 	thr := device.DropoutThreshold(p)
 	grain := max(4, elementGrain&^3)
-	parallelFor((n+3)/4, grain/4, func(lo, hi int) {
+	// Element i is mask element key.Offset+i: walk the mask's blocks of
+	// four that the tensor overlaps.
+	first := key.Offset / 4
+	skew := int(key.Offset % 4)
+	parallelFor((skew+n+3)/4, grain/4, func(lo, hi int) {
 		for blk := lo; blk < hi; blk++ {
-			bits := key.DropoutBits(uint64(blk))
+			bits := key.DropoutBits(first + uint64(blk))
 			for lane := 0; lane < 4; lane++ {
-				i := blk*4 + lane
+				i := blk*4 + lane - skew
+				if i < 0 {
+					continue
+				}
 				if i >= n {
 					break
 				}
@@ -312,7 +319,7 @@ func softmaxRow(row []float32, n int, lse *float32) {
 // have indices base, base+1, … in the [B, H, T, T] matrix.
 func dropRow(row []float32, key device.DropoutKey, base uint64, thr uint32, scale float32) {
 	for j := range row {
-		i := base + uint64(j)
+		i := key.Offset + base + uint64(j)
 		if key.DropoutBits(i / 4)[i%4] >= thr {
 			row[j] *= scale
 		} else {

@@ -185,12 +185,13 @@ func (k *kernels) LayerNormBackward(dx, dweight, dbias, grad, x, mean, rstd, wei
 		newArgs().Ptr(p[6]).Ptr(p[7]).Ptr(pp).I64(C).I64(splits))
 }
 
-// dropoutArgs appends a dropout's threshold, scale and Philox key, as
+// dropoutArgs appends a dropout's threshold, scale, Philox key and mask
+// offset, as
 // kernels/gpt.cu takes them.
 func dropoutArgs(a *cu.Args, p float32, key device.DropoutKey) *cu.Args {
 	kk, step := key.PhiloxKey()
 	return a.I32(int32(device.DropoutThreshold(p))).F32(1 / (1 - p)).
-		I32(int32(kk[0])).I32(int32(kk[1])).I32(int32(step[0])).I32(int32(step[1]))
+		I32(int32(kk[0])).I32(int32(kk[1])).I32(int32(step[0])).I32(int32(step[1])).I64(int64(key.Offset))
 }
 
 func (k *kernels) Dropout(dst, src device.View, p float32, key device.DropoutKey) error {

@@ -1,6 +1,7 @@
 package devicetest
 
 import (
+	"fmt"
 	"math"
 
 	"ferry/device"
@@ -18,6 +19,7 @@ func init() {
 		test{name: "LayerNormWide", fn: testLayerNormWide},
 		test{name: "AttentionDropoutStrided", fn: testAttentionDropoutStrided},
 		test{name: "DropoutInPlace", fn: testDropoutInPlace},
+		test{name: "DropoutOffset", fn: testDropoutOffset},
 	)
 }
 
@@ -173,11 +175,16 @@ func testAttentionDropoutStrided(e *env) {
 		B, H, T, D int
 		causal     bool
 		p          float32
+		offset     uint64 // DropoutKey.Offset: a rank's place in a larger batch
 	}{
-		{1, 2, 260, 5, true, 0.2},  // more keys than a block's tile
-		{2, 1, 3, 260, false, 0.5}, // more columns than threads
-		{1, 3, 33, 8, false, 0},
+		{1, 2, 260, 5, true, 0.2, 0},  // more keys than a block's tile
+		{2, 1, 3, 260, false, 0.5, 0}, // more columns than threads
+		{1, 3, 33, 8, false, 0, 0},
+		{2, 2, 19, 4, true, 0.3, 2 * 2 * 19 * 19}, // rank 1 of two at batch 2
+		{1, 1, 7, 3, false, 0.4, 5},
 	} {
+		key := key
+		key.Offset = c.offset
 		B, H, T, D := c.B, c.H, c.T, c.D
 		n := B * H * T * D
 		q, k, v, g := seq64(n, -1, 1), seq64(n, 1, -0.5), seq64(n, -0.3, 0.7), seq64(n, 0.3, -0.9)
@@ -212,6 +219,50 @@ func testAttentionDropoutStrided(e *env) {
 		e.nearTol("dq", e.read(dq), wq, 1e-4)
 		e.nearTol("dk", e.read(dk), wk, 1e-4)
 		e.nearTol("dv", e.read(dv), wv, 1e-4)
+	}
+}
+
+// A tensor with DropoutKey.Offset o draws elements o, o+1, … of the mask
+// the same key draws from 0: a rank's rows get the masks a single process
+// drew for them, whatever o is modulo four.
+func testDropoutOffset(e *env) {
+	dk := family[device.DropoutKernels](e, "dropout")
+	key := device.DropoutKey{Seed: 5, Op: 9, Step: 2}
+	const n = 1030
+	for _, off := range []uint64{0, 1, 2, 3, 4, 7, 4097, 1<<33 + 1} {
+		k := key
+		k.Offset = off
+		x := e.tensor([]int{n}, seq(n, -1, 1))
+		e.ok(dk.Dropout(x, x, 0.5, k), "Dropout at offset %d", off)
+		src := seq64(n, -1, 1)
+		want := make([]float64, n)
+		for i := range want {
+			// The mask element off+i, drawn with no offset.
+			if device.DropoutKeep(key, 0.5, off+uint64(i)) {
+				want[i] = float64(float32(src[i]) * 2)
+			}
+		}
+		e.nearTol(fmt.Sprintf("Dropout at offset %d", off), e.read(x), want, 0)
+	}
+	// The two halves of a tensor, each with its offset, are the whole.
+	whole := e.tensor([]int{2 * n}, seq(2*n, -1, 1))
+	e.ok(dk.Dropout(whole, whole, 0.3, key), "Dropout whole")
+	all := seq(2*n, -1, 1)
+	var halves []float32
+	for h := range 2 {
+		k := key
+		k.Offset = uint64(h * n)
+		x := e.tensor([]int{n}, all[h*n:(h+1)*n])
+		e.ok(dk.Dropout(x, x, 0.3, k), "Dropout half %d", h)
+		halves = append(halves, e.read(x)...)
+	}
+	w := e.read(whole)
+	want := make([]float64, len(w))
+	for i, v := range w {
+		want[i] = float64(v)
+	}
+	if halves != nil { // nil where the device keeps no data (meta)
+		e.nearTol("Dropout halves", halves, want, 0)
 	}
 }
 

@@ -44,27 +44,31 @@ func philox(c [4]uint32, k0, k1 uint32) [4]uint32 {
 	return c
 }
 
-// drop is struct AttnDrop, and ferry_dropout's key: parameters i … i+6
-// are on (attention only), thr, scale, k0, k1, s0, s1.
+// drop is struct AttnDrop, and ferry_dropout's key: parameters i … i+7
+// are on (attention only), thr, scale, k0, k1, s0, s1, off.
 type drop struct {
 	on             bool
 	thr            uint32
 	scale          float32
 	k0, k1, s0, s1 uint32
+	off            int64
 }
 
 func (k *launch) drop(i int, on bool) drop {
-	return drop{on, k.u32(i), k.f32(i + 1), k.u32(i + 2), k.u32(i + 3), k.u32(i + 4), k.u32(i + 5)}
+	return drop{on, k.u32(i), k.f32(i + 1), k.u32(i + 2), k.u32(i + 3), k.u32(i + 4), k.u32(i + 5), k.i64(i + 6)}
 }
 
 func (d drop) bits(b uint64) [4]uint32 {
 	return philox([4]uint32{uint32(b), uint32(b >> 32), d.s0, d.s1}, d.k0, d.k1)
 }
 
+// apply is AttnDrop::apply: e is the weight's index, off+e its mask
+// element.
 func (d drop) apply(p float32, e int64) float32 {
 	if !d.on {
 		return p
 	}
+	e += d.off
 	if d.bits(uint64(e) >> 2)[e&3] >= d.thr {
 		return p * d.scale
 	}
@@ -73,10 +77,11 @@ func (d drop) apply(p float32, e int64) float32 {
 
 func dropout(k *launch) {
 	dst, src, n, d := mem[float32](k, 0), mem[float32](k, 1), k.i64(2), k.drop(3, true)
-	gridStride(k, (n+3)/4, func(b int64) {
-		r := d.bits(uint64(b))
+	first, skew := d.off>>2, d.off&3
+	gridStride(k, (skew+n+3)/4, func(b int64) {
+		r := d.bits(uint64(first + b))
 		for lane := int64(0); lane < 4; lane++ {
-			if i := 4*b + lane; i < n {
+			if i := 4*b + lane - skew; i >= 0 && i < n {
 				if r[lane] >= d.thr {
 					dst[i] = src[i] * d.scale
 				} else {

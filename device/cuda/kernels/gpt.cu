@@ -66,17 +66,20 @@ __device__ __forceinline__ bool keep(i64 e, unsigned thr, unsigned k0, unsigned 
   return bits >= thr;
 }
 
-// dst[i] = src[i]*scale where element i survives, else 0; one thread per
-// four elements (one Philox call). dst may be src.
+// dst[i] = src[i]*scale where element i survives, else 0; element i is
+// mask element off+i (device.DropoutKey.Offset). One thread per block of
+// four mask elements (one Philox call) that the tensor overlaps. dst may
+// be src.
 extern "C" __global__ void ferry_dropout(float* dst, const float* src, i64 n, unsigned thr, float scale, unsigned k0,
-                                         unsigned k1, unsigned s0, unsigned s1) {
-  GRID_STRIDE_LOOP(i64, b, (n + 3) / 4) {
-    uint4 r = dropout_bits((unsigned long long)b, k0, k1, s0, s1);
+                                         unsigned k1, unsigned s0, unsigned s1, i64 off) {
+  const i64 first = off >> 2, skew = off & 3;
+  GRID_STRIDE_LOOP(i64, b, (skew + n + 3) / 4) {
+    uint4 r = dropout_bits((unsigned long long)(first + b), k0, k1, s0, s1);
     unsigned bits[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
     for (int lane = 0; lane < 4; lane++) {
-      i64 i = 4 * b + lane;
-      if (i < n) dst[i] = bits[lane] >= thr ? src[i] * scale : 0.0f;
+      i64 i = 4 * b + lane - skew;
+      if (i >= 0 && i < n) dst[i] = bits[lane] >= thr ? src[i] * scale : 0.0f;
     }
   }
 }
@@ -284,15 +287,17 @@ __device__ __forceinline__ float dot(const float* a, const float* b, i64 D) {
 }
 
 // Dropout on the attention weights, applied only when on: element (bh, i,
-// j) of the [B, H, T, T] weights is number (bh·T + i)·T + j.
+// j) of the [B, H, T, T] weights is number (bh·T + i)·T + j, mask element
+// off + that (device.DropoutKey.Offset).
 struct AttnDrop {
   int on;
   unsigned thr;
   float scale;
   unsigned k0, k1, s0, s1;
+  i64 off;
   __device__ __forceinline__ float apply(float p, i64 e) const {
     if (!on) return p;
-    return keep(e, thr, k0, k1, s0, s1) ? p * scale : 0.0f;
+    return keep(off + e, thr, k0, k1, s0, s1) ? p * scale : 0.0f;
   }
 };
 
@@ -304,11 +309,11 @@ struct AttnDrop {
 // output carrying its sum (columns in chunks of 256).
 extern "C" __global__ void ferry_attention(float* out, float* lse, const float* q, const float* k, const float* v,
                                            Heads L, float scale, int causal, int drop, unsigned thr, float dscale,
-                                           unsigned k0, unsigned k1, unsigned s0, unsigned s1) {
+                                           unsigned k0, unsigned k1, unsigned s0, unsigned s1, i64 off) {
   __shared__ float sp[BLOCK];
   __shared__ float sm[BLOCK];
   __shared__ double ss[BLOCK];
-  AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1};
+  AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1, off};
   const i64 T = L.T, D = L.D, rows = L.B * L.H * T;
   const i64 ldk = row_stride(L.k, D), ldv = row_stride(L.v, D);
   for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -382,9 +387,9 @@ __device__ __forceinline__ float score_grad(const float* qi, const float* kj, co
 extern "C" __global__ void ferry_attention_backward_q(float* dq, const float* grad, const float* q, const float* k,
                                                       const float* v, const float* lse, const float* delta, Heads L,
                                                       float scale, int causal, int drop, unsigned thr, float dscale,
-                                                      unsigned k0, unsigned k1, unsigned s0, unsigned s1) {
+                                                      unsigned k0, unsigned k1, unsigned s0, unsigned s1, i64 off) {
   __shared__ float sds[BLOCK];
-  AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1};
+  AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1, off};
   const i64 T = L.T, D = L.D, rows = L.B * L.H * T;
   const i64 ldq = row_stride(L.q, D), ldk = row_stride(L.k, D), ldv = row_stride(L.v, D), ldg = row_stride(L.g, D);
   for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -423,10 +428,10 @@ extern "C" __global__ void ferry_attention_backward_kv(float* dk, float* dv, con
                                                        const float* k, const float* v, const float* lse,
                                                        const float* delta, Heads L, float scale, int causal, int drop,
                                                        unsigned thr, float dscale, unsigned k0, unsigned k1,
-                                                       unsigned s0, unsigned s1) {
+                                                       unsigned s0, unsigned s1, i64 off) {
   __shared__ float sds[BLOCK];
   __shared__ float spd[BLOCK];
-  AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1};
+  AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1, off};
   const i64 T = L.T, D = L.D, rows = L.B * L.H * T;
   const i64 ldq = row_stride(L.q, D), ldk = row_stride(L.k, D), ldv = row_stride(L.v, D), ldg = row_stride(L.g, D);
   for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
