@@ -2,7 +2,7 @@
 # GPU check for ferry's CUDA device, in two halves:
 #
 #   scripts/gpu-check.sh build   on any machine with Go: static binaries in ./out
-#                                (CGO_ENABLED=0: ferry, cuda.test)
+#                                (CGO_ENABLED=0: ferry, cuda.test, nccl.test)
 #   scripts/gpu-check.sh run     on the GPU machine (no Go needed), in one go:
 #     probe         nvidia-smi, cuBLAS, `ferry doctor --json`
 #     conformance   the device conformance suite on the GPU (FP32, then the
@@ -13,6 +13,9 @@
 #                   every mode, --json (two runs, so a timeout loses half)
 #     torch-*       python3 bench/torch_gpu.py: PyTorch at both configurations
 #     bandwidth     pinned host<->device copy bandwidth each way, launch cost
+#     nccl          a single-rank NCCL clique through ferry's binding: every
+#                   collective checked on the GPU, a 64 MiB all-reduce timed
+#                   (libnccl from the loader, or PyTorch's nvidia wheel)
 #   scripts/gpu-check.sh         both (build, then run)
 #
 # Outputs go to $OUT (default ./out/gpu-check): one file per step, steps.tsv
@@ -34,7 +37,8 @@ build() {
   echo "== build (CGO_ENABLED=0)"
   CGO_ENABLED=0 go build -o ./out/ferry ./cmd/ferry || return 1
   CGO_ENABLED=0 go test -c -o ./out/cuda.test ./device/cuda || return 1
-  ls -la out/ferry out/cuda.test
+  CGO_ENABLED=0 go test -c -o ./out/nccl.test ./dist/nccl || return 1
+  ls -la out/ferry out/cuda.test out/nccl.test
 }
 
 # Shares of a 480 s budget. They sum to 480: the limits always fit the
@@ -44,8 +48,8 @@ declare -A SHARE=(
   [conformance]=90
   [mlp-demo]=50 [mlp-demo-json]=50
   [gpt-demo-1]=55 [gpt-demo-2]=35
-  [torch-mlp]=50 [torch-gpt]=75
-  [bandwidth]=25 [launch]=10
+  [torch-mlp]=50 [torch-gpt]=60
+  [bandwidth]=25 [launch]=10 [nccl-library]=5 [nccl]=10
   [summary]=10
 )
 
@@ -121,6 +125,13 @@ run() {
     --modes none,save_on_cpu,offload,recompute,recompute_offload --json "$out/torch-gpt.json"
   step bandwidth "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealCopy' -test.benchtime 20x -test.v
   step launch "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealLaunch' -test.benchtime 20000x -test.v
+  if [[ -x $bin/nccl.test ]]; then
+    # Not under step: find_nccl exports FERRY_LIBNCCL into this shell.
+    find_nccl "$(limit nccl-library)" >"$out/nccl-library.txt"
+    step nccl "$bin/nccl.test" -test.run '^TestRealGPUSingleRank$' -test.v
+  else
+    printf '%s\t%d\t0\tskipped: no %s\n' nccl 0 "$bin/nccl.test" >>"$steps"
+  fi
 
   local lim
   lim=$(limit summary)
@@ -164,6 +175,35 @@ PY
     fi
   done
   echo "cuBLAS: not found; matrix products will use ferry's fallback kernel"
+}
+
+# find_nccl LIMIT sets FERRY_LIBNCCL when the dynamic loader has no
+# libnccl.so.2: the one in PyTorch's nvidia wheels, if there is one.
+find_nccl() {
+  if ldconfig -p 2>/dev/null | grep -E 'libnccl\.so\.2' >/dev/null; then
+    echo "NCCL: registered with the dynamic loader"
+    return
+  fi
+  local d
+  for d in $(timeout --kill-after=1 "$(($1 > 1 ? $1 - 1 : 1))" python3 - 2>/dev/null <<'PY'
+import importlib, os
+for mod in ("nvidia.nccl", "torch"):
+    try:
+        m = importlib.import_module(mod)
+    except Exception:
+        continue
+    for p in getattr(m, "__path__", []):
+        for sub in ("lib", ""):
+            print(os.path.join(p, sub))
+PY
+  ) ${CONDA_PREFIX:+$CONDA_PREFIX/lib} /usr/local/cuda/lib64; do
+    if [[ -e $d/libnccl.so.2 ]]; then
+      export FERRY_LIBNCCL="$d/libnccl.so.2"
+      echo "NCCL: using $d/libnccl.so.2"
+      return
+    fi
+  done
+  echo "NCCL: not found (the nccl step will say so)"
 }
 
 case "${1:-all}" in

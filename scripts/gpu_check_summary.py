@@ -93,6 +93,25 @@ def conformance(out):
     return c
 
 
+def nccl(out):
+    """The single-rank NCCL smoke test: verdict, library and the timed all-reduce."""
+    text = read(out, "nccl.txt")
+    if text is None:
+        return None
+    r = {"passed": bool(re.search(r"^--- PASS: TestRealGPUSingleRank", text, re.M)),
+         "library": (read(out, "nccl-library.txt") or "").strip()}
+    m = re.search(r"NCCL (\d+) from (\S+)", text)
+    if m:
+        r["version"], r["path"] = int(m.group(1)), m.group(2)
+    m = re.search(r"all-reduce of 64 MiB on one rank: (\S+) per call, ([\d.]+) GB/s", text)
+    if m:
+        r["allreduce_64mib"], r["allreduce_gbps"] = m.group(1), float(m.group(2))
+    m = re.search(r"^\s*real_test\.go:\d+: (.*)$", text, re.M)
+    if not r["passed"] and m:
+        r["why"] = m.group(1)[:200]
+    return r
+
+
 def bench(out, name):
     """name -> (ns/op, MB/s or None) from a Go benchmark's output."""
     r = {}
@@ -217,6 +236,13 @@ def text(s):
             parts.append(f"{d} {b[d + '_gbps']:.1f} GB/s{frac}")
     L.append("pinned copies: " + (", ".join(parts) if parts else "no figures" + skipped(s["out"], "bandwidth.txt")))
     L.append("kernel launch: " + (f"{b['launch_us']:.2f} µs" if "launch_us" in b else "no figure" + skipped(s["out"], "launch.txt")))
+    n = s.get("nccl")
+    if n is None:
+        L.append("nccl: not run")
+    else:
+        what = "passed" if n["passed"] else "FAILED" + (f": {n['why']}" if n.get("why") else "")
+        fig = f"; 64 MiB all-reduce {n['allreduce_64mib']} ({n['allreduce_gbps']:.1f} GB/s, one rank)" if "allreduce_64mib" in n else ""
+        L.append(f"nccl single rank: {what}; NCCL {n.get('version', '?')}{fig}")
     for cfg in s["configs"]:
         L.append("")
         L.append(f"== {cfg['name']}: {cfg.get('description') or ''}".rstrip(": "))
@@ -254,7 +280,7 @@ def main():
     bw = bandwidth(out, g)
     s = {"out": out, "budget_s": budget, "elapsed_s": elapsed, "steps": steps(out), "gpu": g,
          "cuda": doctor.get("cuda"), "cublas": (read(out, "cublas.txt") or "").strip(),
-         "conformance": conformance(out), "bandwidth": bw,
+         "conformance": conformance(out), "bandwidth": bw, "nccl": nccl(out),
          "configs": [config("mlp 40 x 4096, batch 1024", [read_json(out, "mlp-demo-json.txt")], read_json(out, "torch-mlp.json"), bw),
                      config("gpt-2 124M, batch 8 x 1024", [read_json(out, "gpt-demo-1.txt"), read_json(out, "gpt-demo-2.txt")],
                             read_json(out, "torch-gpt.json"), bw)]}

@@ -58,6 +58,8 @@ bench/torch_gpu.py) `+record+"\n"+stubTorch+` ;;
 esac`)
 	e.stub(e.bin, "ferry", record+"\n"+stubFerry)
 	e.stub(e.bin, "cuda.test", record+"\n"+stubCUDATest)
+	e.stub(e.bin, "nccl.test", record+"\n"+stubNCCLTest)
+	e.write(filepath.Join(e.wheel, "libnccl.so.2"), "")
 	return e
 }
 
@@ -121,7 +123,7 @@ func (e *checkEnv) stepRows() map[string][3]string {
 }
 
 var allSteps = []string{"nvidia-smi", "doctor", "conformance", "mlp-demo", "mlp-demo-json", "gpt-demo-1", "gpt-demo-2",
-	"torch-mlp", "torch-gpt", "bandwidth", "launch"}
+	"torch-mlp", "torch-gpt", "bandwidth", "launch", "nccl"}
 
 func TestGPUCheckScriptWithStubs(t *testing.T) {
 	e := newCheckEnv(t)
@@ -207,6 +209,7 @@ func TestGPUCheckScriptWithStubs(t *testing.T) {
 		"conformance: 5 passed, 1 failed, 1 skipped", "FAIL TestRealGPUConformance/FP32/Kernels/CompareSum",
 		"HtoD 50.0 GB/s (0.79 of the link's peak), DtoH 40.0 GB/s (0.63 of the link's peak), DtoD 2000.0 GB/s",
 		"kernel launch: 4.10 µs",
+		"nccl single rank: passed; NCCL 22105; 64 MiB all-reduce 212µs (316.6 GB/s, one rank)",
 		"offload/none: ferry 1.100 vs PyTorch save_on_cpu/none 1.500 (PyTorch stream offload/none 1.100)",
 		"recompute-offload/none: ferry 1.350 vs PyTorch 1.700; recompute/none: ferry 1.300 vs PyTorch 1.300",
 		"offload/none: ferry 1.050 vs PyTorch save_on_cpu/none 2.000 (PyTorch stream offload/none 1.200)",
@@ -351,6 +354,17 @@ T
 elif [[ $args == *BenchmarkRealLaunch* ]]; then
   printf 'BenchmarkRealLaunch-16   \t   20000\t      4100 ns/op\nPASS\n'
 fi`
+
+// stubNCCLTest answers for nccl.test's single-rank smoke test, naming the
+// library find_nccl chose.
+const stubNCCLTest = `cat <<T
+=== RUN   TestRealGPUSingleRank
+    real_test.go:35: NCCL 22105 from ${FERRY_LIBNCCL:-none}
+    real_test.go:140: all-reduce: ok
+    real_test.go:175: in-place all-reduce of 64 MiB on one rank: 212µs per call, 316.6 GB/s of the buffer (one rank moves nothing across links: this is NCCL's local path)
+--- PASS: TestRealGPUSingleRank (1.20s)
+PASS
+T`
 
 // stubTorch answers for bench/torch_gpu.py: a table on stdout and the JSON
 // file named by --json.

@@ -25,9 +25,17 @@ import (
 var (
 	lib      *standin.Lib
 	buildErr error
+
+	errRealGPU = errors.New("the stand-in is not used on a real GPU")
 )
 
 func TestMain(m *testing.M) {
+	if realGPU {
+		// The real libnccl is loaded (real_test.go); the stand-in's
+		// tests skip.
+		buildErr = errRealGPU
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "ferry-nccl-standin")
 	if err != nil {
 		panic(err)
@@ -46,6 +54,9 @@ func TestMain(m *testing.M) {
 // broke NCCL's API.
 func setup(t *testing.T) *standin.Lib {
 	t.Helper()
+	if buildErr == errRealGPU {
+		t.Skip("FERRY_CUDA_REAL=1: the real libnccl is loaded, not the stand-in")
+	}
 	if errors.Is(buildErr, standin.ErrNoCompiler) {
 		t.Skipf("the NCCL stand-in needs a C compiler: %v", buildErr)
 	}

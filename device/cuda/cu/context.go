@@ -56,6 +56,15 @@ func (c *context) callRaw(fn uintptr, args ...uintptr) (uintptr, error) {
 	return r, nil
 }
 
+func (c *context) Do(f func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if r, _, _ := purego.SyscallN(c.l.cuCtxSetCurrent, c.h); uint32(r) != 0 {
+		return c.l.errorOf("cuCtxSetCurrent", r)
+	}
+	return f()
+}
+
 func (c *context) Synchronize() error {
 	return c.call("cuCtxSynchronize", c.l.cuCtxSynchronize)
 }

@@ -237,6 +237,12 @@ type Context interface {
 		a DevicePtr, lda int, strideA int64, b DevicePtr, ldb int, strideB int64,
 		beta float32, c DevicePtr, ldc int, strideC int64, batch int) error
 
+	// Do runs f with the context current on the calling goroutine's OS
+	// thread, held for the duration of f: for libraries that act in the
+	// current context, such as NCCL (ncclCommInitRank and every
+	// collective). f must not start goroutines that expect the context.
+	Do(f func() error) error
+
 	// Close releases the primary context (cuDevicePrimaryCtxRelease).
 	Close() error
 }
