@@ -13,6 +13,10 @@
 #                   every mode, --json (two runs, so a timeout loses half)
 #     torch-*       python3 bench/torch_gpu.py: PyTorch at both configurations
 #     bandwidth     pinned host<->device copy bandwidth each way, launch cost
+#     attention     ferry's attention kernels at GPT-2's shape (B 8, H 12,
+#                   T 1024, D 64, causal, fp32), forward and with backward,
+#                   beside PyTorch's scaled_dot_product_attention
+#                   (bench/torch_attention.py: fp32 and bf16)
 #     nccl          a single-rank NCCL clique through ferry's binding: every
 #                   collective checked on the GPU, a 64 MiB all-reduce timed
 #                   (libnccl from the loader, or PyTorch's nvidia wheel)
@@ -47,8 +51,9 @@ declare -A SHARE=(
   [nvidia-smi]=5 [cublas]=10 [doctor]=15
   [conformance]=90
   [mlp-demo]=50 [mlp-demo-json]=50
-  [gpt-demo-1]=55 [gpt-demo-2]=35
-  [torch-mlp]=50 [torch-gpt]=60
+  [gpt-demo-1]=45 [gpt-demo-2]=35
+  [torch-mlp]=45 [torch-gpt]=55
+  [attention]=10 [torch-attention]=10
   [bandwidth]=25 [launch]=10 [nccl-library]=5 [nccl]=10
   [summary]=10
 )
@@ -125,6 +130,8 @@ run() {
     --modes none,save_on_cpu,offload,recompute,recompute_offload --json "$out/torch-gpt.json"
   step bandwidth "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealCopy' -test.benchtime 20x -test.v
   step launch "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealLaunch' -test.benchtime 20000x -test.v
+  step attention "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealAttention' -test.benchtime 10x -test.v
+  step torch-attention python3 bench/torch_attention.py --json "$out/torch-attention.json"
   if [[ -x $bin/nccl.test ]]; then
     # Not under step: find_nccl exports FERRY_LIBNCCL into this shell.
     find_nccl "$(limit nccl-library)" >"$out/nccl-library.txt"

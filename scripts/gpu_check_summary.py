@@ -112,6 +112,20 @@ def nccl(out):
     return r
 
 
+def attention(out):
+    """ferry's attention kernels and PyTorch's SDPA at the same shape: pass -> figures."""
+    a = {}
+    for m in re.finditer(r"^BenchmarkRealAttention/(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op\s+([\d.]+) tflops", read(out, "attention.txt") or "", re.M):
+        a.setdefault(m.group(1), {})["ferry_ms"] = float(m.group(2)) / 1e6
+        a[m.group(1)]["ferry_tflops"] = float(m.group(3))
+    for r in (read_json(out, "torch-attention.json") or {}).get("runs", []):
+        p = a.setdefault(r["pass"], {})
+        p[f"torch_{r['dtype']}_ms"] = r["seconds"] * 1e3
+        if r["dtype"] == "float32" and p.get("ferry_ms"):
+            p["ferry_over_torch_float32"] = p["ferry_ms"] / (r["seconds"] * 1e3)
+    return a
+
+
 def bench(out, name):
     """name -> (ns/op, MB/s or None) from a Go benchmark's output."""
     r = {}
@@ -236,6 +250,15 @@ def text(s):
             parts.append(f"{d} {b[d + '_gbps']:.1f} GB/s{frac}")
     L.append("pinned copies: " + (", ".join(parts) if parts else "no figures" + skipped(s["out"], "bandwidth.txt")))
     L.append("kernel launch: " + (f"{b['launch_us']:.2f} µs" if "launch_us" in b else "no figure" + skipped(s["out"], "launch.txt")))
+    at = s.get("attention") or {}
+    if not at:
+        L.append("attention: no figures" + skipped(s["out"], "attention.txt"))
+    for p in ("forward", "forward+backward"):
+        r = at.get(p)
+        if r:
+            L.append(f"attention {p} (B 8, H 12, T 1024, D 64, causal): ferry fp32 {fmt(r.get('ferry_ms'), '.3f')} ms "
+                     f"({fmt(r.get('ferry_tflops'), '.1f')} TFLOP/s); PyTorch SDPA fp32 {fmt(r.get('torch_float32_ms'), '.3f')} ms, "
+                     f"bf16 {fmt(r.get('torch_bfloat16_ms'), '.3f')} ms; ferry/PyTorch fp32 {fmt(r.get('ferry_over_torch_float32'), '.2f')}")
     n = s.get("nccl")
     if n is None:
         L.append("nccl: not run")
@@ -280,7 +303,7 @@ def main():
     bw = bandwidth(out, g)
     s = {"out": out, "budget_s": budget, "elapsed_s": elapsed, "steps": steps(out), "gpu": g,
          "cuda": doctor.get("cuda"), "cublas": (read(out, "cublas.txt") or "").strip(),
-         "conformance": conformance(out), "bandwidth": bw, "nccl": nccl(out),
+         "conformance": conformance(out), "bandwidth": bw, "nccl": nccl(out), "attention": attention(out),
          "configs": [config("mlp 40 x 4096, batch 1024", [read_json(out, "mlp-demo-json.txt")], read_json(out, "torch-mlp.json"), bw),
                      config("gpt-2 124M, batch 8 x 1024", [read_json(out, "gpt-demo-1.txt"), read_json(out, "gpt-demo-2.txt")],
                             read_json(out, "torch-gpt.json"), bw)]}

@@ -54,6 +54,7 @@ func newCheckEnv(t *testing.T) *checkEnv {
 	e.stub(e.stubs, "python3", `case "${1:-}" in
 -) echo "`+e.wheel+`"; exit 0 ;;
 bench/torch_gpu.py) `+record+"\n"+stubTorch+` ;;
+bench/torch_attention.py) `+record+"\n"+stubTorchAttention+` ;;
 *) exec `+realPython+` "$@" ;;
 esac`)
 	e.stub(e.bin, "ferry", record+"\n"+stubFerry)
@@ -123,7 +124,7 @@ func (e *checkEnv) stepRows() map[string][3]string {
 }
 
 var allSteps = []string{"nvidia-smi", "doctor", "conformance", "mlp-demo", "mlp-demo-json", "gpt-demo-1", "gpt-demo-2",
-	"torch-mlp", "torch-gpt", "bandwidth", "launch", "nccl"}
+	"torch-mlp", "torch-gpt", "bandwidth", "launch", "attention", "torch-attention", "nccl"}
 
 func TestGPUCheckScriptWithStubs(t *testing.T) {
 	e := newCheckEnv(t)
@@ -209,6 +210,8 @@ func TestGPUCheckScriptWithStubs(t *testing.T) {
 		"conformance: 5 passed, 1 failed, 1 skipped", "FAIL TestRealGPUConformance/FP32/Kernels/CompareSum",
 		"HtoD 50.0 GB/s (0.79 of the link's peak), DtoH 40.0 GB/s (0.63 of the link's peak), DtoD 2000.0 GB/s",
 		"kernel launch: 4.10 µs",
+		"attention forward (B 8, H 12, T 1024, D 64, causal): ferry fp32 2.000 ms (6.4 TFLOP/s); PyTorch SDPA fp32 1.000 ms, bf16 0.250 ms; ferry/PyTorch fp32 2.00",
+		"attention forward+backward (B 8, H 12, T 1024, D 64, causal): ferry fp32 8.000 ms (5.6 TFLOP/s); PyTorch SDPA fp32 4.000 ms, bf16 1.000 ms; ferry/PyTorch fp32 2.00",
 		"nccl single rank: passed; NCCL 22105; 64 MiB all-reduce 212µs (316.6 GB/s, one rank)",
 		"offload/none: ferry 1.100 vs PyTorch save_on_cpu/none 1.500 (PyTorch stream offload/none 1.100)",
 		"recompute-offload/none: ferry 1.350 vs PyTorch 1.700; recompute/none: ferry 1.300 vs PyTorch 1.300",
@@ -351,9 +354,28 @@ BenchmarkRealCopy/DtoH-16         	      20	   6710886 ns/op	40000.00 MB/s
 BenchmarkRealCopy/DtoD-16         	      20	    134217 ns/op	2000000.00 MB/s
 PASS
 T
+elif [[ $args == *BenchmarkRealAttention* ]]; then
+  cat <<'T'
+BenchmarkRealAttention/forward-16         	      10	   2000000 ns/op	         6.44 tflops
+BenchmarkRealAttention/forward+backward-16         	      10	   8000000 ns/op	         5.64 tflops
+PASS
+T
 elif [[ $args == *BenchmarkRealLaunch* ]]; then
   printf 'BenchmarkRealLaunch-16   \t   20000\t      4100 ns/op\nPASS\n'
 fi`
+
+// stubTorchAttention answers for bench/torch_attention.py: the JSON file
+// named by --json.
+const stubTorchAttention = `file=
+while (($#)); do
+  case $1 in --json) file=$2; shift ;; esac
+  shift
+done
+echo "sdpa float32 forward 1.000 ms"
+printf '{"torch": "2.4.0", "runs": [{"dtype": "float32", "pass": "forward", "seconds": 0.001, "tflops": 12.9},
+ {"dtype": "float32", "pass": "forward+backward", "seconds": 0.004, "tflops": 11.3},
+ {"dtype": "bfloat16", "pass": "forward", "seconds": 0.00025, "tflops": 51.5},
+ {"dtype": "bfloat16", "pass": "forward+backward", "seconds": 0.001, "tflops": 45.1}]}\n' >"$file"`
 
 // stubNCCLTest answers for nccl.test's single-rank smoke test, naming the
 // library find_nccl chose.

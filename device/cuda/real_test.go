@@ -1,8 +1,10 @@
 package cuda_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"ferry/device/cpu"
 	"ferry/device/cuda"
 	"ferry/device/cuda/cu"
+	"ferry/device/cuda/fake"
 	"ferry/device/devicetest"
 )
 
@@ -198,4 +201,99 @@ func BenchmarkRealLaunch(b *testing.B) {
 	if err := d.Compute().Synchronize(); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// Attention at GPT-2 124M's shape at batch 8 (B 8, H 12, T 1024, D 64,
+// causal, fp32), forward alone and forward with backward, as ferry's
+// kernels run it. scripts/gpu-check.sh runs it beside PyTorch's
+// scaled_dot_product_attention on the same shapes
+// (bench/torch_attention.py). The tflops metric counts 4·B·H·T²·D flops
+// for the forward (two products), halved when causal, and 2.5 times that
+// for backward (FlashAttention's convention), so the two are comparable.
+func BenchmarkRealAttention(b *testing.B) {
+	d := openReal(b, device.Options{})
+	b.Run("forward", func(b *testing.B) { benchAttention(b, d, 8, 12, 1024, 64, false) })
+	b.Run("forward+backward", func(b *testing.B) { benchAttention(b, d, 8, 12, 1024, 64, true) })
+}
+
+// The benchmark's body runs on the fake driver at a small shape, so that
+// the first GPU run does not find a mistake in it.
+func TestAttentionBenchmarkOnFake(t *testing.T) {
+	d, err := cuda.Open(fake.New(fake.Options{}), 0, device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, bwd := range []bool{false, true} {
+		r := testing.Benchmark(func(b *testing.B) { benchAttention(b, d, 1, 2, 16, 8, bwd) })
+		if r.N == 0 || r.Extra["tflops"] <= 0 {
+			t.Fatalf("backward %v: the benchmark did not run: %+v", bwd, r)
+		}
+	}
+}
+
+// benchAttention times causal attention on [B, H, T, D] inputs (with
+// backward when bwd) and reports tflops by the convention above.
+func benchAttention(b *testing.B, d *cuda.Device, B, H, T, D int, bwd bool) {
+	ak, ok := d.Kernels().(device.AttentionKernels)
+	if !ok {
+		b.Fatal("the CUDA device has no attention kernels")
+	}
+	var blocks []*device.Block
+	defer func() {
+		for _, blk := range blocks {
+			d.Allocator().Free(blk)
+		}
+	}()
+	alloc := func(shape ...int) device.View {
+		n := 1
+		for _, s := range shape {
+			n *= s
+		}
+		blk, err := d.Allocator().Alloc(int64(4*n), device.Activation)
+		if err != nil {
+			b.Fatal(err)
+		}
+		blocks = append(blocks, blk)
+		v := device.View{Block: blk, Shape: shape, Strides: device.Contiguous(shape)}
+		vals := make([]byte, 4*n)
+		for i := 0; i < n; i++ {
+			f := float32((i*7919)%2001-1000) / 1000
+			binary.LittleEndian.PutUint32(vals[4*i:], math.Float32bits(f))
+		}
+		if err := d.Kernels().Upload(v, vals); err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
+	q, k, v, g := alloc(B, H, T, D), alloc(B, H, T, D), alloc(B, H, T, D), alloc(B, H, T, D)
+	out, lse := alloc(B, H, T, D), alloc(B, H, T)
+	dq, dk, dv := alloc(B, H, T, D), alloc(B, H, T, D), alloc(B, H, T, D)
+	p := device.AttentionParams{Causal: true, Scale: float32(1 / math.Sqrt(float64(D)))}
+	flops := 4.0 * float64(B*H*T*T*D) / 2
+	if bwd {
+		flops *= 3.5
+	}
+	run := func() {
+		if err := ak.Attention(out, lse, q, k, v, p); err != nil {
+			b.Fatal(err)
+		}
+		if bwd {
+			if err := ak.AttentionBackward(dq, dk, dv, g, q, k, v, out, lse, p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	run() // warm-up: module load, first launch
+	if err := d.Compute().Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run()
+	}
+	if err := d.Compute().Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "tflops")
 }
