@@ -33,20 +33,48 @@ func (k kernels) LayerNormBackward(dx, dweight, dbias, grad, x, mean, rstd, weig
 	return nil
 }
 
-// attentionFLOPs counts the products of one pass: q·kᵀ and weights·v.
-func attentionFLOPs(q device.View) float64 {
+// attentionTile is the query and key tile of ferry's CUDA attention
+// kernels: with AttentionCausalSkip, a causal pass computes the tiles on
+// and below the diagonal only.
+const attentionTile = 64
+
+// attentionFLOPs counts the products of one forward pass, q·kᵀ and
+// weights·v, over the scores the kernels compute: every one, or, when they
+// skip the tiles above a causal diagonal, nt(nt+1)/2 of the nt² tiles.
+func (k kernels) attentionFLOPs(q device.View, causal bool) float64 {
 	B, H, T, D := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
-	return 2 * 2 * float64(B*H) * float64(T) * float64(T) * float64(D)
+	f := 2 * 2 * float64(B*H) * float64(T) * float64(T) * float64(D)
+	if p := k.d.sim.profile; causal && p != nil && p.AttentionCausalSkip {
+		nt := float64((T + attentionTile - 1) / attentionTile)
+		f *= (nt + 1) / (2 * nt)
+	}
+	return f
+}
+
+// attentionCost advances the clock by one attention kernel's time: its
+// products at the attention rate, its bytes at the memory rate.
+func (k kernels) attentionCost(flops, bytes float64) {
+	p := k.d.sim.profile
+	if p == nil {
+		return
+	}
+	rate := p.AttentionFLOPS
+	if rate == 0 {
+		rate = p.MatmulFLOPS
+	}
+	k.d.comp.run(p.KernelSeconds + flops/rate + bytes/p.MemoryBytesPerSec)
 }
 
 func (k kernels) Attention(out, lse, q, kk, v device.View, p device.AttentionParams) error {
-	k.cost(attentionFLOPs(q), float64(4*4*q.Numel()))
+	// q, k and v read, the output written.
+	k.attentionCost(k.attentionFLOPs(q, p.Causal), float64(4*4*q.Numel()))
 	return nil
 }
 
 func (k kernels) AttentionBackward(dq, dk, dv, grad, q, kk, v, out, lse device.View, p device.AttentionParams) error {
-	// Recomputing the scores plus four products.
-	k.cost(2.5*attentionFLOPs(q), float64(4*8*q.Numel()))
+	// Recomputing the scores plus four products; q, k, v, out, grad read
+	// and dq, dk, dv written.
+	k.attentionCost(2.5*k.attentionFLOPs(q, p.Causal), float64(4*8*q.Numel()))
 	return nil
 }
 

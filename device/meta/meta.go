@@ -40,6 +40,17 @@ type Profile struct {
 	Source string `json:"source,omitempty"` // where the figures come from
 	// MatmulFLOPS is the fp32 matrix-product rate.
 	MatmulFLOPS float64 `json:"matmul_flops"`
+	// AttentionFLOPS is the rate the attention kernels reach on their
+	// products (q·kᵀ and weights·v, and backward's); 0 means MatmulFLOPS,
+	// which is right where attention runs on the matrix-product kernel
+	// (the CPU device). On a GPU ferry's tiled attention kernels run on the
+	// fp32 cores without a library's tuning: see docs/gpu-estimate.md.
+	AttentionFLOPS float64 `json:"attention_flops,omitempty"`
+	// AttentionCausalSkip says the attention kernels skip the key tiles
+	// above the diagonal of a causal mask (ferry's CUDA kernels), so a
+	// causal pass costs about half a full one; without it every score is
+	// computed (the CPU device).
+	AttentionCausalSkip bool `json:"attention_causal_skip,omitempty"`
 	// MemoryBytesPerSec is the rate elementwise kernels move bytes at
 	// (reads plus writes).
 	MemoryBytesPerSec float64 `json:"memory_bytes_per_sec"`
@@ -90,6 +101,9 @@ func (p *Profile) Validate() error {
 		{"d2h_bytes_per_sec", p.D2HBytesPerSec}, {"disk_write_bytes_per_sec", p.DiskWriteBytesPerSec},
 		{"disk_read_bytes_per_sec", p.DiskReadBytesPerSec}} {
 		check(r.name, r.v, minRate, maxRate, " (bytes per second, e.g. 2.5e10)")
+	}
+	if p.AttentionFLOPS != 0 {
+		check("attention_flops", p.AttentionFLOPS, minFLOPS, maxFLOPS, " (floating-point operations per second; 0 or absent: matmul_flops)")
 	}
 	check("kernel_seconds", p.KernelSeconds, 0, maxKernelSeconds, " (seconds per kernel launch, e.g. 5e-6)")
 	check("copy_compute_share", p.CopyComputeShare, 0, maxCopyShare, "")

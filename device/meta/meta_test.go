@@ -68,3 +68,50 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// Attention runs at AttentionFLOPS when a profile gives it (else at
+// MatmulFLOPS), and a causal pass costs the tiles on and below the
+// diagonal only where the profile says the kernels skip the rest.
+func TestAttentionCost(t *testing.T) {
+	const B, H, T, D = 2, 3, 1000, 64 // 16 tiles of 64 keys, the last partial
+	flops := 4.0 * B * H * T * T * D
+	bytes := 4.0 * 4 * B * H * T * D
+	for _, c := range []struct {
+		attn   float64
+		skip   bool
+		causal bool
+		want   float64
+	}{
+		{0, false, true, flops/1e12 + bytes/1e11},         // the matmul rate, every score
+		{5e11, false, false, flops/5e11 + bytes/1e11},     // the attention rate
+		{5e11, true, false, flops/5e11 + bytes/1e11},      // not causal: nothing skipped
+		{5e11, true, true, flops*17/32/5e11 + bytes/1e11}, // 16·17/2 of 16² tiles
+		{0, true, true, flops*17/32/1e12 + bytes/1e11},    // skipping at the matmul rate
+		{5e11, false, true, flops/5e11 + bytes/1e11},      // causal, computed in full
+	} {
+		p := &meta.Profile{Name: "test", MatmulFLOPS: 1e12, MemoryBytesPerSec: 1e11, H2DBytesPerSec: 1e10,
+			D2HBytesPerSec: 1e10, DiskWriteBytesPerSec: 1e9, DiskReadBytesPerSec: 2e9,
+			AttentionFLOPS: c.attn, AttentionCausalSkip: c.skip}
+		if err := p.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		d := meta.New(device.Options{}, p)
+		b, _ := d.Allocator().Alloc(4*B*H*T*D, device.Activation)
+		l, _ := d.Allocator().Alloc(4*B*H*T, device.Activation)
+		v := device.View{Block: b, Shape: []int{B, H, T, D}, Strides: device.Contiguous([]int{B, H, T, D})}
+		lse := device.View{Block: l, Shape: []int{B, H, T}, Strides: device.Contiguous([]int{B, H, T})}
+		ak := d.Kernels().(device.AttentionKernels)
+		if err := ak.Attention(v, lse, v, v, v, device.AttentionParams{Causal: c.causal, Scale: 0.125}); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.Now(); abs(got-c.want) > 1e-9*c.want {
+			t.Errorf("%+v: %v s, want %v", c, got, c.want)
+		}
+		d.Close()
+	}
+	bad := &meta.Profile{Name: "bad", MatmulFLOPS: 1e12, MemoryBytesPerSec: 1e11, H2DBytesPerSec: 1e10,
+		D2HBytesPerSec: 1e10, DiskWriteBytesPerSec: 1e9, DiskReadBytesPerSec: 2e9, AttentionFLOPS: -1}
+	if err := bad.Validate(); err == nil {
+		t.Error("a negative attention_flops was accepted")
+	}
+}
