@@ -148,11 +148,16 @@ func Cat(dim int, ts ...*Tensor) *Tensor {
 }
 
 // copyRegion copies src into dst, a view of a contiguous block with any
-// strides, as a few contiguous copies: the largest trailing run of axes
+// strides: in one call where the device copies into strided views
+// (device.StridedCopyKernels), else as a few contiguous copies: the largest trailing run of axes
 // that is contiguous in dst goes in one Copy call per index of the axes
 // before it.
 func copyRegion(op string, dev device.Device, dst, src device.View) {
 	if dst.Numel() == 0 {
+		return
+	}
+	if sk, ok := dev.Kernels().(device.StridedCopyKernels); ok {
+		check(op, sk.CopyStrided(dst, src))
 		return
 	}
 	r := len(dst.Shape)

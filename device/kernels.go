@@ -182,6 +182,20 @@ type FusedKernels interface {
 	ReLUBackwardSum(dst, sum, grad, out View) error
 }
 
+// StridedCopyKernels is implemented by the Kernels of devices that copy
+// into a strided destination in one call: the tensor layer writes a
+// region of a larger tensor (Cat, the backward of Narrow and Split) with
+// it, and otherwise with one Copy per contiguous run of the region — on a
+// GPU one launch per row, which for a GPT's q, k, v split is B·T launches
+// per piece and layer.
+type StridedCopyKernels interface {
+	// CopyStrided writes src into dst, both of one shape and any strides;
+	// dst's elements must not overlap one another (a view with a zero
+	// stride is not a destination). With dtype Int32 it copies 4-byte
+	// integers.
+	CopyStrided(dst, src View) error
+}
+
 // DataLess is implemented by devices whose memory holds no data (the meta
 // device): the tensor layer skips preparing host-side values for them.
 type DataLess interface{ DataLess() }

@@ -47,6 +47,35 @@ func (k *kernels) Copy(dst, src device.View) error {
 	return nil
 }
 
+// CopyStrided is Copy into a destination of any (non-overlapping)
+// strides (device.StridedCopyKernels).
+func (k *kernels) CopyStrided(dst, src device.View) error {
+	if dst.IsContiguous() {
+		return k.Copy(dst, src)
+	}
+	n := dst.Numel()
+	if n == 0 {
+		return nil
+	}
+	d, s := floats(dst), floats(src)
+	l := collapse(dst.Shape, dst.Strides, src.Strides)
+	last := len(l.shape) - 1
+	ds, ss := l.strides[0][last], l.strides[1][last]
+	parallelFor(n, elementGrain, func(lo, hi int) {
+		l.rows(lo, hi, func(offs []int, n int) {
+			dr, sr := d[offs[0]:], s[offs[1]:]
+			if ds == 1 && ss == 1 {
+				copy(dr[:n], sr[:n])
+				return
+			}
+			for i := 0; i < n; i++ {
+				dr[i*ds] = sr[i*ss]
+			}
+		})
+	})
+	return nil
+}
+
 func (k *kernels) Fill(dst device.View, v float32) error {
 	d := floats(dst)[:dst.Numel()]
 	parallelFor(len(d), elementGrain, func(lo, hi int) {

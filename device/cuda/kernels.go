@@ -88,6 +88,10 @@ func (k *kernels) Copy(dst, src device.View) error {
 	return k.launch(name, k.grid1(n), block1, newArgs().Ptr(p[0]).Ptr(p[1]).I64(n).Int64s(l.encode()...))
 }
 
+// CopyStrided is Copy: its strided kernels already place each element by
+// dst's strides as well as src's (device.StridedCopyKernels).
+func (k *kernels) CopyStrided(dst, src device.View) error { return k.Copy(dst, src) }
+
 // Fill writes v's bits into every 32-bit word of dst (cuMemsetD32Async).
 func (k *kernels) Fill(dst device.View, v float32) error {
 	n := int64(dst.Numel())

@@ -20,6 +20,7 @@ func init() {
 		test{name: "AttentionDropoutStrided", fn: testAttentionDropoutStrided},
 		test{name: "DropoutInPlace", fn: testDropoutInPlace},
 		test{name: "DropoutOffset", fn: testDropoutOffset},
+		test{name: "CopyStrided", fn: testCopyStrided},
 	)
 }
 
@@ -219,6 +220,61 @@ func testAttentionDropoutStrided(e *env) {
 		e.nearTol("dq", e.read(dq), wq, 1e-4)
 		e.nearTol("dk", e.read(dk), wk, 1e-4)
 		e.nearTol("dv", e.read(dv), wv, 1e-4)
+	}
+}
+
+// CopyStrided writes into strided destinations: a region of a wider
+// tensor (Cat and Split's backward), a transposed one, one whose innermost
+// stride is not 1, from contiguous, strided and broadcast sources, every
+// element outside the region left as it was.
+func testCopyStrided(e *env) {
+	sk := family[device.StridedCopyKernels](e, "strided copy")
+	const big = 4 * 5 * 9
+	for _, c := range []struct {
+		name               string
+		shape              []int
+		dOff               int
+		dStrides, sStrides []int
+	}{
+		{"region of a wider tensor", []int{4, 5, 3}, 3, []int{45, 9, 1}, []int{15, 3, 1}},
+		{"transposed destination", []int{5, 4}, 0, []int{1, 5}, []int{4, 1}},
+		{"inner stride 2", []int{3, 7}, 1, []int{14, 2}, []int{7, 1}},
+		{"strided source too", []int{4, 5}, 2, []int{9, 1}, []int{1, 4}},
+		{"broadcast source row", []int{6, 4}, 0, []int{8, 2}, []int{0, 1}},
+		{"one row", []int{1, 37}, 50, []int{1, 1}, []int{37, 1}},
+		{"contiguous", []int{3, 6}, 0, []int{6, 1}, []int{6, 1}},
+		{"empty", []int{0, 4}, 0, []int{4, 1}, []int{4, 1}},
+	} {
+		n := 1
+		for _, d := range c.shape {
+			n *= d
+		}
+		srcVals := seq(big, -3, 3)
+		dstVals := seq(big, 10, 20)
+		src := e.storage(srcVals, 0, c.shape, c.sStrides)
+		dst := e.storage(dstVals, c.dOff, c.shape, c.dStrides)
+		e.ok(sk.CopyStrided(dst, src), "CopyStrided %s", c.name)
+		want := make([]float64, big)
+		for i, v := range dstVals {
+			want[i] = float64(v)
+		}
+		idx := make([]int, len(c.shape))
+		for i := 0; i < n; i++ {
+			so, do := 0, c.dOff
+			for a := range idx {
+				so += idx[a] * c.sStrides[a]
+				do += idx[a] * c.dStrides[a]
+			}
+			want[do] = float64(srcVals[so])
+			for a := len(idx) - 1; a >= 0; a-- {
+				if idx[a]++; idx[a] < c.shape[a] {
+					break
+				}
+				idx[a] = 0
+			}
+		}
+		whole := device.View{Block: dst.Block, Shape: []int{big}, Strides: []int{1}}
+		e.nearTol("CopyStrided "+c.name, e.read(whole), want, 0)
 	}
 }
 

@@ -26,6 +26,10 @@ func (k kernels) Gemm(p device.GemmParams) error {
 }
 
 func (k kernels) Copy(dst, src device.View) error { k.elementwise(dst.Numel(), 1, 1); return nil }
+func (k kernels) CopyStrided(dst, src device.View) error {
+	k.elementwise(dst.Numel(), 1, 1)
+	return nil
+}
 func (k kernels) Fill(dst device.View, v float32) error {
 	k.elementwise(dst.Numel(), 0, 1)
 	return nil
