@@ -1,0 +1,58 @@
+package optim
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"ferry/device"
+)
+
+// BenchmarkHostAdamW times the host AdamW update on n float32 parameters
+// (reading w, g, m and v, writing w, m and v: 28 bytes an element) beside
+// a copy of the same 28·n bytes (14·n read, 14·n written), both spread
+// over the cores by hostParallel and interleaved iteration by iteration,
+// so that a noisy neighbour slows both alike. Metrics: adam-GB/s,
+// copy-GB/s and adam/copy, their ratio. scripts/bench-host-adamw.py times
+// PyTorch's CPU AdamW (foreach) on the same sizes.
+//
+//	go test -run - -bench HostAdamW ./optim
+func BenchmarkHostAdamW(b *testing.B) {
+	for _, n := range []int{1 << 20, 1 << 24} {
+		for _, isa := range hostISAs() {
+			b.Run(fmt.Sprintf("n=%d/%s", n, isa), func(b *testing.B) {
+				defer func(old string) { hostISA = old }(hostISA)
+				hostISA = isa
+				w, g, m, v := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+				for i := range g {
+					w[i], g[i] = float32(i%7)*0.1, float32(i%13)*0.01-0.06
+				}
+				src, dst := make([]byte, 14*n), make([]byte, 14*n)
+				for i := range src { // touch every page before timing
+					src[i], dst[i] = byte(i), 1
+				}
+				for i := range m {
+					m[i], v[i] = 1e-3, 1e-6
+				}
+				hp := device.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
+				var adam, cp time.Duration
+				step := 0
+				b.SetBytes(28 * int64(n))
+				for b.Loop() {
+					step++
+					hp.Step = step
+					t0 := time.Now()
+					hostAdamW(w, g, m, v, hp)
+					t1 := time.Now()
+					hostParallel(len(src), func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
+					adam += t1.Sub(t0)
+					cp += time.Since(t1)
+				}
+				bytes := 28 * float64(n) * float64(step)
+				b.ReportMetric(bytes/adam.Seconds()/1e9, "adam-GB/s")
+				b.ReportMetric(bytes/cp.Seconds()/1e9, "copy-GB/s")
+				b.ReportMetric(cp.Seconds()/adam.Seconds(), "adam/copy")
+			})
+		}
+	}
+}
