@@ -51,6 +51,14 @@ func StateOn(where string) (Option, error) {
 	return nil, fmt.Errorf("optim: optimizer state %q: want device or host", where)
 }
 
+// HostPlaced is implemented by optimizers that may keep their state on
+// the host (SGD and AdamW): a checkpoint loader reads such an optimizer's
+// state into host memory instead of the device's.
+type HostPlaced interface {
+	// StateOnHost reports whether the state is on the host (OnHost).
+	StateOnHost() bool
+}
+
 // hostStore is the state of an OnHost optimizer.
 //
 // Ownership: every slice here belongs to the optimizer, and nothing outside

@@ -38,7 +38,7 @@ type trainOptions struct {
 	seed                          uint64
 	lr, minLR, clip               float64
 	weightDecay, momentum         float64
-	optimizer                     string
+	optimizer, optimizerState     string
 	logPath, plotDir              string
 	checkpointDir                 string
 	checkpointEvery, keep         int
@@ -92,6 +92,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 	fs.IntVar(&o.warmup, "warmup", 0, "linear warm-up steps (default: a tenth of the steps)")
 	fs.Float64Var(&o.clip, "clip", 0, "clip gradients to this global L2 norm (0: no clipping)")
 	fs.StringVar(&o.optimizer, "optimizer", optimizer, "sgd or adamw")
+	fs.StringVar(&o.optimizerState, "optimizer-state", "device", "where the optimizer keeps its state and steps: device, or host (host memory, updated on the CPU cores: no optimizer state on the device)")
 	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "weight decay (default: 0 for sgd, 0.1 for adamw)")
 	fs.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initialisation, the data order and dropout")
@@ -141,6 +142,9 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	}
 	if o.optimizer != "sgd" && o.optimizer != "adamw" {
 		return fmt.Errorf("--optimizer %q: want sgd or adamw", o.optimizer)
+	}
+	if o.optimizerState != "device" && o.optimizerState != "host" {
+		return fmt.Errorf("--optimizer-state %q: want device or host", o.optimizerState)
 	}
 	if !set["min-lr"] {
 		o.minLR = o.lr / 10
@@ -198,6 +202,7 @@ type trainSummary struct {
 	Task           string             `json:"task"`
 	Device         string             `json:"device"`
 	Mode           string             `json:"mode"`
+	OptimizerState string             `json:"optimizer_state"` // device or host (--optimizer-state)
 	Model          string             `json:"model"`
 	WorldSize      int                `json:"world_size"` // data-parallel ranks (mpirun -np N)
 	ParameterCount int64              `json:"parameter_count"`
@@ -249,7 +254,7 @@ func (p plannedTask) PlanModel() plan.Model { return p.planModel() }
 
 // runTrainer runs r under the shared flags o and returns the summary.
 func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (_ *trainSummary, retErr error) {
-	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, Model: r.describe, WorldSize: 1}
+	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, OptimizerState: o.optimizerState, Model: r.describe, WorldSize: 1}
 	if o.comm != nil {
 		sum.WorldSize = o.comm.Size()
 	}
@@ -261,13 +266,17 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		sum.ParameterCount += int64(prm.Numel())
 	}
 	var opt optim.Stateful
+	place, err := optim.StateOn(o.optimizerState)
+	if err != nil {
+		return nil, err
+	}
 	switch o.optimizer {
 	case "sgd":
-		s := optim.NewSGD(model.Parameters(), float32(o.lr))
+		s := optim.NewSGD(model.Parameters(), float32(o.lr), place)
 		s.Momentum, s.WeightDecay = float32(o.momentum), float32(o.weightDecay)
 		opt = s
 	default:
-		a := optim.NewAdamW(model.Parameters(), float32(o.lr))
+		a := optim.NewAdamW(model.Parameters(), float32(o.lr), place)
 		a.Beta2, a.WeightDecay = 0.95, float32(o.weightDecay)
 		opt = a
 	}
@@ -588,7 +597,8 @@ func (s *trainSummary) initialVal(name string) (float64, bool) {
 
 // preflight refuses a run whose least memory cannot fit, before anything
 // large is allocated: parameters with their gradients and optimizer state
-// (stateCopies per parameter: 1 for SGD with momentum, 2 for AdamW) plus
+// (stateCopies per parameter: 1 for SGD with momentum, 2 for AdamW, 0
+// with the state on the host) plus
 // minStepBytes of activations on the device, and hostBytes of batch data on
 // the Go heap. The estimates are lower bounds, so a refused run could not
 // have run; the device's own limit still catches the rest, with an error.
@@ -611,8 +621,13 @@ func preflight(dev device.Device, params int64, stateCopies int, minStepBytes, h
 	return nil
 }
 
-func stateCopies(optimizer string) int {
-	if optimizer == "sgd" {
+// stateCopies is the parameter-sized copies of optimizer state the device
+// holds: none with --optimizer-state host.
+func (o *trainOptions) stateCopies() int {
+	if o.optimizerState == "host" {
+		return 0
+	}
+	if o.optimizer == "sgd" {
 		return 1
 	}
 	return 2
