@@ -440,3 +440,32 @@ func TestHostMisuse(t *testing.T) {
 		p.Release()
 	}
 }
+
+// BenchmarkHostAdamWStep times one AdamW update of a 16M-element
+// parameter on the CPU device, with the state on the device (the CPU
+// device's kernel) and on the host (download, host update, upload).
+//
+//	go test -run - -bench HostAdamWStep ./optim
+func BenchmarkHostAdamWStep(b *testing.B) {
+	for _, place := range []string{"device", "host"} {
+		b.Run(place, func(b *testing.B) {
+			dev := newCPU(b)
+			n := 1 << 24
+			p := ferry.Zeros(dev, n).SetName("w")
+			p.SetGrad(ferry.Full(dev, 0.01, n))
+			opt, _ := optim.StateOn(place)
+			o := optim.NewAdamW([]*ferry.Tensor{p}, 1e-3, opt)
+			if err := o.Step(); err != nil { // makes the state
+				b.Fatal(err)
+			}
+			b.SetBytes(28 * int64(n))
+			for b.Loop() {
+				if err := o.Step(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			o.Release()
+			p.Release()
+		})
+	}
+}

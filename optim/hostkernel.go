@@ -110,43 +110,101 @@ func adamwGo(w, g, m, v []float32, c *adamConsts) {
 	}
 }
 
-// hostSGD updates w (and buf, when p.Momentum ≠ 0) from g: one SGD step,
-// the CPU device's SGDStep loop (Note [host bits]).
+// sgdConsts are one SGD step's constants, in the order the assembly
+// reads them.
+type sgdConsts struct{ negLR, wd, mom, omd float32 }
+
+// The SGD loops' flags: which of the device loop's branches run.
+const (
+	sgdWD       = 1 << iota // WeightDecay ≠ 0
+	sgdMomentum             // Momentum ≠ 0
+	sgdFirst                // the momentum buffer's first step
+	sgdNesterov
+)
+
+// hostSGD updates w (and buf, when p.Momentum ≠ 0) from g: one SGD step.
 func hostSGD(w, g, buf []float32, p device.SGDParams) {
 	n := len(g)
 	w = w[:n]
+	c := sgdConsts{negLR: -p.LR, wd: p.WeightDecay, mom: p.Momentum, omd: 1 - p.Dampening}
+	flags := 0
+	if p.WeightDecay != 0 {
+		flags |= sgdWD
+	}
 	if p.Momentum != 0 {
 		buf = buf[:n]
-	}
-	if p.Momentum == 0 && p.WeightDecay == 0 { // plain SGD: w += -lr·g
-		alpha := -p.LR
-		hostParallel(n, func(lo, hi int) {
-			for i, x := range g[lo:hi] {
-				q := alpha * x
-				w[lo+i] += q
-			}
-		})
-		return
+		flags |= sgdMomentum
+		if p.First {
+			flags |= sgdFirst
+		}
+		if p.Nesterov {
+			flags |= sgdNesterov
+		}
 	}
 	hostParallel(n, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			d := g[i]
-			if p.WeightDecay != 0 {
-				d += p.WeightDecay * w[i]
-			}
-			if p.Momentum != 0 {
-				if p.First {
-					buf[i] = d
-				} else {
-					buf[i] = buf[i]*p.Momentum + (1-p.Dampening)*d
-				}
-				if p.Nesterov {
-					d += p.Momentum * buf[i]
-				} else {
-					d = buf[i]
-				}
-			}
-			w[i] += -p.LR * d
+		var b []float32
+		if buf != nil {
+			b = buf[lo:hi]
 		}
+		sgdRange(w[lo:hi], g[lo:hi], b, &c, flags, p)
 	})
+}
+
+// sgdRange runs the vector loop over the longest prefix it takes and Go
+// over the rest.
+func sgdRange(w, g, buf []float32, c *sgdConsts, flags int, p device.SGDParams) {
+	var k int
+	var bp *float32
+	switch {
+	case hostISA == "avx512" && len(w) >= 16:
+		k = len(w) &^ 15
+	case hostISA == "avx2" && len(w) >= 8:
+		k = len(w) &^ 7
+	}
+	if k > 0 {
+		if flags&sgdMomentum != 0 {
+			bp = &buf[0]
+		}
+		if hostISA == "avx512" {
+			sgdAVX512(&w[0], &g[0], bp, k, c, flags)
+		} else {
+			sgdAVX2(&w[0], &g[0], bp, k, c, flags)
+		}
+	}
+	if flags&sgdMomentum != 0 {
+		buf = buf[k:]
+	}
+	sgdGo(w[k:], g[k:], buf, p)
+}
+
+// sgdGo is the CPU device's SGDStep loop (Note [host bits]).
+func sgdGo(w, g, buf []float32, p device.SGDParams) {
+	g = g[:len(w)]
+	if p.Momentum == 0 && p.WeightDecay == 0 { // plain SGD: w += -lr·g
+		alpha := -p.LR
+		for i, x := range g {
+			q := alpha * x
+			w[i] += q
+		}
+		return
+	}
+	for i := range w {
+		d := g[i]
+		if p.WeightDecay != 0 {
+			d += p.WeightDecay * w[i]
+		}
+		if p.Momentum != 0 {
+			if p.First {
+				buf[i] = d
+			} else {
+				buf[i] = buf[i]*p.Momentum + (1-p.Dampening)*d
+			}
+			if p.Nesterov {
+				d += p.Momentum * buf[i]
+			} else {
+				d = buf[i]
+			}
+		}
+		w[i] += -p.LR * d
+	}
 }

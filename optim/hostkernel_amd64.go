@@ -44,3 +44,13 @@ func adamwAVX512(w, gr, m, v *float32, n int, c *adamConsts)
 
 //go:noescape
 func adamwAVX2(w, gr, m, v *float32, n int, c *adamConsts)
+
+// sgdAVX512 and sgdAVX2 run sgdGo's loop over n elements (n a multiple of
+// 16, respectively 8), flags (sgdWD...) choosing its branches; buf may be
+// nil without sgdMomentum.
+//
+//go:noescape
+func sgdAVX512(w, gr, buf *float32, n int, c *sgdConsts, flags int)
+
+//go:noescape
+func sgdAVX2(w, gr, buf *float32, n int, c *sgdConsts, flags int)

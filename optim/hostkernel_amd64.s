@@ -21,7 +21,7 @@ TEXT ·adamwAVX512(SB), NOSPLIT, $0-48
 	VBROADCASTSS 24(DX), Z14
 	VBROADCASTSS 28(DX), Z15
 	XORQ AX, AX
-adamwAVX512_one:
+adamwAVX512_loop:
 	CMPQ AX, CX
 	JGE adamwAVX512_done
 	VMOVUPS (DI)(AX*4), Z0
@@ -46,8 +46,61 @@ adamwAVX512_one:
 	VMOVUPS Z2, (R8)(AX*4)
 	VMOVUPS Z3, (R9)(AX*4)
 	ADDQ $16, AX
-	JMP adamwAVX512_one
+	JMP adamwAVX512_loop
 adamwAVX512_done:
+	VZEROUPPER
+	RET
+
+// func sgdAVX512(w, gr, buf *float32, n int, c *sgdConsts, flags int)
+TEXT ·sgdAVX512(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), DI
+	MOVQ gr+8(FP), SI
+	MOVQ buf+16(FP), R8
+	MOVQ n+24(FP), CX
+	MOVQ c+32(FP), DX
+	MOVQ flags+40(FP), R10
+	VBROADCASTSS 0(DX), Z8
+	VBROADCASTSS 4(DX), Z9
+	VBROADCASTSS 8(DX), Z10
+	VBROADCASTSS 12(DX), Z11
+	XORQ AX, AX
+sgdAVX512_loop:
+	CMPQ AX, CX
+	JGE sgdAVX512_done
+	VMOVUPS (SI)(AX*4), Z3
+	TESTQ $1, R10
+	JZ sgdAVX512_nowd
+	VMOVUPS (DI)(AX*4), Z0
+	VMULPS Z9, Z0, Z4
+	VADDPS Z4, Z3, Z3
+sgdAVX512_nowd:
+	TESTQ $2, R10
+	JZ sgdAVX512_update
+	TESTQ $4, R10
+	JZ sgdAVX512_notfirst
+	VMOVUPS Z3, Z2
+	JMP sgdAVX512_stored
+sgdAVX512_notfirst:
+	VMOVUPS (R8)(AX*4), Z2
+	VMULPS Z10, Z2, Z2
+	VMULPS Z3, Z11, Z4
+	VADDPS Z4, Z2, Z2
+sgdAVX512_stored:
+	VMOVUPS Z2, (R8)(AX*4)
+	TESTQ $8, R10
+	JZ sgdAVX512_plain
+	VMULPS Z2, Z10, Z4
+	VADDPS Z4, Z3, Z3
+	JMP sgdAVX512_update
+sgdAVX512_plain:
+	VMOVUPS Z2, Z3
+sgdAVX512_update:
+	VMULPS Z8, Z3, Z4
+	VADDPS (DI)(AX*4), Z4, Z0
+	VMOVUPS Z0, (DI)(AX*4)
+	ADDQ $16, AX
+	JMP sgdAVX512_loop
+sgdAVX512_done:
 	VZEROUPPER
 	RET
 
@@ -68,7 +121,7 @@ TEXT ·adamwAVX2(SB), NOSPLIT, $0-48
 	VBROADCASTSS 24(DX), Y14
 	VBROADCASTSS 28(DX), Y15
 	XORQ AX, AX
-adamwAVX2_one:
+adamwAVX2_loop:
 	CMPQ AX, CX
 	JGE adamwAVX2_done
 	VMOVUPS (DI)(AX*4), Y0
@@ -93,8 +146,61 @@ adamwAVX2_one:
 	VMOVUPS Y2, (R8)(AX*4)
 	VMOVUPS Y3, (R9)(AX*4)
 	ADDQ $8, AX
-	JMP adamwAVX2_one
+	JMP adamwAVX2_loop
 adamwAVX2_done:
+	VZEROUPPER
+	RET
+
+// func sgdAVX2(w, gr, buf *float32, n int, c *sgdConsts, flags int)
+TEXT ·sgdAVX2(SB), NOSPLIT, $0-48
+	MOVQ w+0(FP), DI
+	MOVQ gr+8(FP), SI
+	MOVQ buf+16(FP), R8
+	MOVQ n+24(FP), CX
+	MOVQ c+32(FP), DX
+	MOVQ flags+40(FP), R10
+	VBROADCASTSS 0(DX), Y8
+	VBROADCASTSS 4(DX), Y9
+	VBROADCASTSS 8(DX), Y10
+	VBROADCASTSS 12(DX), Y11
+	XORQ AX, AX
+sgdAVX2_loop:
+	CMPQ AX, CX
+	JGE sgdAVX2_done
+	VMOVUPS (SI)(AX*4), Y3
+	TESTQ $1, R10
+	JZ sgdAVX2_nowd
+	VMOVUPS (DI)(AX*4), Y0
+	VMULPS Y9, Y0, Y4
+	VADDPS Y4, Y3, Y3
+sgdAVX2_nowd:
+	TESTQ $2, R10
+	JZ sgdAVX2_update
+	TESTQ $4, R10
+	JZ sgdAVX2_notfirst
+	VMOVUPS Y3, Y2
+	JMP sgdAVX2_stored
+sgdAVX2_notfirst:
+	VMOVUPS (R8)(AX*4), Y2
+	VMULPS Y10, Y2, Y2
+	VMULPS Y3, Y11, Y4
+	VADDPS Y4, Y2, Y2
+sgdAVX2_stored:
+	VMOVUPS Y2, (R8)(AX*4)
+	TESTQ $8, R10
+	JZ sgdAVX2_plain
+	VMULPS Y2, Y10, Y4
+	VADDPS Y4, Y3, Y3
+	JMP sgdAVX2_update
+sgdAVX2_plain:
+	VMOVUPS Y2, Y3
+sgdAVX2_update:
+	VMULPS Y8, Y3, Y4
+	VADDPS (DI)(AX*4), Y4, Y0
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP sgdAVX2_loop
+sgdAVX2_done:
 	VZEROUPPER
 	RET
 

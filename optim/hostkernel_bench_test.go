@@ -56,3 +56,35 @@ func BenchmarkHostAdamW(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHostSGD times the host SGD update with momentum and weight
+// decay (reading w, g and the buffer, writing w and the buffer: 20 bytes
+// an element) beside a copy of as many bytes, as BenchmarkHostAdamW does.
+func BenchmarkHostSGD(b *testing.B) {
+	n := 1 << 24
+	w, g, buf := make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range g {
+		w[i], g[i], buf[i] = float32(i%7)*0.1, float32(i%13)*0.01-0.06, 1e-3
+	}
+	src, dst := make([]byte, 10*n), make([]byte, 10*n)
+	for i := range src {
+		src[i], dst[i] = byte(i), 1
+	}
+	hp := device.SGDParams{LR: 1e-3, Momentum: 0.9, WeightDecay: 1e-2}
+	var sgd, cp time.Duration
+	iters := 0
+	b.SetBytes(20 * int64(n))
+	for b.Loop() {
+		iters++
+		t0 := time.Now()
+		hostSGD(w, g, buf, hp)
+		t1 := time.Now()
+		hostParallel(len(src), func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
+		sgd += t1.Sub(t0)
+		cp += time.Since(t1)
+	}
+	bytes := 20 * float64(n) * float64(iters)
+	b.ReportMetric(bytes/sgd.Seconds()/1e9, "sgd-GB/s")
+	b.ReportMetric(bytes/cp.Seconds()/1e9, "copy-GB/s")
+	b.ReportMetric(cp.Seconds()/sgd.Seconds(), "sgd/copy")
+}

@@ -1,6 +1,7 @@
 package optim
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -81,5 +82,46 @@ func TestHostParallelCovers(t *testing.T) {
 				t.Fatalf("n=%d: element %d visited %d times", n, i, s)
 			}
 		}
+	}
+}
+
+// Every SGD vector loop gives sgdGo's bits, for every combination of
+// weight decay, momentum, first step, dampening and Nesterov.
+func TestHostSGDLoopsMatchGo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var params []device.SGDParams
+	for _, wd := range []float32{0, 1e-2} {
+		params = append(params, device.SGDParams{LR: 0.1, WeightDecay: wd})
+		for _, first := range []bool{false, true} {
+			for _, nesterov := range []bool{false, true} {
+				damp := float32(0.1)
+				if nesterov {
+					damp = 0
+				}
+				params = append(params, device.SGDParams{LR: 0.05, Momentum: 0.9, Dampening: damp, WeightDecay: wd, First: first, Nesterov: nesterov})
+			}
+		}
+	}
+	for _, isa := range hostISAs() {
+		t.Run(isa, func(t *testing.T) {
+			defer func(old string) { hostISA = old }(hostISA)
+			for _, hp := range params {
+				for _, n := range []int{0, 1, 8, 15, 16, 17, 33, 3*hostGrain + 5} {
+					w, g, buf := hostValues(rng, n, true), hostValues(rng, n, true), hostValues(rng, n, true)
+					var b0 []float32
+					if hp.Momentum != 0 {
+						b0 = slices.Clone(buf)
+					} else {
+						buf = nil
+					}
+					w0 := slices.Clone(w)
+					sgdGo(w0, g, b0, hp)
+					hostISA = isa
+					hostSGD(w, g, buf, hp)
+					sameBits(t, fmt.Sprintf("%+v w", hp), w, w0)
+					sameBits(t, fmt.Sprintf("%+v buf", hp), buf, b0)
+				}
+			}
+		})
 	}
 }
