@@ -32,6 +32,9 @@ func TestTrainOptimizerStateHost(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &sum); err != nil || sum["optimizer_state"] != "host" {
 				t.Errorf("--json: optimizer_state %v (%v)", sum["optimizer_state"], err)
 			}
+			if b, _ := sum["host_optimizer_state_bytes"].(float64); b <= 0 {
+				t.Errorf("--json: host_optimizer_state_bytes %v", sum["host_optimizer_state_bytes"])
+			}
 		}
 	}
 	ref := filepath.Join(dir, "device")

@@ -220,6 +220,7 @@ type trainSummary struct {
 	higher         map[string]bool
 	PeakBytes      map[string]int64 `json:"peak_bytes_by_category"`
 	PeakTotalBytes int64            `json:"peak_bytes"`
+	HostStateBytes int64            `json:"host_optimizer_state_bytes,omitempty"` // --optimizer-state host: the host memory the state holds
 	Offload        *offload.Stats   `json:"offload,omitempty"`
 	Checkpoint     string           `json:"checkpoint,omitempty"`
 	CheckpointDir  string           `json:"checkpoint_dir,omitempty"`  // where sample and eval find the run
@@ -381,6 +382,9 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		sum.higher["best_"+m.Name] = m.Better == train.Higher
 	}
 	sum.PeakBytes, sum.PeakTotalBytes, sum.Offload = res.PeakBytes, res.PeakTotalBytes, res.Offload
+	if h, ok := opt.(interface{ HostStateBytes() int64 }); ok {
+		sum.HostStateBytes = h.HostStateBytes()
+	}
 	sum.Checkpoint, sum.Plots, sum.history = res.Checkpoint, res.Plots, res.History
 	if res.Checkpoint != "" {
 		sum.CheckpointDir = ckptDir
@@ -533,6 +537,9 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 		}
 	}
 	fmt.Fprintln(w)
+	if s.HostStateBytes > 0 {
+		fmt.Fprintf(w, "  optimizer state on the host: %s (--optimizer-state host)\n", device.FormatBytes(s.HostStateBytes))
+	}
 	if s.Offload != nil {
 		fmt.Fprintf(w, "  offloaded %s to host, %s to disk; stalled %.3f s\n",
 			device.FormatBytes(s.Offload.BytesToHost), device.FormatBytes(s.Offload.BytesToDisk), s.Offload.StallSeconds)
@@ -597,12 +604,11 @@ func (s *trainSummary) initialVal(name string) (float64, bool) {
 
 // preflight refuses a run whose least memory cannot fit, before anything
 // large is allocated: parameters with their gradients and optimizer state
-// (stateCopies per parameter: 1 for SGD with momentum, 2 for AdamW, 0
-// with the state on the host) plus
+// (stateCopies per parameter, see trainOptions.stateCopies) plus
 // minStepBytes of activations on the device, and hostBytes of batch data on
 // the Go heap. The estimates are lower bounds, so a refused run could not
 // have run; the device's own limit still catches the rest, with an error.
-func preflight(dev device.Device, params int64, stateCopies int, minStepBytes, hostBytes int64, advice string) error {
+func preflight(dev device.Device, params int64, stateCopies, hostStateCopies int, minStepBytes, hostBytes int64, advice string) error {
 	need := params*4*int64(2+stateCopies) + minStepBytes
 	c := dev.Allocator().Stats().Capacity
 	if kind, _, _ := device.ParseName(dev.Name()); c == 0 && kind == "cpu" {
@@ -614,6 +620,12 @@ func preflight(dev device.Device, params int64, stateCopies int, minStepBytes, h
 			device.FormatBytes(need), dev.Name(), params, device.FormatBytes(params*4*int64(2+stateCopies)),
 			device.FormatBytes(minStepBytes), device.FormatBytes(c), advice)
 	}
+	if need := params * 4 * int64(hostStateCopies); need > 0 {
+		if avail := cpu.AvailableMemory(); avail > 0 && need > avail {
+			return fmt.Errorf("the optimizer state on the host (--optimizer-state host) needs %s for %d parameters, and the machine has %s free: %s",
+				device.FormatBytes(need), params, device.FormatBytes(avail), advice)
+		}
+	}
 	if avail := cpu.AvailableMemory(); avail > 0 && hostBytes > avail/4 {
 		return fmt.Errorf("one batch needs %s of host memory, and the machine has %s free: %s",
 			device.FormatBytes(hostBytes), device.FormatBytes(avail), advice)
@@ -622,15 +634,17 @@ func preflight(dev device.Device, params int64, stateCopies int, minStepBytes, h
 }
 
 // stateCopies is the parameter-sized copies of optimizer state the device
-// holds: none with --optimizer-state host.
-func (o *trainOptions) stateCopies() int {
-	if o.optimizerState == "host" {
-		return 0
-	}
+// and the host hold: 1 for SGD with momentum, 2 for AdamW, on the device
+// or, with --optimizer-state host, on the host.
+func (o *trainOptions) stateCopies() (onDevice, onHost int) {
+	n := 2
 	if o.optimizer == "sgd" {
-		return 1
+		n = 1
 	}
-	return 2
+	if o.optimizerState == "host" {
+		return 0, n
+	}
+	return n, 0
 }
 
 // interruptContext is cancelled by the first SIGINT or SIGTERM (see
