@@ -3,7 +3,8 @@
 //
 // Optimizer state (momentum, Adam's moments) is allocated on the
 // parameter's device on the first step, counted as optimizer state in the
-// allocator's statistics, and kept until Release.
+// allocator's statistics, and kept until Release. With OnHost it is kept
+// in host memory instead and the update runs on the host (host.go).
 package optim
 
 import (
@@ -83,13 +84,18 @@ type SGD struct {
 	Nesterov                         bool
 	buf                              map[*ferry.Tensor]*ferry.Tensor
 	index                            map[*ferry.Tensor]bool // built on first StepParam
+	host                             *hostStore             // the state, with OnHost; nil otherwise
 }
 
 // NewSGD returns plain SGD with learning rate lr; set the other fields for
-// momentum and weight decay.
-func NewSGD(params []*ferry.Tensor, lr float32) *SGD {
+// momentum and weight decay. OnHost keeps the momentum on the host.
+func NewSGD(params []*ferry.Tensor, lr float32, opts ...Option) *SGD {
 	params = unique(params)
-	return &SGD{Params: params, lr: lr, buf: map[*ferry.Tensor]*ferry.Tensor{}}
+	o := &SGD{Params: params, lr: lr, buf: map[*ferry.Tensor]*ferry.Tensor{}}
+	if buildOptions(opts).host {
+		o.host = newHostStore()
+	}
+	return o
 }
 
 // Step applies one update.
@@ -109,6 +115,9 @@ func (o *SGD) step(p *ferry.Tensor) error {
 	if err := checkParam(p); err != nil {
 		return err
 	}
+	if o.host != nil {
+		return o.hostStep(p, g)
+	}
 	return ferry.Catch(func() error {
 		hp := device.SGDParams{LR: o.lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
 		var mv device.View
@@ -120,6 +129,9 @@ func (o *SGD) step(p *ferry.Tensor) error {
 				hp.First = true
 			}
 			mv = b.View()
+		}
+		if p.Numel() == 0 { // no elements (and, on the CPU, no block): nothing to update
+			return nil
 		}
 		if err := p.Device().Kernels().SGDStep(p.View(), g.View(), mv, hp); err != nil {
 			return err
@@ -138,8 +150,11 @@ func (o *SGD) LR() float64 { return float64(o.lr) }
 // SetLR sets the learning rate of the next steps.
 func (o *SGD) SetLR(lr float64) { o.lr = float32(lr) }
 
-// Release frees the momentum buffers.
+// Release frees the momentum buffers. Releasing again does nothing.
 func (o *SGD) Release() {
+	if o.host != nil {
+		o.host.release()
+	}
 	for p, b := range o.buf {
 		b.Release()
 		delete(o.buf, p)
@@ -155,6 +170,7 @@ type AdamW struct {
 	Beta1, Beta2, Eps, WeightDecay float32
 	state                          map[*ferry.Tensor]*adamState
 	index                          map[*ferry.Tensor]bool
+	host                           *hostStore // the state, with OnHost; nil otherwise
 }
 
 type adamState struct {
@@ -163,10 +179,15 @@ type adamState struct {
 }
 
 // NewAdamW returns AdamW with PyTorch's defaults and learning rate lr.
-func NewAdamW(params []*ferry.Tensor, lr float32) *AdamW {
+// OnHost keeps the moments on the host.
+func NewAdamW(params []*ferry.Tensor, lr float32, opts ...Option) *AdamW {
 	params = unique(params)
-	return &AdamW{Params: params, lr: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01,
+	o := &AdamW{Params: params, lr: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01,
 		state: map[*ferry.Tensor]*adamState{}}
+	if buildOptions(opts).host {
+		o.host = newHostStore()
+	}
+	return o
 }
 
 // Step applies one update.
@@ -183,6 +204,9 @@ func (o *AdamW) step(p *ferry.Tensor) error {
 	if err := checkParam(p); err != nil {
 		return err
 	}
+	if o.host != nil {
+		return o.hostStep(p, g)
+	}
 	return ferry.Catch(func() error {
 		s, ok := o.state[p]
 		if !ok {
@@ -191,6 +215,9 @@ func (o *AdamW) step(p *ferry.Tensor) error {
 		}
 		s.step++
 		hp := device.AdamWParams{LR: o.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
+		if p.Numel() == 0 { // no elements (and, on the CPU, no block): nothing to update
+			return nil
+		}
 		if err := p.Device().Kernels().AdamWStep(p.View(), g.View(), s.expAvg.View(), s.expSq.View(), hp); err != nil {
 			return err
 		}
@@ -208,8 +235,11 @@ func (o *AdamW) LR() float64 { return float64(o.lr) }
 // SetLR sets the learning rate of the next steps.
 func (o *AdamW) SetLR(lr float64) { o.lr = float32(lr) }
 
-// Release frees the moments.
+// Release frees the moments. Releasing again does nothing.
 func (o *AdamW) Release() {
+	if o.host != nil {
+		o.host.release()
+	}
 	for p, s := range o.state {
 		s.expAvg.Release()
 		s.expSq.Release()

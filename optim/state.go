@@ -16,7 +16,10 @@ import (
 // "momentum_buffer" for SGD, "exp_avg" and "exp_avg_sq" for AdamW) and
 // scalars keyed the same way ("<parameter name>.step"). The tensors are the
 // optimizer's own: they stay valid until the optimizer is released or its
-// state replaced, and the caller must not release them.
+// state replaced, and the caller must not release them. An optimizer with
+// its state on the host (OnHost) hands out copies on the parameters' host
+// device (Device.Host), made by State and released by the optimizer at its
+// next State, SetState, update or Release: read them before stepping.
 type State struct {
 	Tensors map[string]*ferry.Tensor
 	Scalars map[string]float64
@@ -105,18 +108,34 @@ func checkState(params []*ferry.Tensor, st State, tensorSlots, scalarSlots []str
 }
 
 // copyState returns a new optimizer-state tensor on p's device holding
-// src's values.
+// src's values. src may be on another device (the host, where an OnHost
+// optimizer's State puts its tensors).
 func copyState(p, src *ferry.Tensor) (t *ferry.Tensor, err error) {
 	err = ferry.Catch(func() error {
 		t = stateLike(p)
-		t.CopyFrom(src)
-		return nil
+		if src.Device() == p.Device() {
+			t.CopyFrom(src)
+			return nil
+		}
+		v, err := values(p, src)
+		if err != nil || len(v) == 0 {
+			return err
+		}
+		ferry.BumpVersion(t, "copy_")
+		return p.Device().Kernels().Upload(t.View(), asBytes(v))
 	})
+	if err != nil && t != nil {
+		t.Release()
+		t = nil
+	}
 	return t, err
 }
 
 // State returns the momentum buffers ("<name>.momentum_buffer").
 func (o *SGD) State() State {
+	if o.host != nil {
+		return o.hostState()
+	}
 	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
 	for p, b := range o.buf {
 		st.Tensors[p.Name()+".momentum_buffer"] = b
@@ -129,6 +148,21 @@ func (o *SGD) SetState(st State) error {
 	byName, err := checkState(o.Params, st, []string{"momentum_buffer"}, nil)
 	if err != nil {
 		return err
+	}
+	if o.host != nil {
+		slots := map[*ferry.Tensor]*hostSlot{}
+		for k, src := range st.Tensors {
+			pn, _ := splitKey(k)
+			p := byName[pn]
+			v, err := values(p, src)
+			if err != nil {
+				return err
+			}
+			slots[p] = &hostSlot{a: v}
+		}
+		o.Release()
+		o.host.slots = slots
+		return nil
 	}
 	fresh := map[*ferry.Tensor]*ferry.Tensor{}
 	for k, src := range st.Tensors {
@@ -151,6 +185,9 @@ func (o *SGD) SetState(st State) error {
 // State returns the moments ("<name>.exp_avg", "<name>.exp_avg_sq") and the
 // per-parameter step counts ("<name>.step").
 func (o *AdamW) State() State {
+	if o.host != nil {
+		return o.hostState()
+	}
 	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
 	for p, s := range o.state {
 		st.Tensors[p.Name()+".exp_avg"] = s.expAvg
@@ -185,6 +222,26 @@ func (o *AdamW) SetState(st State) error {
 	if len(problems) > 0 {
 		sort.Strings(problems)
 		return errors.New("optim: " + strings.Join(problems, "; "))
+	}
+	if o.host != nil {
+		slots := map[*ferry.Tensor]*hostSlot{}
+		for name, p := range byName {
+			step, ok := st.Scalars[name+".step"]
+			if !ok {
+				continue
+			}
+			s := &hostSlot{step: int(step)}
+			if s.a, err = values(p, st.Tensors[name+".exp_avg"]); err != nil {
+				return err
+			}
+			if s.b, err = values(p, st.Tensors[name+".exp_avg_sq"]); err != nil {
+				return err
+			}
+			slots[p] = s
+		}
+		o.Release()
+		o.host.slots = slots
+		return nil
 	}
 	fresh := map[*ferry.Tensor]*adamState{}
 	release := func() {

@@ -355,7 +355,13 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	if len(params) == 0 {
 		return nil, fmt.Errorf("checkpoint: the model has no parameters")
 	}
-	tensors, _, err := nn.LoadTensors(filepath.Join(path, optimizerFile), params[0].Device())
+	// An optimizer with its state on the host reads it there: on the
+	// device, the whole state at once may not fit beside the model.
+	stateDev := params[0].Device()
+	if h, ok := opt.(optim.HostPlaced); ok && h.StateOnHost() {
+		stateDev = stateDev.Host()
+	}
+	tensors, _, err := nn.LoadTensors(filepath.Join(path, optimizerFile), stateDev)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}

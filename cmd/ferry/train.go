@@ -38,7 +38,7 @@ type trainOptions struct {
 	seed                          uint64
 	lr, minLR, clip               float64
 	weightDecay, momentum         float64
-	optimizer                     string
+	optimizer, optimizerState     string
 	logPath, plotDir              string
 	checkpointDir                 string
 	checkpointEvery, keep         int
@@ -92,6 +92,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 	fs.IntVar(&o.warmup, "warmup", 0, "linear warm-up steps (default: a tenth of the steps)")
 	fs.Float64Var(&o.clip, "clip", 0, "clip gradients to this global L2 norm (0: no clipping)")
 	fs.StringVar(&o.optimizer, "optimizer", optimizer, "sgd or adamw")
+	fs.StringVar(&o.optimizerState, "optimizer-state", "device", "where the optimizer keeps its state and steps: device, or host (host memory, updated on the CPU cores: no optimizer state on the device)")
 	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "weight decay (default: 0 for sgd, 0.1 for adamw)")
 	fs.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initialisation, the data order and dropout")
@@ -141,6 +142,9 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	}
 	if o.optimizer != "sgd" && o.optimizer != "adamw" {
 		return fmt.Errorf("--optimizer %q: want sgd or adamw", o.optimizer)
+	}
+	if o.optimizerState != "device" && o.optimizerState != "host" {
+		return fmt.Errorf("--optimizer-state %q: want device or host", o.optimizerState)
 	}
 	if !set["min-lr"] {
 		o.minLR = o.lr / 10
@@ -198,6 +202,7 @@ type trainSummary struct {
 	Task           string             `json:"task"`
 	Device         string             `json:"device"`
 	Mode           string             `json:"mode"`
+	OptimizerState string             `json:"optimizer_state"` // device or host (--optimizer-state)
 	Model          string             `json:"model"`
 	WorldSize      int                `json:"world_size"` // data-parallel ranks (mpirun -np N)
 	ParameterCount int64              `json:"parameter_count"`
@@ -215,6 +220,7 @@ type trainSummary struct {
 	higher         map[string]bool
 	PeakBytes      map[string]int64 `json:"peak_bytes_by_category"`
 	PeakTotalBytes int64            `json:"peak_bytes"`
+	HostStateBytes int64            `json:"host_optimizer_state_bytes,omitempty"` // --optimizer-state host: the host memory the state holds
 	Offload        *offload.Stats   `json:"offload,omitempty"`
 	Checkpoint     string           `json:"checkpoint,omitempty"`
 	CheckpointDir  string           `json:"checkpoint_dir,omitempty"`  // where sample and eval find the run
@@ -249,7 +255,7 @@ func (p plannedTask) PlanModel() plan.Model { return p.planModel() }
 
 // runTrainer runs r under the shared flags o and returns the summary.
 func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (_ *trainSummary, retErr error) {
-	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, Model: r.describe, WorldSize: 1}
+	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, OptimizerState: o.optimizerState, Model: r.describe, WorldSize: 1}
 	if o.comm != nil {
 		sum.WorldSize = o.comm.Size()
 	}
@@ -261,13 +267,17 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		sum.ParameterCount += int64(prm.Numel())
 	}
 	var opt optim.Stateful
+	place, err := optim.StateOn(o.optimizerState)
+	if err != nil {
+		return nil, err
+	}
 	switch o.optimizer {
 	case "sgd":
-		s := optim.NewSGD(model.Parameters(), float32(o.lr))
+		s := optim.NewSGD(model.Parameters(), float32(o.lr), place)
 		s.Momentum, s.WeightDecay = float32(o.momentum), float32(o.weightDecay)
 		opt = s
 	default:
-		a := optim.NewAdamW(model.Parameters(), float32(o.lr))
+		a := optim.NewAdamW(model.Parameters(), float32(o.lr), place)
 		a.Beta2, a.WeightDecay = 0.95, float32(o.weightDecay)
 		opt = a
 	}
@@ -372,6 +382,9 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		sum.higher["best_"+m.Name] = m.Better == train.Higher
 	}
 	sum.PeakBytes, sum.PeakTotalBytes, sum.Offload = res.PeakBytes, res.PeakTotalBytes, res.Offload
+	if h, ok := opt.(interface{ HostStateBytes() int64 }); ok {
+		sum.HostStateBytes = h.HostStateBytes()
+	}
 	sum.Checkpoint, sum.Plots, sum.history = res.Checkpoint, res.Plots, res.History
 	if res.Checkpoint != "" {
 		sum.CheckpointDir = ckptDir
@@ -524,6 +537,9 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 		}
 	}
 	fmt.Fprintln(w)
+	if s.HostStateBytes > 0 {
+		fmt.Fprintf(w, "  optimizer state on the host: %s (--optimizer-state host)\n", device.FormatBytes(s.HostStateBytes))
+	}
 	if s.Offload != nil {
 		fmt.Fprintf(w, "  offloaded %s to host, %s to disk; stalled %.3f s\n",
 			device.FormatBytes(s.Offload.BytesToHost), device.FormatBytes(s.Offload.BytesToDisk), s.Offload.StallSeconds)
@@ -588,11 +604,11 @@ func (s *trainSummary) initialVal(name string) (float64, bool) {
 
 // preflight refuses a run whose least memory cannot fit, before anything
 // large is allocated: parameters with their gradients and optimizer state
-// (stateCopies per parameter: 1 for SGD with momentum, 2 for AdamW) plus
+// (stateCopies per parameter, see trainOptions.stateCopies) plus
 // minStepBytes of activations on the device, and hostBytes of batch data on
 // the Go heap. The estimates are lower bounds, so a refused run could not
 // have run; the device's own limit still catches the rest, with an error.
-func preflight(dev device.Device, params int64, stateCopies int, minStepBytes, hostBytes int64, advice string) error {
+func preflight(dev device.Device, params int64, stateCopies, hostStateCopies int, minStepBytes, hostBytes int64, advice string) error {
 	need := params*4*int64(2+stateCopies) + minStepBytes
 	c := dev.Allocator().Stats().Capacity
 	if kind, _, _ := device.ParseName(dev.Name()); c == 0 && kind == "cpu" {
@@ -604,6 +620,12 @@ func preflight(dev device.Device, params int64, stateCopies int, minStepBytes, h
 			device.FormatBytes(need), dev.Name(), params, device.FormatBytes(params*4*int64(2+stateCopies)),
 			device.FormatBytes(minStepBytes), device.FormatBytes(c), advice)
 	}
+	if need := params * 4 * int64(hostStateCopies); need > 0 {
+		if avail := cpu.AvailableMemory(); avail > 0 && need > avail {
+			return fmt.Errorf("the optimizer state on the host (--optimizer-state host) needs %s for %d parameters, and the machine has %s free: %s",
+				device.FormatBytes(need), params, device.FormatBytes(avail), advice)
+		}
+	}
 	if avail := cpu.AvailableMemory(); avail > 0 && hostBytes > avail/4 {
 		return fmt.Errorf("one batch needs %s of host memory, and the machine has %s free: %s",
 			device.FormatBytes(hostBytes), device.FormatBytes(avail), advice)
@@ -611,11 +633,18 @@ func preflight(dev device.Device, params int64, stateCopies int, minStepBytes, h
 	return nil
 }
 
-func stateCopies(optimizer string) int {
-	if optimizer == "sgd" {
-		return 1
+// stateCopies is the parameter-sized copies of optimizer state the device
+// and the host hold: 1 for SGD with momentum, 2 for AdamW, on the device
+// or, with --optimizer-state host, on the host.
+func (o *trainOptions) stateCopies() (onDevice, onHost int) {
+	n := 2
+	if o.optimizer == "sgd" {
+		n = 1
 	}
-	return 2
+	if o.optimizerState == "host" {
+		return 0, n
+	}
+	return n, 0
 }
 
 // interruptContext is cancelled by the first SIGINT or SIGTERM (see

@@ -1,0 +1,305 @@
+package optim
+
+import (
+	"fmt"
+	"unsafe"
+
+	"ferry"
+	"ferry/device"
+)
+
+// Option changes how NewSGD and NewAdamW build an optimizer.
+type Option func(*options)
+
+type options struct{ host bool }
+
+func buildOptions(opts []Option) options {
+	var o options
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o
+}
+
+// OnHost keeps the optimizer's state (SGD's momentum, Adam's moments) in
+// host memory and runs the update on the host's cores, as DeepSpeed's
+// ZeRO-Offload and torchao's CPUOffloadOptimizer do: for each parameter,
+// its gradient and values are downloaded, updated with the state on the
+// host, and the values uploaded back. The device then holds no optimizer
+// state (8 bytes a parameter for AdamW), at the price of moving 12 bytes a
+// parameter over the host link each step.
+//
+// The update is bit-identical to the device optimizer's on the CPU device
+// (the same float32 operations in the same order), and State and SetState
+// use the same names, shapes and scalars, so a checkpoint written with the
+// state on the host resumes with it on the device and the reverse.
+// StepParam works as on the device, so the state may stay on the host
+// with the optimizer inside backward (InBackward).
+func OnHost() Option { return func(o *options) { o.host = true } }
+
+// StateOn returns the option that places an optimizer's state: "device"
+// (the default: no option) or "host" (OnHost).
+func StateOn(where string) (Option, error) {
+	switch where {
+	case "device", "":
+		return func(*options) {}, nil
+	case "host":
+		return OnHost(), nil
+	}
+	return nil, fmt.Errorf("optim: optimizer state %q: want device or host", where)
+}
+
+// HostPlaced is implemented by optimizers that may keep their state on
+// the host (SGD and AdamW): a checkpoint loader reads such an optimizer's
+// state into host memory instead of the device's.
+type HostPlaced interface {
+	// StateOnHost reports whether the state is on the host (OnHost).
+	StateOnHost() bool
+}
+
+// hostStore is the state of an OnHost optimizer.
+//
+// Ownership: every slice here belongs to the optimizer, and nothing outside
+// it holds one: State hands out tensors holding copies. A parameter's
+// slots are made at its first update (or by SetState) and dropped by
+// Release, or by SetState when it replaces them; dropped slices are
+// reclaimed by Go's garbage collector (they are ordinary host memory, not
+// device memory, so the collector may decide when). The staging buffers
+// are grown to the largest parameter updated and dropped by Release too.
+//
+// On a device that holds no data (meta) no slice is made: the store keeps
+// the step counts and shapes only, so planning a model of any size costs
+// no host memory, and HostStateBytes still says what the state would hold.
+type hostStore struct {
+	slots map[*ferry.Tensor]*hostSlot
+	// w and g stage one parameter's values and gradient between the
+	// download and the upload.
+	w, g []float32
+	// shown are the tensors the last State call made, released by the
+	// next State call, SetState, Release or update.
+	shown []*ferry.Tensor
+}
+
+// hostSlot is one parameter's state: exp_avg and exp_avg_sq for AdamW
+// (a, b), the momentum buffer for SGD (a). Both nil on a device without
+// data.
+type hostSlot struct {
+	step int
+	a, b []float32
+}
+
+func newHostStore() *hostStore { return &hostStore{slots: map[*ferry.Tensor]*hostSlot{}} }
+
+func asBytes(f []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), len(f)*4)
+}
+
+// stage downloads p's values and its gradient g into the staging buffers
+// and returns them (n elements each). On a device without data, or for an
+// empty parameter, it returns nil slices and moves nothing.
+func (h *hostStore) stage(p, g *ferry.Tensor) (w, gr []float32, err error) {
+	n := p.Numel()
+	if n == 0 || !device.HasData(p.Device()) {
+		return nil, nil, nil
+	}
+	if g.Numel() != n {
+		return nil, nil, fmt.Errorf("optim: gradient of %q has %d elements, the parameter %d", p.Name(), g.Numel(), n)
+	}
+	if cap(h.w) < n {
+		h.w, h.g = make([]float32, n), make([]float32, n)
+	}
+	w, gr = h.w[:n], h.g[:n]
+	k := p.Device().Kernels()
+	if err := k.Download(asBytes(w), p.View()); err != nil {
+		return nil, nil, err
+	}
+	if err := k.Download(asBytes(gr), g.View()); err != nil {
+		return nil, nil, err
+	}
+	return w, gr, nil
+}
+
+// unstage uploads the updated values w into p (nothing for nil w).
+func (h *hostStore) unstage(p *ferry.Tensor, w []float32) error {
+	if w == nil {
+		return nil
+	}
+	return p.Device().Kernels().Upload(p.View(), asBytes(w))
+}
+
+// dropShown releases the tensors of the last State call.
+func (h *hostStore) dropShown() {
+	for _, t := range h.shown {
+		t.Release()
+	}
+	h.shown = nil
+}
+
+// release drops everything (see hostStore's note on ownership).
+func (h *hostStore) release() {
+	h.dropShown()
+	clear(h.slots)
+	h.w, h.g = nil, nil
+}
+
+// tensor returns a new optimizer-state tensor on p's host device holding
+// data (zeros, on a device without data, where data is nil), remembered
+// in shown.
+func (h *hostStore) tensor(p *ferry.Tensor, data []float32) *ferry.Tensor {
+	host := p.Device().Host()
+	var t *ferry.Tensor
+	if len(data) == 0 {
+		t = ferry.ZerosAs(host, device.OptimizerState, p.Shape()...)
+	} else {
+		t = ferry.FromFloat32s(host, data, p.Shape()...).SetCategory(device.OptimizerState)
+	}
+	h.shown = append(h.shown, t)
+	return t
+}
+
+// values copies src's elements for p's state, or returns nil where p's
+// device holds no data.
+func values(p, src *ferry.Tensor) (v []float32, err error) {
+	if !device.HasData(p.Device()) {
+		return nil, nil
+	}
+	err = ferry.Catch(func() error {
+		if src.Numel() == 0 {
+			v = []float32{}
+		} else {
+			v = src.Float32s()
+		}
+		return nil
+	})
+	return v, err
+}
+
+// bytes is the host memory the state holds (or, on a device without
+// data, would hold): slots·4 bytes per element, plus the staging buffers.
+func (h *hostStore) bytes(params []*ferry.Tensor, slots int) int64 {
+	var n int64
+	for _, p := range params {
+		if _, ok := h.slots[p]; ok {
+			n += int64(slots) * 4 * int64(p.Numel())
+		}
+	}
+	if cap(h.w) > 0 {
+		n += 8 * int64(cap(h.w))
+	}
+	return n
+}
+
+// hostStep is AdamW.step with the state on the host.
+func (o *AdamW) hostStep(p, g *ferry.Tensor) error {
+	h := o.host
+	h.dropShown()
+	return ferry.Catch(func() error {
+		w, gr, err := h.stage(p, g)
+		if err != nil {
+			return err
+		}
+		s, ok := h.slots[p]
+		if !ok {
+			s = &hostSlot{}
+			if w != nil {
+				s.a, s.b = make([]float32, len(w)), make([]float32, len(w))
+			}
+			h.slots[p] = s
+		}
+		s.step++
+		if w != nil {
+			hp := device.AdamWParams{LR: o.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
+			hostAdamW(w, gr, s.a, s.b, hp)
+		}
+		if err := h.unstage(p, w); err != nil {
+			return err
+		}
+		ferry.BumpVersion(p, "adamw_step")
+		return nil
+	})
+}
+
+// hostStep is SGD.step with the state on the host.
+func (o *SGD) hostStep(p, g *ferry.Tensor) error {
+	h := o.host
+	h.dropShown()
+	return ferry.Catch(func() error {
+		w, gr, err := h.stage(p, g)
+		if err != nil {
+			return err
+		}
+		hp := device.SGDParams{LR: o.lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
+		var buf []float32
+		if o.Momentum != 0 {
+			s, ok := h.slots[p]
+			if !ok {
+				s = &hostSlot{}
+				if w != nil {
+					s.a = make([]float32, len(w))
+				}
+				h.slots[p] = s
+				hp.First = true
+			}
+			buf = s.a
+		}
+		if w != nil {
+			hostSGD(w, gr, buf, hp)
+		}
+		if err := h.unstage(p, w); err != nil {
+			return err
+		}
+		ferry.BumpVersion(p, "sgd_step")
+		return nil
+	})
+}
+
+// hostState is AdamW.State with the state on the host.
+func (o *AdamW) hostState() State {
+	h := o.host
+	h.dropShown()
+	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
+	for p, s := range h.slots {
+		st.Tensors[p.Name()+".exp_avg"] = h.tensor(p, s.a)
+		st.Tensors[p.Name()+".exp_avg_sq"] = h.tensor(p, s.b)
+		st.Scalars[p.Name()+".step"] = float64(s.step)
+	}
+	return st
+}
+
+// hostState is SGD.State with the state on the host.
+func (o *SGD) hostState() State {
+	h := o.host
+	h.dropShown()
+	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
+	for p, s := range h.slots {
+		st.Tensors[p.Name()+".momentum_buffer"] = h.tensor(p, s.a)
+	}
+	return st
+}
+
+// HostStateBytes is the host memory the optimizer's state holds with
+// OnHost (on a device without data, what it would hold), staging buffers
+// included; 0 with the state on the device.
+func (o *AdamW) HostStateBytes() int64 {
+	if o.host == nil {
+		return 0
+	}
+	return o.host.bytes(o.Params, 2)
+}
+
+// HostStateBytes is the host memory the momentum buffers hold with OnHost
+// (see AdamW.HostStateBytes).
+func (o *SGD) HostStateBytes() int64 {
+	if o.host == nil {
+		return 0
+	}
+	return o.host.bytes(o.Params, 1)
+}
+
+// StateOnHost reports whether the optimizer was made with OnHost.
+func (o *AdamW) StateOnHost() bool { return o.host != nil }
+
+// StateOnHost reports whether the optimizer was made with OnHost.
+func (o *SGD) StateOnHost() bool { return o.host != nil }

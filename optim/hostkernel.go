@@ -1,0 +1,210 @@
+package optim
+
+import (
+	"math"
+	"runtime"
+	"sync"
+
+	"ferry/device"
+)
+
+// The host optimizer's arithmetic: AdamW and SGD updates over Go slices,
+// spread over the cores by hostParallel and vectorised on amd64 (AVX-512
+// or AVX2, hostkernel_amd64.s, written by hostkernel_gen.go).
+//
+// Note [host bits]. These loops compute the bits of the CPU device's
+// kernels (device/cpu/optim.go): the same float32 operations in the same
+// order, each rounded, no fused multiply-add. The Go loops below are
+// written as the CPU device's are, so that a compiler that fuses (amd64
+// with GOAMD64=v3 or above, arm64) fuses both alike; the assembly cannot
+// follow it there, so it runs only where Go does not fuse (hostSIMD is
+// off under amd64.v3, see hostkernel_amd64.go). Square root is correctly
+// rounded in both (VSQRTPS equals float32(math.Sqrt(float64(x)))), and
+// division is IEEE division, so a lane computes what the scalar code does.
+
+// adamConsts are one AdamW step's per-element constants, in the order the
+// assembly reads them.
+type adamConsts struct {
+	decay, beta1, omb1, beta2, omb2, bc2Sqrt, eps, negStep float32
+}
+
+// newAdamConsts derives the constants as the CPU device's AdamWStep does.
+func newAdamConsts(p device.AdamWParams) adamConsts {
+	bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
+	bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
+	stepSize := float32(float64(p.LR) / bc1)
+	return adamConsts{
+		decay:   1 - p.LR*p.WeightDecay,
+		beta1:   p.Beta1,
+		omb1:    1 - p.Beta1,
+		beta2:   p.Beta2,
+		omb2:    1 - p.Beta2,
+		bc2Sqrt: float32(math.Sqrt(bc2)),
+		eps:     p.Eps,
+		negStep: -stepSize,
+	}
+}
+
+// hostISA names the loops hostAdamW runs: "avx512", "avx2" or "go".
+// Tests and benchmarks set it to compare the paths; it is otherwise the
+// best the CPU has (hostkernel_amd64.go).
+var hostISA = bestISA()
+
+// hostGrain is the fewest elements a core is given: below it, one core
+// updates a parameter alone (waking another costs more than it saves).
+const hostGrain = 1 << 15
+
+// hostParallel runs body over [0, n) in at most GOMAXPROCS chunks of at
+// least hostGrain elements, each a multiple of 64 elements long but the
+// last, the first on the caller's goroutine. Elementwise updates give the
+// same bits however they are cut.
+func hostParallel(n int, body func(lo, hi int)) {
+	chunks := min(n/hostGrain, runtime.GOMAXPROCS(0))
+	if chunks <= 1 {
+		body(0, n)
+		return
+	}
+	chunk := ((n+chunks-1)/chunks + 63) &^ 63
+	var wg sync.WaitGroup
+	for lo := chunk; lo < n; lo += chunk {
+		wg.Go(func() { body(lo, min(lo+chunk, n)) })
+	}
+	body(0, min(chunk, n))
+	wg.Wait()
+}
+
+// hostAdamW updates w, m and v (all of g's length) from g: one AdamW step.
+func hostAdamW(w, g, m, v []float32, p device.AdamWParams) {
+	c := newAdamConsts(p)
+	n := len(g)
+	w, m, v = w[:n], m[:n], v[:n]
+	hostParallel(n, func(lo, hi int) { adamwRange(w[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], &c) })
+}
+
+// adamwRange runs the vector loop over the longest prefix it takes and Go
+// over the rest.
+func adamwRange(w, g, m, v []float32, c *adamConsts) {
+	var k int
+	switch {
+	case hostISA == "avx512" && len(w) >= 16:
+		k = len(w) &^ 15
+		adamwAVX512(&w[0], &g[0], &m[0], &v[0], k, c)
+	case hostISA == "avx2" && len(w) >= 8:
+		k = len(w) &^ 7
+		adamwAVX2(&w[0], &g[0], &m[0], &v[0], k, c)
+	}
+	adamwGo(w[k:], g[k:], m[k:], v[k:], c)
+}
+
+// adamwGo is the CPU device's AdamWStep loop body (Note [host bits]).
+func adamwGo(w, g, m, v []float32, c *adamConsts) {
+	g, m, v = g[:len(w)], m[:len(w)], v[:len(w)]
+	decay, beta1, beta2, eps := c.decay, c.beta1, c.beta2, c.eps
+	bc2Sqrt, stepSize := c.bc2Sqrt, -c.negStep
+	for i := range w {
+		w[i] *= decay
+		m[i] = m[i]*beta1 + g[i]*(1-beta1)
+		v[i] = v[i]*beta2 + (1-beta2)*g[i]*g[i]
+		denom := float32(math.Sqrt(float64(v[i])))/bc2Sqrt + eps
+		w[i] += -stepSize * m[i] / denom
+	}
+}
+
+// sgdConsts are one SGD step's constants, in the order the assembly
+// reads them.
+type sgdConsts struct{ negLR, wd, mom, omd float32 }
+
+// The SGD loops' flags: which of the device loop's branches run.
+const (
+	sgdWD       = 1 << iota // WeightDecay ≠ 0
+	sgdMomentum             // Momentum ≠ 0
+	sgdFirst                // the momentum buffer's first step
+	sgdNesterov
+)
+
+// hostSGD updates w (and buf, when p.Momentum ≠ 0) from g: one SGD step.
+func hostSGD(w, g, buf []float32, p device.SGDParams) {
+	n := len(g)
+	w = w[:n]
+	c := sgdConsts{negLR: -p.LR, wd: p.WeightDecay, mom: p.Momentum, omd: 1 - p.Dampening}
+	flags := 0
+	if p.WeightDecay != 0 {
+		flags |= sgdWD
+	}
+	if p.Momentum != 0 {
+		buf = buf[:n]
+		flags |= sgdMomentum
+		if p.First {
+			flags |= sgdFirst
+		}
+		if p.Nesterov {
+			flags |= sgdNesterov
+		}
+	}
+	hostParallel(n, func(lo, hi int) {
+		var b []float32
+		if buf != nil {
+			b = buf[lo:hi]
+		}
+		sgdRange(w[lo:hi], g[lo:hi], b, &c, flags, p)
+	})
+}
+
+// sgdRange runs the vector loop over the longest prefix it takes and Go
+// over the rest.
+func sgdRange(w, g, buf []float32, c *sgdConsts, flags int, p device.SGDParams) {
+	var k int
+	var bp *float32
+	switch {
+	case hostISA == "avx512" && len(w) >= 16:
+		k = len(w) &^ 15
+	case hostISA == "avx2" && len(w) >= 8:
+		k = len(w) &^ 7
+	}
+	if k > 0 {
+		if flags&sgdMomentum != 0 {
+			bp = &buf[0]
+		}
+		if hostISA == "avx512" {
+			sgdAVX512(&w[0], &g[0], bp, k, c, flags)
+		} else {
+			sgdAVX2(&w[0], &g[0], bp, k, c, flags)
+		}
+	}
+	if flags&sgdMomentum != 0 {
+		buf = buf[k:]
+	}
+	sgdGo(w[k:], g[k:], buf, p)
+}
+
+// sgdGo is the CPU device's SGDStep loop (Note [host bits]).
+func sgdGo(w, g, buf []float32, p device.SGDParams) {
+	g = g[:len(w)]
+	if p.Momentum == 0 && p.WeightDecay == 0 { // plain SGD: w += -lr·g
+		alpha := -p.LR
+		for i, x := range g {
+			q := alpha * x
+			w[i] += q
+		}
+		return
+	}
+	for i := range w {
+		d := g[i]
+		if p.WeightDecay != 0 {
+			d += p.WeightDecay * w[i]
+		}
+		if p.Momentum != 0 {
+			if p.First {
+				buf[i] = d
+			} else {
+				buf[i] = buf[i]*p.Momentum + (1-p.Dampening)*d
+			}
+			if p.Nesterov {
+				d += p.Momentum * buf[i]
+			} else {
+				d = buf[i]
+			}
+		}
+		w[i] += -p.LR * d
+	}
+}

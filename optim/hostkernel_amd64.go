@@ -1,0 +1,56 @@
+//go:build amd64 && !purego
+
+package optim
+
+import xcpu "golang.org/x/sys/cpu"
+
+//go:generate go run hostkernel_gen.go
+
+// bestISA picks the widest vector loops the CPU (and the system, which
+// must save the wider registers) supports. Under GOAMD64=v3 and above the
+// Go compiler fuses multiply-adds in the CPU device's kernels, which the
+// assembly does not: there the Go loops run (Note [host bits]).
+func bestISA() string {
+	switch {
+	case goFuses:
+		return "go"
+	case xcpu.X86.HasAVX512F:
+		return "avx512"
+	case xcpu.X86.HasAVX2:
+		return "avx2"
+	}
+	return "go"
+}
+
+// hostISAs lists the loops this machine can run, best first.
+func hostISAs() []string {
+	var isas []string
+	if !goFuses {
+		if xcpu.X86.HasAVX512F {
+			isas = append(isas, "avx512")
+		}
+		if xcpu.X86.HasAVX2 {
+			isas = append(isas, "avx2")
+		}
+	}
+	return append(isas, "go")
+}
+
+// adamwAVX512 and adamwAVX2 run adamwGo's loop over n elements (n a
+// multiple of 16, respectively 8).
+//
+//go:noescape
+func adamwAVX512(w, gr, m, v *float32, n int, c *adamConsts)
+
+//go:noescape
+func adamwAVX2(w, gr, m, v *float32, n int, c *adamConsts)
+
+// sgdAVX512 and sgdAVX2 run sgdGo's loop over n elements (n a multiple of
+// 16, respectively 8), flags (sgdWD...) choosing its branches; buf may be
+// nil without sgdMomentum.
+//
+//go:noescape
+func sgdAVX512(w, gr, buf *float32, n int, c *sgdConsts, flags int)
+
+//go:noescape
+func sgdAVX2(w, gr, buf *float32, n int, c *sgdConsts, flags int)

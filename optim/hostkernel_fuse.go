@@ -1,0 +1,6 @@
+//go:build amd64.v3
+
+package optim
+
+// goFuses: the compiler fuses x*y+z into one rounding (Note [host bits]).
+const goFuses = true

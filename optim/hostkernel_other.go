@@ -1,0 +1,13 @@
+//go:build !amd64 || purego
+
+package optim
+
+// Without assembly the Go loops run.
+func bestISA() string    { return "go" }
+func hostISAs() []string { return []string{"go"} }
+
+func adamwAVX512(w, gr, m, v *float32, n int, c *adamConsts) { panic("unreachable") }
+func adamwAVX2(w, gr, m, v *float32, n int, c *adamConsts)   { panic("unreachable") }
+
+func sgdAVX512(w, gr, buf *float32, n int, c *sgdConsts, flags int) { panic("unreachable") }
+func sgdAVX2(w, gr, buf *float32, n int, c *sgdConsts, flags int)   { panic("unreachable") }
