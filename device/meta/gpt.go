@@ -36,7 +36,7 @@ func (k kernels) LayerNormBackward(dx, dweight, dbias, grad, x, mean, rstd, weig
 // attentionTile is the query and key tile of ferry's CUDA attention
 // kernels: with AttentionCausalSkip, a causal pass computes the tiles on
 // and below the diagonal only.
-const attentionTile = 64
+const attentionTile = 32
 
 // attentionFLOPs counts the products of one forward pass, q·kᵀ and
 // weights·v, over the scores the kernels compute: every one, or, when they

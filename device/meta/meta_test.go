@@ -73,7 +73,7 @@ func abs(x float64) float64 {
 // MatmulFLOPS), and a causal pass costs the tiles on and below the
 // diagonal only where the profile says the kernels skip the rest.
 func TestAttentionCost(t *testing.T) {
-	const B, H, T, D = 2, 3, 1000, 64 // 16 tiles of 64 keys, the last partial
+	const B, H, T, D = 2, 3, 1000, 64 // 32 tiles of 32 keys, the last partial
 	flops := 4.0 * B * H * T * T * D
 	bytes := 4.0 * 4 * B * H * T * D
 	for _, c := range []struct {
@@ -85,8 +85,8 @@ func TestAttentionCost(t *testing.T) {
 		{0, false, true, flops/1e12 + bytes/1e11},         // the matmul rate, every score
 		{5e11, false, false, flops/5e11 + bytes/1e11},     // the attention rate
 		{5e11, true, false, flops/5e11 + bytes/1e11},      // not causal: nothing skipped
-		{5e11, true, true, flops*17/32/5e11 + bytes/1e11}, // 16·17/2 of 16² tiles
-		{0, true, true, flops*17/32/1e12 + bytes/1e11},    // skipping at the matmul rate
+		{5e11, true, true, flops*33/64/5e11 + bytes/1e11}, // 32·33/2 of 32² tiles
+		{0, true, true, flops*33/64/1e12 + bytes/1e11},    // skipping at the matmul rate
 		{5e11, false, true, flops/5e11 + bytes/1e11},      // causal, computed in full
 	} {
 		p := &meta.Profile{Name: "test", MatmulFLOPS: 1e12, MemoryBytesPerSec: 1e11, H2DBytesPerSec: 1e10,
