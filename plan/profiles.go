@@ -21,7 +21,7 @@ var builtin = map[string]meta.Profile{
 		Name: "h200-pcie5",
 		Source: "NVIDIA H200 datasheet: FP32 67 TFLOP/s, HBM3e 4.8 TB/s, 141 GB; PCIe Gen5 x16 64 GB/s per direction. " +
 			"Assumed reached: 75% of FP32 peak for large SGEMM, 80% of memory bandwidth, 80% of the link (51 GB/s pinned), " +
-			"a PCIe Gen4 NVMe drive at 5 GB/s write and 7 GB/s read, 5 µs per kernel; attention at ferry's tiled kernels' "+
+			"a PCIe Gen4 NVMe drive at 5 GB/s write and 7 GB/s read, 5 µs per kernel; attention at ferry's tiled kernels' " +
 			"shared-memory bound (13.4 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
 		MatmulFLOPS: 0.75 * 67e12, MemoryBytesPerSec: 0.8 * 4.8e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(132, 1.98e9), AttentionCausalSkip: true,
@@ -31,7 +31,7 @@ var builtin = map[string]meta.Profile{
 	"h100-pcie5": {
 		Name: "h100-pcie5",
 		Source: "NVIDIA H100 PCIe datasheet: FP32 51 TFLOP/s, HBM2e 2.0 TB/s, 80 GB; PCIe Gen5 x16 64 GB/s per direction. " +
-			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link, NVMe 5/7 GB/s, 5 µs per kernel; "+
+			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link, NVMe 5/7 GB/s, 5 µs per kernel; " +
 			"attention at ferry's tiled kernels' shared-memory bound (10.2 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
 		MatmulFLOPS: 0.75 * 51e12, MemoryBytesPerSec: 0.8 * 2.0e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(114, 1.755e9), AttentionCausalSkip: true,
@@ -41,7 +41,7 @@ var builtin = map[string]meta.Profile{
 	"a100-pcie4": {
 		Name: "a100-pcie4",
 		Source: "NVIDIA A100 80GB PCIe datasheet: FP32 19.5 TFLOP/s, HBM2e 1.935 TB/s; PCIe Gen4 x16 32 GB/s per direction. " +
-			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link (25.6 GB/s), NVMe 5/7 GB/s, 5 µs per kernel; "+
+			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link (25.6 GB/s), NVMe 5/7 GB/s, 5 µs per kernel; " +
 			"attention at ferry's tiled kernels' shared-memory bound (7.8 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
 		MatmulFLOPS: 0.75 * 19.5e12, MemoryBytesPerSec: 0.8 * 1.935e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(108, 1.41e9), AttentionCausalSkip: true,
