@@ -26,7 +26,8 @@ var builtin = map[string]meta.Profile{
 		MatmulFLOPS: 0.75 * 67e12, MemoryBytesPerSec: 0.8 * 4.8e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(132, 1.98e9), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
-		DiskWriteBytesPerSec: 5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 141e9,
+		HostOptimizerBytesPerSec: hostOptimizerRate,
+		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 141e9,
 	},
 	"h100-pcie5": {
 		Name: "h100-pcie5",
@@ -36,7 +37,8 @@ var builtin = map[string]meta.Profile{
 		MatmulFLOPS: 0.75 * 51e12, MemoryBytesPerSec: 0.8 * 2.0e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(114, 1.755e9), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
-		DiskWriteBytesPerSec: 5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
+		HostOptimizerBytesPerSec: hostOptimizerRate,
+		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
 	},
 	"a100-pcie4": {
 		Name: "a100-pcie4",
@@ -46,7 +48,8 @@ var builtin = map[string]meta.Profile{
 		MatmulFLOPS: 0.75 * 19.5e12, MemoryBytesPerSec: 0.8 * 1.935e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(108, 1.41e9), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 32e9, D2HBytesPerSec: 0.8 * 32e9,
-		DiskWriteBytesPerSec: 5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
+		HostOptimizerBytesPerSec: hostOptimizerRate,
+		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
 	},
 	// Measured on the 2-core development machine (AMD EPYC, Zen 5) with
 	// `ferry calibrate --json` on 2026-12-02 (OpenBLAS 0.3.21, Debian
@@ -65,6 +68,12 @@ var builtin = map[string]meta.Profile{
 // multiprocessor, below the fp32 cores' rate (docs/gpu-estimate.md). An
 // estimate from the kernels' source, to be confirmed on a GPU.
 func attentionFLOPS(sms, hz float64) float64 { return sms * hz * 256 / 5 }
+
+// hostOptimizerRate is what the GPU profiles assume an optimizer stepping
+// on the host (optim.OnHost) moves there, reads plus writes: 50 GB/s, about
+// half a server's copy bandwidth over 16 cores. An assumption, not a
+// measurement: `ferry calibrate` measures the machine it runs on.
+const hostOptimizerRate = 50e9
 
 // Profiles lists the built-in profiles' names.
 func Profiles() []string {

@@ -64,6 +64,11 @@ type Profile struct {
 	DiskReadBytesPerSec  float64 `json:"disk_read_bytes_per_sec"`
 	// MemoryBytes is the device's memory, for planning (0: unknown).
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// HostOptimizerBytesPerSec is the rate an optimizer stepping on the
+	// host (optim.OnHost) moves bytes there, reads plus writes (AdamW: 28
+	// bytes a parameter); 0 means MemoryBytesPerSec, right where the host
+	// is the device (the CPU device).
+	HostOptimizerBytesPerSec float64 `json:"host_optimizer_bytes_per_sec,omitempty"`
 	// CopyComputeShare is how many seconds compute loses per second of a
 	// side-stream copy or disk transfer: 0 on a GPU, whose copy engines are
 	// its own; more on a CPU, where copies run on the cores, caches and
@@ -104,6 +109,9 @@ func (p *Profile) Validate() error {
 	}
 	if p.AttentionFLOPS != 0 {
 		check("attention_flops", p.AttentionFLOPS, minFLOPS, maxFLOPS, " (floating-point operations per second; 0 or absent: matmul_flops)")
+	}
+	if p.HostOptimizerBytesPerSec != 0 {
+		check("host_optimizer_bytes_per_sec", p.HostOptimizerBytesPerSec, minRate, maxRate, " (bytes per second; 0 or absent: memory_bytes_per_sec)")
 	}
 	check("kernel_seconds", p.KernelSeconds, 0, maxKernelSeconds, " (seconds per kernel launch, e.g. 5e-6)")
 	check("copy_compute_share", p.CopyComputeShare, 0, maxCopyShare, "")
@@ -232,6 +240,23 @@ func (d *Device) SimulateDisk(n int64, write bool, after device.Event) device.Ev
 	}
 	s.disk = start
 	return &event{t: start, dev: d}
+}
+
+// SimulateHostWork accounts a round trip through the host that compute
+// waits for: down bytes copied to the host, host bytes read and written
+// there by host code, up bytes copied back, one after the other. An
+// optimizer with its state on the host (optim.OnHost) steps that way, and
+// charges its steps here on this device, which has no bytes to move.
+func (d *Device) SimulateHostWork(down, host, up int64) {
+	p := d.sim.profile
+	if p == nil {
+		return
+	}
+	rate := p.HostOptimizerBytesPerSec
+	if rate == 0 {
+		rate = p.MemoryBytesPerSec
+	}
+	d.comp.run(float64(down)/p.D2HBytesPerSec + float64(host)/rate + float64(up)/p.H2DBytesPerSec)
 }
 
 // Close releases the device's memory and its host's; afterwards, as on

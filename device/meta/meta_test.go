@@ -115,3 +115,26 @@ func TestAttentionCost(t *testing.T) {
 		t.Error("a negative attention_flops was accepted")
 	}
 }
+
+// A round trip through the host (an optimizer stepping there) costs its
+// copies at the link's rates and its host work at the host optimizer's
+// rate, or the memory rate when the profile gives none.
+func TestSimulateHostWork(t *testing.T) {
+	for _, rate := range []float64{0, 2e10} {
+		p := &meta.Profile{Name: "test", MatmulFLOPS: 1e12, MemoryBytesPerSec: 1e11, H2DBytesPerSec: 1e10,
+			D2HBytesPerSec: 5e9, DiskWriteBytesPerSec: 1e9, DiskReadBytesPerSec: 2e9, HostOptimizerBytesPerSec: rate}
+		if err := p.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		d := meta.New(device.Options{}, p)
+		d.SimulateHostWork(8e6, 28e6, 4e6)
+		host := 28e6 / 1e11
+		if rate != 0 {
+			host = 28e6 / rate
+		}
+		if want := 8e6/5e9 + host + 4e6/1e10; abs(d.Now()-want) > 1e-12 {
+			t.Errorf("host rate %g: %v s, want %v", rate, d.Now(), want)
+		}
+		d.Close()
+	}
+}
