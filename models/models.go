@@ -88,8 +88,9 @@ type Workload interface {
 	// recompute it checkpoints each layer or block.
 	Forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor
 	Loss(y, target *ferry.Tensor) *ferry.Tensor
-	// Optimizer is the family's usual optimizer at lr (0: its default).
-	Optimizer(lr float32) optim.Stepper
+	// Optimizer is the family's usual optimizer at lr (0: its default),
+	// with opts (optim.OnHost: its state on the host).
+	Optimizer(lr float32, opts ...optim.Option) optim.Stepper
 	// Describe is one line about the model and its sizes.
 	Describe() string
 	// Figures for the demo's report: the parameter count and the bytes

@@ -38,12 +38,12 @@ func (w *TokenWorkload) Loss(y, target *ferry.Tensor) *ferry.Tensor {
 	return ferry.CrossEntropy(y, target)
 }
 
-// Optimizer is AdamW at lr (0: 3e-4).
-func (w *TokenWorkload) Optimizer(lr float32) optim.Stepper {
+// Optimizer is AdamW at lr (0: 3e-4) with opts.
+func (w *TokenWorkload) Optimizer(lr float32, opts ...optim.Option) optim.Stepper {
 	if lr == 0 {
 		lr = 3e-4
 	}
-	return optim.NewAdamW(w.LM.Parameters(), lr)
+	return optim.NewAdamW(w.LM.Parameters(), lr, opts...)
 }
 
 func (w *TokenWorkload) Describe() string {

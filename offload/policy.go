@@ -27,6 +27,10 @@ type Policy struct {
 	// updated inside backward (optim.InBackward), which the training loop
 	// must then do for the predicted peak to hold.
 	OptimizerInBackward bool `json:"optimizer_in_backward,omitempty"`
+	// OptimizerState records where the plan assumed the optimizer's state
+	// is: "" or "device", or "host" (optim.OnHost), which a run must then
+	// do for the predicted peak to hold.
+	OptimizerState string `json:"optimizer_state,omitempty"`
 	// Comment says where the policy came from (ferry plan writes the
 	// budget and predicted figures here).
 	Comment string `json:"comment,omitempty"`
@@ -218,6 +222,9 @@ func ParsePolicy(b []byte) (*Policy, error) {
 	}
 	if p.Version != 1 && p.Version != 2 {
 		return nil, fmt.Errorf("version %d, this ferry reads versions 1 and 2", p.Version)
+	}
+	if s := p.OptimizerState; s != "" && s != "device" && s != "host" {
+		return nil, fmt.Errorf("optimizer_state %q: want device or host", s)
 	}
 	if err := p.checkConflicts(); err != nil {
 		return nil, err

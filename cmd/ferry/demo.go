@@ -42,6 +42,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file")
 	traceDir := fs.String("trace", "", "write each mode's last step as a Chrome trace and an SVG memory chart into this directory")
 	inBackward := fs.Bool("optimizer-in-backward", false, "update each parameter inside backward and free its gradient at once")
+	optState := fs.String("optimizer-state", "device", "where the optimizer keeps its state and steps, in every mode: device, or host (default: the policy's, else device)")
 	profile := fs.String("profile", "", "meta device only: hardware profile for predicted times ("+strings.Join(plan.Profiles(), ", ")+" or a JSON file)")
 	return func(out io.Writer, asJSON bool) error {
 		set := setFlags(fs)
@@ -96,6 +97,10 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			cfg.Offload.MinBytes = int64(minBytes)
 		}
 		cfg.OptimizerInBackward = *inBackward
+		if *optState != "device" && *optState != "host" {
+			return fmt.Errorf("--optimizer-state %q: want device or host", *optState)
+		}
+		cfg.OptimizerState = *optState
 		cfg.TraceDir = *traceDir
 		if p := pol; p != nil {
 			if !set["modes"] {
@@ -116,6 +121,12 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			cfg.Policy = p.Place
 			cfg.Segments = p.SegmentHooks()
 			cfg.OptimizerInBackward = cfg.OptimizerInBackward || p.OptimizerInBackward
+			if s := p.OptimizerState; s != "" {
+				if set["optimizer-state"] && *optState != s {
+					return fmt.Errorf("--policy %s was planned with the optimizer state on the %s; drop --optimizer-state %s, or plan again with it", *policy, s, *optState)
+				}
+				cfg.OptimizerState = s
+			}
 		}
 		if *profile != "" {
 			if kind, _, _ := device.ParseName(*dev); kind != "meta" {

@@ -95,11 +95,11 @@ func (m *workload) Data(dev device.Device, seed uint64) (input, target *ferry.Te
 
 func (m *workload) Loss(y, target *ferry.Tensor) *ferry.Tensor { return ferry.MSELoss(y, target) }
 
-func (m *workload) Optimizer(lr float32) optim.Stepper {
+func (m *workload) Optimizer(lr float32, opts ...optim.Option) optim.Stepper {
 	if lr == 0 {
 		lr = 1e-3
 	}
-	return optim.NewSGD(m.Parameters(), lr)
+	return optim.NewSGD(m.Parameters(), lr, opts...)
 }
 
 func (m *workload) Describe() string {

@@ -31,6 +31,7 @@ import (
 	"ferry/device"
 	"ferry/internal/rss"
 	"ferry/offload"
+	"ferry/optim"
 	"ferry/trace"
 	"ferry/trace/plots"
 )
@@ -88,6 +89,9 @@ type Config struct {
 	// is complete and frees the gradient (optim.InBackward), so gradients
 	// never all exist at once.
 	OptimizerInBackward bool
+	// OptimizerState places the optimizer's state: "" or "device", or
+	// "host" (optim.OnHost), for every mode alike (it changes no value).
+	OptimizerState string
 	// TraceDir, if set, receives for each mode a Chrome trace
 	// (<mode>.trace.json) and a chart (<mode>.memory.svg) of the last
 	// step's memory by category and its phases.
@@ -323,7 +327,11 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		return nil, err
 	}
 	defer m.Release()
-	opt := m.Optimizer(cfg.LR)
+	where, err := optim.StateOn(cfg.OptimizerState)
+	if err != nil {
+		return nil, err
+	}
+	opt := m.Optimizer(cfg.LR, where)
 	defer opt.Release()
 	task := &demoTask{w: m, dev: dev, naive: mode == Naive}
 	if err := ferry.Catch(func() error {

@@ -83,7 +83,12 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 	if err != nil {
 		return nil, err
 	}
-	opt := w.Optimizer(cfg.LR)
+	where, err := optim.StateOn(cfg.OptimizerState)
+	if err != nil {
+		w.Release()
+		return nil, err
+	}
+	opt := w.Optimizer(cfg.LR, where)
 	var input, target *ferry.Tensor
 	if err := ferry.Catch(func() error { input, target = w.Data(dev, cfg.Seed); return nil }); err != nil {
 		opt.Release()
