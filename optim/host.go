@@ -100,6 +100,9 @@ func asBytes(f []float32) []byte {
 // and returns them (n elements each). On a device without data, or for an
 // empty parameter, it returns nil slices and moves nothing.
 func (h *hostStore) stage(p, g *ferry.Tensor) (w, gr []float32, err error) {
+	if p.DType() != device.Float32 || g.DType() != device.Float32 {
+		return nil, nil, fmt.Errorf("optim: parameter %q is %s with a %s gradient; the host optimizer updates float32", p.Name(), p.DType(), g.DType())
+	}
 	n := p.Numel()
 	if n == 0 || !device.HasData(p.Device()) {
 		return nil, nil, nil

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"ferry"
@@ -428,6 +429,13 @@ func TestHostMisuse(t *testing.T) {
 		t.Fatalf("after Release the step count is %v, want 1", got)
 	}
 	o.Release()
+	ints := ferry.FromInt32s(dev, []int32{1, 2}).SetName("ints")
+	ints.SetGrad(ferry.FromInt32s(dev, []int32{1, 2}))
+	io := optim.NewSGD([]*ferry.Tensor{ints}, 0.1, optim.OnHost())
+	if err := io.Step(); err == nil || !strings.Contains(err.Error(), "float32") {
+		t.Errorf("an int32 parameter: %v", err)
+	}
+	ints.Release()
 	if _, err := optim.StateOn("gpu"); err == nil {
 		t.Fatal("StateOn took gpu")
 	}

@@ -14,13 +14,17 @@ import (
 //
 // Note [host bits]. These loops compute the bits of the CPU device's
 // kernels (device/cpu/optim.go): the same float32 operations in the same
-// order, each rounded, no fused multiply-add. The Go loops below are
-// written as the CPU device's are, so that a compiler that fuses (amd64
-// with GOAMD64=v3 or above, arm64) fuses both alike; the assembly cannot
-// follow it there, so it runs only where Go does not fuse (hostSIMD is
-// off under amd64.v3, see hostkernel_amd64.go). Square root is correctly
-// rounded in both (VSQRTPS equals float32(math.Sqrt(float64(x)))), and
-// division is IEEE division, so a lane computes what the scalar code does.
+// order. The Go loops below are written as the CPU device's are, so that
+// a compiler that fuses multiply-adds (amd64 with GOAMD64=v3 or above,
+// arm64) fuses both alike. The assembly comes in two kinds: one rounds
+// every operation, as Go does by default (GOAMD64=v1, v2); the other
+// (the FMA variants) fuses exactly the multiply-adds that Go 1.26 fuses
+// in the device's loops under GOAMD64=v3, chosen by the amd64.v3 build
+// tag (goFuses). Which ones Go fuses is the compiler's choice: run
+// `GOAMD64=v3 go test -run Host ./optim` after a Go upgrade, which checks
+// the loops against the device's bits. Square root is correctly rounded
+// in both (VSQRTPS equals float32(math.Sqrt(float64(x)))), and division
+// is IEEE division, so a lane computes what the scalar code does.
 
 // adamConsts are one AdamW step's per-element constants, in the order the
 // assembly reads them.
@@ -88,10 +92,18 @@ func adamwRange(w, g, m, v []float32, c *adamConsts) {
 	switch {
 	case hostISA == "avx512" && len(w) >= 16:
 		k = len(w) &^ 15
-		adamwAVX512(&w[0], &g[0], &m[0], &v[0], k, c)
+		if goFuses {
+			adamwFMAAVX512(&w[0], &g[0], &m[0], &v[0], k, c)
+		} else {
+			adamwAVX512(&w[0], &g[0], &m[0], &v[0], k, c)
+		}
 	case hostISA == "avx2" && len(w) >= 8:
 		k = len(w) &^ 7
-		adamwAVX2(&w[0], &g[0], &m[0], &v[0], k, c)
+		if goFuses {
+			adamwFMAAVX2(&w[0], &g[0], &m[0], &v[0], k, c)
+		} else {
+			adamwAVX2(&w[0], &g[0], &m[0], &v[0], k, c)
+		}
 	}
 	adamwGo(w[k:], g[k:], m[k:], v[k:], c)
 }
@@ -165,9 +177,14 @@ func sgdRange(w, g, buf []float32, c *sgdConsts, flags int, p device.SGDParams) 
 		if flags&sgdMomentum != 0 {
 			bp = &buf[0]
 		}
-		if hostISA == "avx512" {
+		switch {
+		case hostISA == "avx512" && goFuses:
+			sgdFMAAVX512(&w[0], &g[0], bp, k, c, flags)
+		case hostISA == "avx512":
 			sgdAVX512(&w[0], &g[0], bp, k, c, flags)
-		} else {
+		case goFuses:
+			sgdFMAAVX2(&w[0], &g[0], bp, k, c, flags)
+		default:
 			sgdAVX2(&w[0], &g[0], bp, k, c, flags)
 		}
 	}

@@ -8,12 +8,10 @@ import xcpu "golang.org/x/sys/cpu"
 
 // bestISA picks the widest vector loops the CPU (and the system, which
 // must save the wider registers) supports. Under GOAMD64=v3 and above the
-// Go compiler fuses multiply-adds in the CPU device's kernels, which the
-// assembly does not: there the Go loops run (Note [host bits]).
+// Go compiler fuses multiply-adds in the CPU device's kernels, and the
+// loops that fuse the same ones (the FMA variants) run (Note [host bits]).
 func bestISA() string {
 	switch {
-	case goFuses:
-		return "go"
 	case xcpu.X86.HasAVX512F:
 		return "avx512"
 	case xcpu.X86.HasAVX2:
@@ -25,13 +23,11 @@ func bestISA() string {
 // hostISAs lists the loops this machine can run, best first.
 func hostISAs() []string {
 	var isas []string
-	if !goFuses {
-		if xcpu.X86.HasAVX512F {
-			isas = append(isas, "avx512")
-		}
-		if xcpu.X86.HasAVX2 {
-			isas = append(isas, "avx2")
-		}
+	if xcpu.X86.HasAVX512F {
+		isas = append(isas, "avx512")
+	}
+	if xcpu.X86.HasAVX2 {
+		isas = append(isas, "avx2")
 	}
 	return append(isas, "go")
 }
@@ -54,3 +50,18 @@ func sgdAVX512(w, gr, buf *float32, n int, c *sgdConsts, flags int)
 
 //go:noescape
 func sgdAVX2(w, gr, buf *float32, n int, c *sgdConsts, flags int)
+
+// The FMA variants fuse the multiply-adds Go fuses under GOAMD64=v3 (a
+// build that guarantees FMA); the others fuse none.
+//
+//go:noescape
+func adamwFMAAVX512(w, gr, m, v *float32, n int, c *adamConsts)
+
+//go:noescape
+func adamwFMAAVX2(w, gr, m, v *float32, n int, c *adamConsts)
+
+//go:noescape
+func sgdFMAAVX512(w, gr, buf *float32, n int, c *sgdConsts, flags int)
+
+//go:noescape
+func sgdFMAAVX2(w, gr, buf *float32, n int, c *sgdConsts, flags int)

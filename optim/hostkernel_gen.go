@@ -8,7 +8,8 @@
 // Each loop body, written once, is emitted for AVX-512 (16 lanes, Z
 // registers) and AVX2 (8 lanes, Y registers). Each instruction is one
 // rounded float32 operation of adamwGo or sgdGo, in its order: no fused
-// multiply-adds (Note [host bits]). The operands are in the order the Go compiler puts them for the CPU
+// multiply-adds, except in the FMA variants, which fuse those Go fuses
+// under GOAMD64=v3 (Note [host bits]). The operands are in the order the Go compiler puts them for the CPU
 // device's loop (first source first): when both are NaN, x86 returns the
 // first, so even NaN payloads come out the same.
 package main
@@ -30,6 +31,10 @@ type isa struct {
 	name  string
 	reg   string // "Z" or "Y"
 	lanes int
+	// fma: the loops fuse the multiply-adds that Go fuses in the CPU
+	// device's loops under GOAMD64=v3 (Note [host bits]), with
+	// VFMADD231PS in the roles the compiler gives VFMADD231SS there.
+	fma bool
 }
 
 // The AdamW constants, in adamConsts's order (4 bytes each).
@@ -71,19 +76,34 @@ func op(ins, b, a, d string) string { return fmt.Sprintf("%s %s, %s, %s", ins, b
 // registers 0-5.
 func (s isa) adamBody(string) []string {
 	W, G, M, V, T, U := s.r(0), s.r(1), s.r(2), s.r(3), s.r(4), s.r(5)
-	return []string{
+	ins := []string{
 		fmt.Sprintf("VMOVUPS %s, %s", mem("DI"), W),
 		fmt.Sprintf("VMOVUPS %s, %s", mem("SI"), G),
 		fmt.Sprintf("VMOVUPS %s, %s", mem("R8"), M),
 		fmt.Sprintf("VMOVUPS %s, %s", mem("R9"), V),
 		op("VMULPS", s.k(cDecay), W, W), // w *= decay
-		op("VMULPS", s.k(cBeta1), M, M), // m*beta1
-		op("VMULPS", G, s.k(cOmb1), T),  // g*(1-beta1)
-		op("VADDPS", T, M, M),           // m = m*beta1 + g*(1-beta1)
-		op("VMULPS", s.k(cBeta2), V, V), // v*beta2
-		op("VMULPS", G, s.k(cOmb2), U),  // (1-beta2)*g
-		op("VMULPS", U, G, U),           // (1-beta2)*g*g
-		op("VADDPS", V, U, V),           // v = v*beta2 + (1-beta2)*g*g
+	}
+	if s.fma {
+		ins = append(ins,
+			op("VMULPS", G, s.k(cOmb1), T),       // g*(1-beta1)
+			op("VFMADD231PS", s.k(cBeta1), M, T), // m = m*beta1 + g*(1-beta1), fused
+			op("VMULPS", s.k(cBeta2), V, V),      // v*beta2
+			op("VMULPS", G, s.k(cOmb2), U),       // (1-beta2)*g
+			op("VFMADD231PS", G, U, V),           // v = (1-beta2)*g*g + v*beta2, fused
+		)
+		M, T = T, M // the new m is in T's register
+	} else {
+		ins = append(ins,
+			op("VMULPS", s.k(cBeta1), M, M), // m*beta1
+			op("VMULPS", G, s.k(cOmb1), T),  // g*(1-beta1)
+			op("VADDPS", T, M, M),           // m = m*beta1 + g*(1-beta1)
+			op("VMULPS", s.k(cBeta2), V, V), // v*beta2
+			op("VMULPS", G, s.k(cOmb2), U),  // (1-beta2)*g
+			op("VMULPS", U, G, U),           // (1-beta2)*g*g
+			op("VADDPS", V, U, V),           // v = v*beta2 + (1-beta2)*g*g
+		)
+	}
+	return append(ins,
 		fmt.Sprintf("VSQRTPS %s, %s", V, T),
 		op("VDIVPS", s.k(cBc2Sqrt), T, T), // sqrt(v)/bc2Sqrt
 		op("VADDPS", s.k(cEps), T, T),     // denom
@@ -93,7 +113,7 @@ func (s isa) adamBody(string) []string {
 		fmt.Sprintf("VMOVUPS %s, %s", W, mem("DI")),
 		fmt.Sprintf("VMOVUPS %s, %s", M, mem("R8")),
 		fmt.Sprintf("VMOVUPS %s, %s", V, mem("R9")),
-	}
+	)
 }
 
 // sgdBody is one vector of sgdGo (the CPU device's SGD loop), the flags
@@ -102,39 +122,57 @@ func (s isa) adamBody(string) []string {
 func (s isa) sgdBody(name string) []string {
 	W, B, D, T := s.r(0), s.r(2), s.r(3), s.r(4)
 	l := func(x string) string { return name + "_" + x }
-	return []string{
+	decay := []string{
+		op("VMULPS", s.k(cWD), W, T), // w*wd
+		op("VADDPS", T, D, D),        // d += wd*w
+	}
+	momentum := []string{
+		op("VMULPS", s.k(cMom), B, B), // buf*momentum
+		op("VMULPS", D, s.k(cOmd), T), // (1-dampening)*d
+		op("VADDPS", T, B, B),         // buf = buf*momentum + (1-dampening)*d
+	}
+	if s.fma {
+		decay = []string{op("VFMADD231PS", s.k(cWD), W, D)} // d = w*wd + d, fused
+		momentum = []string{
+			op("VMULPS", D, s.k(cOmd), T),       // (1-dampening)*d
+			op("VFMADD231PS", s.k(cMom), B, T),  // buf*momentum + (1-dampening)*d, fused
+			fmt.Sprintf("VMOVUPS %s, %s", T, B), // (the momentum*buf of Nesterov is not fused)
+		}
+	}
+	ins := []string{
 		fmt.Sprintf("VMOVUPS %s, %s", mem("SI"), D), // d = g
 		fmt.Sprintf("TESTQ $%d, R10", fWD),
 		"JZ " + l("nowd"),
 		fmt.Sprintf("VMOVUPS %s, %s", mem("DI"), W),
-		op("VMULPS", s.k(cWD), W, T), // w*wd
-		op("VADDPS", T, D, D),        // d += wd*w
-		l("nowd") + ":",
+	}
+	ins = append(ins, decay...)
+	ins = append(ins,
+		l("nowd")+":",
 		fmt.Sprintf("TESTQ $%d, R10", fMomentum),
-		"JZ " + l("update"),
+		"JZ "+l("update"),
 		fmt.Sprintf("TESTQ $%d, R10", fFirst),
-		"JZ " + l("notfirst"),
+		"JZ "+l("notfirst"),
 		fmt.Sprintf("VMOVUPS %s, %s", D, B), // buf = d
-		"JMP " + l("stored"),
-		l("notfirst") + ":",
+		"JMP "+l("stored"),
+		l("notfirst")+":",
 		fmt.Sprintf("VMOVUPS %s, %s", mem("R8"), B),
-		op("VMULPS", s.k(cMom), B, B), // buf*momentum
-		op("VMULPS", D, s.k(cOmd), T), // (1-dampening)*d
-		op("VADDPS", T, B, B),         // buf = buf*momentum + (1-dampening)*d
-		l("stored") + ":",
+	)
+	ins = append(ins, momentum...)
+	return append(ins,
+		l("stored")+":",
 		fmt.Sprintf("VMOVUPS %s, %s", B, mem("R8")),
 		fmt.Sprintf("TESTQ $%d, R10", fNesterov),
-		"JZ " + l("plain"),
+		"JZ "+l("plain"),
 		op("VMULPS", B, s.k(cMom), T), // momentum*buf
 		op("VADDPS", T, D, D),         // d += momentum*buf
-		"JMP " + l("update"),
-		l("plain") + ":",
+		"JMP "+l("update"),
+		l("plain")+":",
 		fmt.Sprintf("VMOVUPS %s, %s", B, D), // d = buf
-		l("update") + ":",
+		l("update")+":",
 		op("VMULPS", s.k(cNegLR), D, T), // -lr*d (d first, as Go puts it)
-		op("VADDPS", mem("DI"), T, W),   // w += -lr*d
+		op("VADDPS", mem("DI"), T, W),   // w += -lr*d (not fused by Go either)
 		fmt.Sprintf("VMOVUPS %s, %s", W, mem("DI")),
-	}
+	)
 }
 
 // loop writes one function over n elements (a multiple of lanes): args
@@ -180,7 +218,7 @@ func main() {
 	w("")
 	// AVX-512 keeps to Z0-Z15: VZEROUPPER does not clean Z16-Z31, and
 	// Go's SSE and AVX2 code (memmove) would run beside a dirty upper state.
-	for _, s := range []isa{{"AVX512", "Z", 16}, {"AVX2", "Y", 8}} {
+	for _, s := range []isa{{"AVX512", "Z", 16, false}, {"AVX2", "Y", 8, false}, {"FMAAVX512", "Z", 16, true}, {"FMAAVX2", "Y", 8, true}} {
 		s.loop("adamw", "(w, gr, m, v *float32, n int, c *adamConsts)",
 			[]string{"w", "gr", "m", "v", "n", "c"}, 8, s.adamBody)
 		s.loop("sgd", "(w, gr, buf *float32, n int, c *sgdConsts, flags int)",

@@ -11,3 +11,8 @@ func adamwAVX2(w, gr, m, v *float32, n int, c *adamConsts)   { panic("unreachabl
 
 func sgdAVX512(w, gr, buf *float32, n int, c *sgdConsts, flags int) { panic("unreachable") }
 func sgdAVX2(w, gr, buf *float32, n int, c *sgdConsts, flags int)   { panic("unreachable") }
+
+func adamwFMAAVX512(w, gr, m, v *float32, n int, c *adamConsts)        { panic("unreachable") }
+func adamwFMAAVX2(w, gr, m, v *float32, n int, c *adamConsts)          { panic("unreachable") }
+func sgdFMAAVX512(w, gr, buf *float32, n int, c *sgdConsts, flags int) { panic("unreachable") }
+func sgdFMAAVX2(w, gr, buf *float32, n int, c *sgdConsts, flags int)   { panic("unreachable") }
