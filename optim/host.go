@@ -194,6 +194,26 @@ func (h *hostStore) bytes(params []*ferry.Tensor, slots int) int64 {
 	return n
 }
 
+// hostWorkSimulator is implemented by devices that simulate time (the
+// meta device): a host step there charges its round trip, since no bytes
+// move.
+type hostWorkSimulator interface {
+	SimulateHostWork(down, host, up int64)
+}
+
+// simulate charges p's host step to a device without data that simulates
+// time: the values and the gradient down (8 bytes an element), hostBytes
+// an element read and written on the host, the values back up (4).
+func simulate(p *ferry.Tensor, hostBytes int64) {
+	if device.HasData(p.Device()) {
+		return
+	}
+	if s, ok := p.Device().(hostWorkSimulator); ok {
+		n := int64(p.Numel())
+		s.SimulateHostWork(8*n, hostBytes*n, 4*n)
+	}
+}
+
 // hostStep is AdamW.step with the state on the host.
 func (o *AdamW) hostStep(p, g *ferry.Tensor) error {
 	h := o.host
@@ -216,6 +236,7 @@ func (o *AdamW) hostStep(p, g *ferry.Tensor) error {
 			hp := device.AdamWParams{LR: o.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
 			hostAdamW(w, gr, s.a, s.b, hp)
 		}
+		simulate(p, 28) // reads w, g, m, v; writes w, m, v
 		if err := h.unstage(p, w); err != nil {
 			return err
 		}
@@ -249,6 +270,11 @@ func (o *SGD) hostStep(p, g *ferry.Tensor) error {
 		}
 		if w != nil {
 			hostSGD(w, gr, buf, hp)
+		}
+		if o.Momentum != 0 {
+			simulate(p, 20) // reads w, g, buf; writes w, buf
+		} else {
+			simulate(p, 12)
 		}
 		if err := h.unstage(p, w); err != nil {
 			return err

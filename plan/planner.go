@@ -52,6 +52,11 @@ type Options struct {
 	// must average gradients first).
 	Ranks int
 	Shard int
+	// OptimizerState says where the Model's optimizer keeps its state,
+	// "device" ("" too) or "host" (optim.OnHost), as the Model builds it:
+	// the planner records it in the plan and its policy, so that a run
+	// applies it too.
+	OptimizerState string
 }
 
 // Outcome is a step replayed on the meta device.
@@ -95,6 +100,7 @@ type Plan struct {
 	Fits                bool    `json:"fits"`
 	KeepsEverything     bool    `json:"keeps_everything"`
 	OptimizerInBackward bool    `json:"optimizer_in_backward"`
+	OptimizerState      string  `json:"optimizer_state"` // device or host
 	Counts              Counts  `json:"placements"`
 	Predicted           Outcome `json:"predicted"`
 	// ModelPeakBytes and ModelStepSeconds are the cost model's figures
@@ -191,6 +197,13 @@ func makePlan(opts Options) (*Plan, error) {
 		oc := offload.DefaultConfig()
 		opts.Offload = &oc
 	}
+	switch opts.OptimizerState {
+	case "":
+		opts.OptimizerState = "device"
+	case "device", "host":
+	default:
+		return nil, fmt.Errorf("plan: optimizer state %q: want device or host", opts.OptimizerState)
+	}
 	if opts.Ranks < 0 || opts.Shard < 0 || opts.Shard > 2 || (opts.Shard > 0 && opts.Ranks < 2) {
 		return nil, fmt.Errorf("plan: %d ranks at ZeRO stage %d: stages 1 and 2 need 2 ranks or more, and there are only stages 0, 1, 2", opts.Ranks, opts.Shard)
 	}
@@ -210,7 +223,7 @@ func makePlan(opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p := &Plan{Model: opts.Model.String(), Profile: opts.Profile.Name, Budget: opts.Budget, HostBudget: opts.HostBudget,
-		info: pl.plain[0].modelInfo()}
+		OptimizerState: opts.OptimizerState, info: pl.plain[0].modelInfo()}
 	if opts.Ranks > 1 {
 		p.Ranks, p.Shard = opts.Ranks, opts.Shard
 	}
@@ -546,6 +559,9 @@ func (pl *planner) baseline(build func(pr *problem) []option) (Baseline, error) 
 func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offload.Policy {
 	rec := pl.plain[index(ib)]
 	pol := &offload.Policy{Version: 2, Default: offload.Keep, OptimizerInBackward: ib}
+	if pl.opts.OptimizerState == "host" {
+		pol.OptimizerState = "host"
+	}
 	where := map[*storage]offload.Placement{}
 	for u, pu := range rec.units {
 		o := choice[u]

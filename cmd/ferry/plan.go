@@ -24,6 +24,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	noDisk := fs.Bool("no-disk", false, "do not use the disk tier")
 	out := fs.String("out", "", "write the policy file here (for ferry demo/train --policy); without it nothing is written")
 	ranks := fs.Int("ranks", 1, "plan one rank of data-parallel training over this many ranks (the rank holding the most sharded state)")
+	optState := fs.String("optimizer-state", "device", "where the optimizer keeps its state and steps: device, or host (its state then takes no device memory; the policy records it)")
 	zero := fs.Int("zero", 1, "with --ranks above 1, the ZeRO stage: 0 every rank holds the whole optimizer state and gradients, 1 its share of the optimizer state, 2 of the gradients too")
 	return func(w io.Writer, asJSON bool) error {
 		if budget <= 0 {
@@ -39,7 +40,14 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if *ranks == 1 {
 			shard = 0
 		}
+		if *optState != "device" && *optState != "host" {
+			return fmt.Errorf("--optimizer-state %q: want device or host", *optState)
+		}
+		if *optState == "host" && *ranks > 1 {
+			return fmt.Errorf("--optimizer-state host plans one process: with --ranks, ZeRO (--zero) shares the optimizer state instead")
+		}
 		cfg := demo.DefaultConfig("meta")
+		cfg.OptimizerState = *optState
 		f, err := sizes.family()
 		if err != nil {
 			return err
@@ -56,9 +64,20 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			return err
 		}
 		p, err := plan.Make(plan.Options{Model: demo.PlanModel(cfg), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
-			Ranks: *ranks, Shard: shard})
+			Ranks: *ranks, Shard: shard, OptimizerState: *optState})
 		if err != nil {
 			return err
+		}
+		if !p.Fits && *optState == "device" && *ranks == 1 {
+			// Would the optimizer's state on the host make it fit?
+			hc := cfg
+			hc.OptimizerState = "host"
+			hp, err := plan.Make(plan.Options{Model: demo.PlanModel(hc), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof,
+				NoDisk: *noDisk, OptimizerState: "host"})
+			if err == nil && hp.Fits {
+				p.Suggestions = append(p.Suggestions, fmt.Sprintf("--optimizer-state host (the optimizer's state on the host: peak %s, step %.4g s predicted)",
+					device.FormatBytes(hp.Predicted.PeakBytes), hp.Predicted.StepSeconds))
+			}
 		}
 		written := ""
 		if p.Fits && *out != "" {
@@ -173,6 +192,9 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 	}
 	if p.OptimizerInBackward {
 		fmt.Fprintln(w, "  the optimizer updates each parameter inside backward and frees its gradient (optim.InBackward)")
+	}
+	if p.OptimizerState == "host" {
+		fmt.Fprintln(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host): no optimizer state on the device")
 	}
 	fmt.Fprintf(w, "predicted: peak %s of %s · step %.4g s, %.3f × unlimited · stall %.4g s · %s to host, %s to disk per step\n",
 		device.FormatBytes(p.Predicted.PeakBytes), device.FormatBytes(p.Budget), p.Predicted.StepSeconds, p.Slowdown,

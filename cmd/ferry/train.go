@@ -47,6 +47,7 @@ type trainOptions struct {
 	stopAfter, checkEvery, zero   int
 	unit                          string // "samples" or "tokens"
 	comm                          dist.Comm
+	pol                           *offload.Policy // --policy, read by validate
 }
 
 // openComm joins the ranks when mpirun started this process (one rank
@@ -145,6 +146,21 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	}
 	if o.optimizerState != "device" && o.optimizerState != "host" {
 		return fmt.Errorf("--optimizer-state %q: want device or host", o.optimizerState)
+	}
+	if o.policy != "" {
+		pol, err := offload.LoadPolicy(o.policy)
+		if err != nil {
+			return err
+		}
+		// The plan's optimizer state holds for its peak: take it, and
+		// refuse a flag that contradicts it.
+		if s := pol.OptimizerState; s != "" {
+			if set["optimizer-state"] && o.optimizerState != s {
+				return fmt.Errorf("--policy %s was planned with the optimizer state on the %s; drop --optimizer-state %s, or plan again with it", o.policy, s, o.optimizerState)
+			}
+			o.optimizerState = s
+		}
+		o.pol = pol
 	}
 	if !set["min-lr"] {
 		o.minLR = o.lr / 10
@@ -294,9 +310,11 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	mem := offload.Setup{Mode: offload.Mode(o.mode), DiskDir: o.diskDir}
 	task := r.task
 	if o.policy != "" {
-		pol, err := offload.LoadPolicy(o.policy)
-		if err != nil {
-			return nil, err
+		pol := o.pol
+		if pol == nil { // validate was not called
+			if pol, err = offload.LoadPolicy(o.policy); err != nil {
+				return nil, err
+			}
 		}
 		mem.Mode, mem.Policy = offload.PolicyMode, pol
 		if r.planned == nil {
