@@ -310,16 +310,18 @@ struct AttnDrop {
 // softmax) and saves only the log-sum-exp; the backward recomputes the
 // weights from it. Thread t owns row t/8 of a 32×32 score tile, its keys
 // (or, in dk and dv, its query rows) t%8 + 8k, k < 4; and row t/8 of a
-// 32×64 output chunk, its columns t%8 + 8k, k < 8. Heads wider than 64
-// columns are done a chunk of 64 output columns at a time, the scores
-// (which need every column) recomputed for each chunk. Shared tiles have
-// rows of 65 (33) floats, so that the threads of a warp reading a column
-// hit distinct banks. Every sum runs in an order fixed by the shapes:
+// 32×64 output chunk, its columns 4(t%8) … +3 and 32 + 4(t%8) … +3. Heads
+// wider than 64 columns are done a chunk of 64 output columns at a time,
+// the scores (which need every column) recomputed for each chunk. The
+// operand tiles have rows of 68 floats, read four columns at a time
+// (float4): the eight rows (or eight column groups) a warp reads at once
+// fall on distinct banks, so each 16-byte load is one shared-memory
+// transaction. Score tiles have rows of 33 floats. Every sum runs in an order fixed by the shapes:
 // each dot product and each output element in key (query) order, as the
 // CPU device's; no atomics.
 #define ATT 32
 #define ATD 64
-#define ATP (ATD + 1)
+#define ATP (ATD + 4)
 
 typedef float AttTile[ATT][ATP];
 typedef float AttScores[ATT][ATT + 1];
@@ -335,14 +337,41 @@ __device__ __forceinline__ void att_load(AttTile& s, const float* base, i64 ld, 
 }
 
 // s[k] += Σ_{d<n} a[t/8][d]·b[t%8 + 8k][d], column by column: across the
-// chunks, each of the thread's four dot products runs over d in order.
+// chunks, each of the thread's four dot products runs over d in order
+// (rounding n up to a multiple of four adds products of the tiles' zero
+// padding, which change no sum).
 __device__ __forceinline__ void att_dots(float* s, const AttTile& a, const AttTile& b, int n) {
   const int r = threadIdx.x >> 3, c = threadIdx.x & 7;
-  for (int d = 0; d < n; d++) {
-    float x = a[r][d];
+  for (int d = 0; d < n; d += 4) {
+    float4 x = *reinterpret_cast<const float4*>(&a[r][d]);
 #pragma unroll
-    for (int k = 0; k < 4; k++) s[k] += x * b[c + 8 * k][d];
+    for (int k = 0; k < 4; k++) {
+      float4 y = *reinterpret_cast<const float4*>(&b[c + 8 * k][d]);
+      s[k] += x.x * y.x;
+      s[k] += x.y * y.y;
+      s[k] += x.z * y.z;
+      s[k] += x.w * y.w;
+    }
   }
+}
+
+// The column of a 64-wide chunk that thread t's accumulator kk holds.
+__device__ __forceinline__ int att_col(int kk) { return (kk & 4) * 8 + 4 * (threadIdx.x & 7) + (kk & 3); }
+
+// o[kk] += p·row[att_col(kk)] for the thread's eight columns (two float4
+// loads).
+__device__ __forceinline__ void att_axpy8(float* o, float p, const float* row) {
+  const int c = threadIdx.x & 7;
+  float4 u = *reinterpret_cast<const float4*>(row + 4 * c);
+  float4 w = *reinterpret_cast<const float4*>(row + 32 + 4 * c);
+  o[0] += p * u.x;
+  o[1] += p * u.y;
+  o[2] += p * u.z;
+  o[3] += p * u.w;
+  o[4] += p * w.x;
+  o[5] += p * w.y;
+  o[6] += p * w.z;
+  o[7] += p * w.w;
 }
 
 // The maximum and the sum over the eight threads of a tile row (lanes
@@ -365,11 +394,11 @@ __device__ __forceinline__ float row8_sum(float v) {
 // scores). One block per tile of 32 query rows; per tile of 32 keys
 // (causal: none wholly above the diagonal) the scores, the row's new
 // maximum m, the running sum l and the output rescaled by exp(m_old - m);
-// out = acc/l at the end. Shared memory: 20,864 bytes.
+// out = acc/l at the end. Shared memory: 21,632 bytes.
 extern "C" __global__ void ferry_attention(float* out, float* lse, const float* q, const float* k, const float* v,
                                            Heads L, float scale, int causal, int drop, unsigned thr, float dscale,
                                            unsigned k0, unsigned k1, unsigned s0, unsigned s1, i64 off) {
-  __shared__ AttTile sq, skv;
+  __shared__ __align__(16) AttTile sq, skv;
   __shared__ AttScores sp;
   AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1, off};
   const i64 T = L.T, D = L.D, nt = (T + ATT - 1) / ATT, tiles = L.B * L.H * nt;
@@ -422,17 +451,13 @@ extern "C" __global__ void ferry_attention(float* out, float* lse, const float* 
         att_load(skv, vh, ldv, j0, T, c0, D);
         __syncthreads();
         const int cnt = (int)min((i64)ATT, T - j0);
-        for (int t = 0; t < cnt; t++) {
-          float p = sp[r][t];
-#pragma unroll
-          for (int kk = 0; kk < 8; kk++) o[kk] += p * skv[t][c + 8 * kk];
-        }
+        for (int t = 0; t < cnt; t++) att_axpy8(o, sp[r][t], skv[t]);
         __syncthreads();
       }
       if (i < T) {
 #pragma unroll
         for (int kk = 0; kk < 8; kk++) {
-          i64 d = c0 + c + 8 * kk;
+          i64 d = c0 + att_col(kk);
           if (d < D) out[(bh * T + i) * D + d] = o[kk] / l;
         }
         if (c0 == 0 && c == 0) lse[bh * T + i] = m + logf(l);
@@ -470,12 +495,12 @@ __device__ __forceinline__ float att_ds(float x, float dp, float lse_i, float de
 
 // dq[i] = scale·Σ_j dS_ij·k[j]: one block per tile of 32 query rows, as
 // ferry_attention, walking the key tiles in order (so no atomics, and
-// each dq element sums over j in order). Shared memory: 37,504 bytes.
+// each dq element sums over j in order). Shared memory: 39,040 bytes.
 extern "C" __global__ void ferry_attention_backward_q(float* dq, const float* grad, const float* q, const float* k,
                                                       const float* v, const float* lse, const float* delta, Heads L,
                                                       float scale, int causal, int drop, unsigned thr, float dscale,
                                                       unsigned k0, unsigned k1, unsigned s0, unsigned s1, i64 off) {
-  __shared__ AttTile sq, sg, sk, sv;
+  __shared__ __align__(16) AttTile sq, sg, sk, sv;
   __shared__ AttScores sds;
   AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1, off};
   const i64 T = L.T, D = L.D, nt = (T + ATT - 1) / ATT, tiles = L.B * L.H * nt;
@@ -517,17 +542,13 @@ extern "C" __global__ void ferry_attention_backward_q(float* dq, const float* gr
         if (D > ATD) att_load(sk, kh, ldk, j0, T, c0, D);
         __syncthreads();
         const int cnt = (int)min((i64)ATT, T - j0);
-        for (int t = 0; t < cnt; t++) {
-          float x = sds[r][t];
-#pragma unroll
-          for (int kk = 0; kk < 8; kk++) acc[kk] += x * sk[t][c + 8 * kk];
-        }
+        for (int t = 0; t < cnt; t++) att_axpy8(acc, sds[r][t], sk[t]);
         __syncthreads();
       }
       if (i < T) {
 #pragma unroll
         for (int kk = 0; kk < 8; kk++) {
-          i64 d = c0 + c + 8 * kk;
+          i64 d = c0 + att_col(kk);
           if (d < D) dq[(bh * T + i) * D + d] = scale * acc[kk];
         }
       }
@@ -537,13 +558,13 @@ extern "C" __global__ void ferry_attention_backward_q(float* dq, const float* gr
 
 // dv[j] = Σ_i P'_ij·grad[i] and dk[j] = scale·Σ_i dS_ij·q[i]: one block
 // per tile of 32 keys, walking the query tiles that attend to it (causal:
-// from the tile on the diagonal) in order. Shared memory: 41,728 bytes.
+// from the tile on the diagonal) in order. Shared memory: 43,264 bytes.
 extern "C" __global__ void ferry_attention_backward_kv(float* dk, float* dv, const float* grad, const float* q,
                                                        const float* k, const float* v, const float* lse,
                                                        const float* delta, Heads L, float scale, int causal, int drop,
                                                        unsigned thr, float dscale, unsigned k0, unsigned k1,
                                                        unsigned s0, unsigned s1, i64 off) {
-  __shared__ AttTile sq, sg, sk, sv;
+  __shared__ __align__(16) AttTile sq, sg, sk, sv;
   __shared__ AttScores spd, sds;
   AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1, off};
   const i64 T = L.T, D = L.D, nt = (T + ATT - 1) / ATT, tiles = L.B * L.H * nt;
@@ -590,15 +611,11 @@ extern "C" __global__ void ferry_attention_backward_kv(float* dk, float* dv, con
           att_load(sg, gh, ldg, i0, T, c0, D);
         }
         __syncthreads();
-        // Now thread t accumulates key j0 + t/8, columns c0 + t%8 + 8k.
+        // Now thread t accumulates key j0 + t/8, columns c0 + att_col(kk).
         const int cnt = (int)min((i64)ATT, T - i0);
         for (int t = 0; t < cnt; t++) {
-          float pd = spd[t][r], ds = sds[t][r];
-#pragma unroll
-          for (int kk = 0; kk < 8; kk++) {
-            av[kk] += pd * sg[t][c + 8 * kk];
-            ak[kk] += ds * sq[t][c + 8 * kk];
-          }
+          att_axpy8(av, spd[t][r], sg[t]);
+          att_axpy8(ak, sds[t][r], sq[t]);
         }
         __syncthreads();
       }
@@ -606,7 +623,7 @@ extern "C" __global__ void ferry_attention_backward_kv(float* dk, float* dv, con
       if (j < T) {
 #pragma unroll
         for (int kk = 0; kk < 8; kk++) {
-          i64 d = c0 + c + 8 * kk;
+          i64 d = c0 + att_col(kk);
           if (d < D) {
             dk[(bh * T + j) * D + d] = scale * ak[kk];
             dv[(bh * T + j) * D + d] = av[kk];
