@@ -21,20 +21,6 @@ __device__ __forceinline__ double tree_sum(double* s, double v) {
   return r;
 }
 
-// The maximum of v over the block's threads (a NaN is dropped, as `>`
-// drops it).
-__device__ __forceinline__ float tree_max(float* s, float v) {
-  s[threadIdx.x] = v;
-  __syncthreads();
-  for (int h = BLOCK / 2; h > 0; h >>= 1) {
-    if (threadIdx.x < h && s[threadIdx.x + h] > s[threadIdx.x]) s[threadIdx.x] = s[threadIdx.x + h];
-    __syncthreads();
-  }
-  float r = s[0];
-  __syncthreads();
-  return r;
-}
-
 // ---- dropout: Philox-4x32-10, as device.Philox4x32 ----
 
 // A key is passed as device.DropoutKey.PhiloxKey gives it: the generator
