@@ -313,12 +313,20 @@ typedef float AttTile[ATT][ATP];
 typedef float AttScores[ATT][ATT + 1];
 
 // Loads rows r0 … r0+31, columns d0 … d0+63 of one head of an operand
-// (row stride ld) into s, with zeros past row T and column D.
+// (row stride ld) into s, with zeros past row T and column D. Thread t
+// loads column t%64 of rows t/64 + 4k, walking one pointer down the rows
+// (so the compiler keeps no table of eight 64-bit offsets per operand
+// alive across the kernel's loops: that halves the backward kernels'
+// registers).
 __device__ __forceinline__ void att_load(AttTile& s, const float* base, i64 ld, i64 r0, i64 T, i64 d0, i64 D) {
-  for (int e = threadIdx.x; e < ATT * ATD; e += BLOCK) {
-    int r = e / ATD, c = e - r * ATD;
-    i64 row = r0 + r, d = d0 + c;
-    s[r][c] = row < T && d < D ? base[row * ld + d] : 0.0f;
+  const int c = threadIdx.x % ATD, r = threadIdx.x / ATD;
+  const bool in = d0 + c < D;
+  const float* p = base + (r0 + r) * ld + d0 + c;
+  const i64 step = (BLOCK / ATD) * ld;
+#pragma unroll
+  for (int k = 0; k < ATT * ATD / BLOCK; k++) {
+    s[r + k * (BLOCK / ATD)][c] = in && r0 + r + k * (BLOCK / ATD) < T ? *p : 0.0f;
+    p += step;
   }
 }
 
