@@ -242,13 +242,25 @@ func (k *kernels) Attention(out, lse, q, kk, v device.View, p device.AttentionPa
 		return err
 	}
 	a := newArgs().Ptr(ptr[0]).Ptr(ptr[1]).Ptr(ptr[2]).Ptr(ptr[3]).Ptr(ptr[4])
-	return k.launch("ferry_attention", k.rowGrid(int64(B*H*T)), block1, attnArgs(a, heads(q, kk, v, device.View{}), p))
+	return k.launch("ferry_attention", k.tileGrid(B*H, T), block1, attnArgs(a, heads(q, kk, v, device.View{}), p))
 }
 
-// AttentionBackward runs three kernels: each row's Σ dO·O into scratch,
-// then dq with a block per query row and dk, dv with a block per key row,
-// each recomputing the weights from lse (no atomics, at the price of
-// computing the scores twice).
+// attnTile is the rows (queries or keys) of one block's tile in the
+// attention kernels (ATT in kernels/gpt.cu).
+const attnTile = 32
+
+// tileGrid is the grid of an attention kernel: a block per tile of
+// attnTile rows of each of the BH heads (grid-stride past rowGrid's
+// limit).
+func (k *kernels) tileGrid(BH, T int) cu.Dim3 {
+	return k.rowGrid(int64(BH) * int64((T+attnTile-1)/attnTile))
+}
+
+// AttentionBackward runs three kernels, as FlashAttention-2: each row's
+// Σ dO·O into scratch, then dq with a block per tile of query rows and dk,
+// dv with a block per tile of keys, each recomputing the weights from lse
+// tile by tile (no atomics, so results repeat bit for bit, at the price
+// of computing the scores twice).
 func (k *kernels) AttentionBackward(dq, dk, dv, grad, q, kk, v, out, lse device.View, p device.AttentionParams) error {
 	B, H, T, D := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
 	if T == 0 || D == 0 || B*H == 0 {
@@ -270,9 +282,9 @@ func (k *kernels) AttentionBackward(dq, dk, dv, grad, q, kk, v, out, lse device.
 		return err
 	}
 	a := newArgs().Ptr(ptr[0]).Ptr(ptr[3]).Ptr(ptr[4]).Ptr(ptr[5]).Ptr(ptr[6]).Ptr(ptr[8]).Ptr(dp)
-	if err := k.launch("ferry_attention_backward_q", k.rowGrid(rows), block1, attnArgs(a, L, p)); err != nil {
+	if err := k.launch("ferry_attention_backward_q", k.tileGrid(B*H, T), block1, attnArgs(a, L, p)); err != nil {
 		return err
 	}
 	a = newArgs().Ptr(ptr[1]).Ptr(ptr[2]).Ptr(ptr[3]).Ptr(ptr[4]).Ptr(ptr[5]).Ptr(ptr[6]).Ptr(ptr[8]).Ptr(dp)
-	return k.launch("ferry_attention_backward_kv", k.rowGrid(rows), block1, attnArgs(a, L, p))
+	return k.launch("ferry_attention_backward_kv", k.tileGrid(B*H, T), block1, attnArgs(a, L, p))
 }

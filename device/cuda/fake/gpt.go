@@ -293,51 +293,105 @@ func dot(a, b []float32) float32 {
 	return s
 }
 
+// attnTile is ATT of kernels/gpt.cu: the rows (queries or keys) of a
+// block's tile and the keys (queries) of each tile it walks.
+const attnTile = 32
+
+// attnTiles runs body for each block's tiles: head bh, first row r0.
+func attnTiles(k *launch, L headsL, body func(bh, r0 int64)) {
+	nt := (L.T + attnTile - 1) / attnTile
+	rowsOf(k, L.B*L.H*nt, func(tile int64) { body(tile/nt, tile%nt*attnTile) })
+}
+
+// expf and logf are CUDA's in float32 (whose results may differ from
+// these by an ulp or two: the fake is not bit for bit the GPU here).
+func expf(x float32) float32 { return float32(math.Exp(float64(x))) }
+func logf(x float32) float32 { return float32(math.Log(float64(x))) }
+
+// fmaxf is CUDA's: a NaN operand is dropped.
+func fmaxf(a, b float32) float32 {
+	if a != a || b > a {
+		return b
+	}
+	return a
+}
+
+// rowSum8 is row8_sum: the eight threads' partial sums through the xor
+// butterfly.
+func rowSum8(v [8]float32) float32 {
+	for m := 4; m > 0; m >>= 1 {
+		var w [8]float32
+		for c := range w {
+			w[c] = v[c] + v[c^m]
+		}
+		v = w
+	}
+	return v[0]
+}
+
+// attention is ferry_attention row by row: the rows of a tile, and the
+// columns of a row, are independent, and each follows the kernel's order
+// (key tiles of attnTile, thread t%8 of the row summing its keys t%8+8k).
 func attention(k *launch) {
 	out, lse, q, kk, v := mem[float32](k, 0), mem[float32](k, 1), mem[float32](k, 2), mem[float32](k, 3), mem[float32](k, 4)
 	L, scale, causal := k.heads(5), k.f32(6), k.i32(7) != 0
 	dr := k.drop(9, k.i32(8) != 0)
 	T, D := L.T, L.D
-	rowsOf(k, L.B*L.H*T, func(row int64) {
-		bh, i := row/T, row%T
-		qi := L.row(q, 0, bh, i)
-		n := T
+	inf := float32(math.Inf(-1))
+	attnTiles(k, L, func(bh, i0 int64) {
+		nkeys := T
 		if causal {
-			n = i + 1
+			nkeys = min(T, i0+attnTile)
 		}
-		score := func(j int64) float32 { return scale * dot(qi, L.row(kk, 1, bh, j)) }
-		var smax [block]float32
-		for t := int64(0); t < block; t++ {
-			m := float32(math.Inf(-1))
-			for j := t; j < n; j += block {
-				if x := score(j); x > m {
-					m = x
+		for i := i0; i < min(i0+attnTile, T); i++ {
+			qi := L.row(q, 0, bh, i)
+			n := T
+			if causal {
+				n = i + 1
+			}
+			m, l := inf, float32(0)
+			o := out[(bh*T+i)*D : (bh*T+i+1)*D]
+			clear(o)
+			var x, pd [attnTile]float32
+			for j0 := int64(0); j0 < nkeys; j0 += attnTile {
+				mt := inf
+				for t := range int64(attnTile) {
+					if j := j0 + t; j < n {
+						x[t] = scale * dot(qi, L.row(kk, 1, bh, j))
+						mt = fmaxf(mt, x[t])
+					}
+				}
+				mn := fmaxf(m, mt)
+				alpha := float32(1)
+				if mn != inf {
+					alpha = expf(m - mn)
+				}
+				var ps [8]float32
+				for t := range int64(attnTile) {
+					var p float32
+					pd[t] = 0
+					if j := j0 + t; j < n {
+						p = expf(x[t] - mn)
+						pd[t] = dr.apply(p, (bh*T+i)*T+j)
+					}
+					ps[t%8] += p
+				}
+				l = l*alpha + rowSum8(ps)
+				m = mn
+				for d := range o {
+					o[d] *= alpha
+				}
+				for t := range min(attnTile, T-j0) {
+					vj := L.row(v, 2, bh, j0+t)
+					for d := range o {
+						o[d] += pd[t] * vj[d]
+					}
 				}
 			}
-			smax[t] = m
-		}
-		for h := block / 2; h > 0; h >>= 1 {
-			for t := 0; t < h; t++ {
-				if smax[t+h] > smax[t] {
-					smax[t] = smax[t+h]
-				}
+			for d := range o {
+				o[d] /= l
 			}
-		}
-		m := smax[0]
-		sum := threadSums(n, func(j int64) float64 { return float64(float32(math.Exp(float64(score(j) - m)))) })
-		inv := float32(1 / sum)
-		lse[row] = m + float32(math.Log(sum))
-		p := make([]float32, n)
-		for j := range p {
-			p[j] = dr.apply(float32(math.Exp(float64(score(int64(j))-m)))*inv, (bh*T+i)*T+int64(j))
-		}
-		o := out[row*D : (row+1)*D]
-		for d := range o {
-			var acc float32
-			for j := range p {
-				acc += p[j] * L.row(v, 2, bh, int64(j))[d]
-			}
-			o[d] = acc
+			lse[bh*T+i] = m + logf(l)
 		}
 	})
 }
@@ -349,66 +403,90 @@ func attentionDelta(k *launch) {
 	})
 }
 
-// scoreGrad is score_grad: the weight after dropout and dS for (bh, i, j).
-func scoreGrad(L headsL, q, kk, v, grad []float32, lse, delta float32, scale float32, dr drop, bh, i, j int64) (pd, ds float32) {
-	x := scale * dot(L.row(q, 0, bh, i), L.row(kk, 1, bh, j))
-	p := float32(math.Exp(float64(x - lse)))
-	dp := dot(L.row(grad, 3, bh, i), L.row(v, 2, bh, j))
-	e := (bh*L.T+i)*L.T + j
+// attnDS is att_ds: from the recomputed score x and dP = dp, the weight
+// after dropout and dS for element e.
+func attnDS(x, dp, lse, delta float32, dr drop, e int64) (pd, ds float32) {
+	p := expf(x - lse)
 	return dr.apply(p, e), p * (dr.apply(dp, e) - delta)
 }
 
+// attentionBackwardQ is ferry_attention_backward_q row by row, each dq
+// element summed over the keys in order.
 func attentionBackwardQ(k *launch) {
 	dq, grad, q, kk, v := mem[float32](k, 0), mem[float32](k, 1), mem[float32](k, 2), mem[float32](k, 3), mem[float32](k, 4)
 	lse, delta, L, scale, causal := mem[float32](k, 5), mem[float32](k, 6), k.heads(7), k.f32(8), k.i32(9) != 0
 	dr := k.drop(11, k.i32(10) != 0)
 	T, D := L.T, L.D
-	rowsOf(k, L.B*L.H*T, func(row int64) {
-		bh, i := row/T, row%T
-		n := T
+	attnTiles(k, L, func(bh, i0 int64) {
+		nkeys := T
 		if causal {
-			n = i + 1
+			nkeys = min(T, i0+attnTile)
 		}
-		ds := make([]float32, n)
-		for j := range ds {
-			_, ds[j] = scoreGrad(L, q, kk, v, grad, lse[row], delta[row], scale, dr, bh, i, int64(j))
-		}
-		o := dq[row*D : (row+1)*D]
-		for d := range o {
-			var acc float32
-			for j := range ds {
-				acc += ds[j] * L.row(kk, 1, bh, int64(j))[d]
+		for i := i0; i < min(i0+attnTile, T); i++ {
+			qi, gi := L.row(q, 0, bh, i), L.row(grad, 3, bh, i)
+			n := T
+			if causal {
+				n = i + 1
 			}
-			o[d] = scale * acc
+			o := dq[(bh*T+i)*D : (bh*T+i+1)*D]
+			clear(o)
+			var ds [attnTile]float32
+			for j0 := int64(0); j0 < nkeys; j0 += attnTile {
+				for t := range int64(attnTile) {
+					ds[t] = 0
+					if j := j0 + t; j < n {
+						x := scale * dot(qi, L.row(kk, 1, bh, j))
+						_, ds[t] = attnDS(x, dot(gi, L.row(v, 2, bh, j)), lse[bh*T+i], delta[bh*T+i], dr, (bh*T+i)*T+j)
+					}
+				}
+				for t := range min(attnTile, T-j0) {
+					kj := L.row(kk, 1, bh, j0+t)
+					for d := range o {
+						o[d] += ds[t] * kj[d]
+					}
+				}
+			}
+			for d := range o {
+				o[d] *= scale
+			}
 		}
 	})
 }
 
+// attentionBackwardKV is ferry_attention_backward_kv key by key, each
+// element summed over the queries in order (causal: from the key tile's
+// first row).
 func attentionBackwardKV(k *launch) {
 	dk, dv, grad, q, kk, v := mem[float32](k, 0), mem[float32](k, 1), mem[float32](k, 2), mem[float32](k, 3), mem[float32](k, 4), mem[float32](k, 5)
 	lse, delta, L, scale, causal := mem[float32](k, 6), mem[float32](k, 7), k.heads(8), k.f32(9), k.i32(10) != 0
 	dr := k.drop(12, k.i32(11) != 0)
 	T, D := L.T, L.D
-	rowsOf(k, L.B*L.H*T, func(row int64) {
-		bh, j := row/T, row%T
+	attnTiles(k, L, func(bh, j0 int64) {
 		first := int64(0)
 		if causal {
-			first = j
+			first = j0
 		}
-		pd, ds := make([]float32, T-first), make([]float32, T-first)
-		for x := range pd {
-			i := first + int64(x)
-			pd[x], ds[x] = scoreGrad(L, q, kk, v, grad, lse[bh*T+i], delta[bh*T+i], scale, dr, bh, i, j)
-		}
-		ok, ov := dk[row*D:(row+1)*D], dv[row*D:(row+1)*D]
-		for d := range ok {
-			var ak, av float32
-			for x := range pd {
-				i := first + int64(x)
-				av += pd[x] * L.row(grad, 3, bh, i)[d]
-				ak += ds[x] * L.row(q, 0, bh, i)[d]
+		for j := j0; j < min(j0+attnTile, T); j++ {
+			kj, vj := L.row(kk, 1, bh, j), L.row(v, 2, bh, j)
+			ok, ov := dk[(bh*T+j)*D:(bh*T+j+1)*D], dv[(bh*T+j)*D:(bh*T+j+1)*D]
+			clear(ok)
+			clear(ov)
+			for i := first; i < T; i++ {
+				var pd, ds float32
+				if !causal || j <= i {
+					qi, gi := L.row(q, 0, bh, i), L.row(grad, 3, bh, i)
+					x := scale * dot(qi, kj)
+					pd, ds = attnDS(x, dot(gi, vj), lse[bh*T+i], delta[bh*T+i], dr, (bh*T+i)*T+j)
+				}
+				qi, gi := L.row(q, 0, bh, i), L.row(grad, 3, bh, i)
+				for d := range ok {
+					ov[d] += pd * gi[d]
+					ok[d] += ds * qi[d]
+				}
 			}
-			ok[d], ov[d] = scale*ak, av
+			for d := range ok {
+				ok[d] *= scale
+			}
 		}
 	})
 }

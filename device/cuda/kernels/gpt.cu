@@ -21,20 +21,6 @@ __device__ __forceinline__ double tree_sum(double* s, double v) {
   return r;
 }
 
-// The maximum of v over the block's threads (a NaN is dropped, as `>`
-// drops it).
-__device__ __forceinline__ float tree_max(float* s, float v) {
-  s[threadIdx.x] = v;
-  __syncthreads();
-  for (int h = BLOCK / 2; h > 0; h >>= 1) {
-    if (threadIdx.x < h && s[threadIdx.x + h] > s[threadIdx.x]) s[threadIdx.x] = s[threadIdx.x + h];
-    __syncthreads();
-  }
-  float r = s[0];
-  __syncthreads();
-  return r;
-}
-
 // ---- dropout: Philox-4x32-10, as device.Philox4x32 ----
 
 // A key is passed as device.DropoutKey.PhiloxKey gives it: the generator
@@ -301,59 +287,175 @@ struct AttnDrop {
   }
 };
 
-// out[i] = Σ_j P'_ij·v[j] and lse[i] = log Σ_j exp(s_ij), with
-// s_ij = scale·q_i·k_j over the attended keys (j ≤ i when causal) and P'
-// the softmax weights after dropout. One block per query row: a pass for
-// the maximum, one for the sum (double), one for the output over tiles of
-// 256 keys whose weights sit in shared memory, a thread per column of the
-// output carrying its sum (columns in chunks of 256).
+// The attention kernels work in tiles, in the manner of FlashAttention-2.
+// A block of 256 threads takes one tile of ATT = 32 query rows (forward,
+// dq) or 32 keys (dk, dv) of one (batch, head), and walks the tiles of the
+// other side 32 at a time, the head's columns in chunks of ATD = 64
+// through shared memory. Scores are recomputed where needed and never
+// stored: the forward keeps a running maximum and sum per row (online
+// softmax) and saves only the log-sum-exp; the backward recomputes the
+// weights from it. Thread t owns row t/8 of a 32×32 score tile, its keys
+// (or, in dk and dv, its query rows) t%8 + 8k, k < 4; and row t/8 of a
+// 32×64 output chunk, its columns 4(t%8) … +3 and 32 + 4(t%8) … +3. Heads
+// wider than 64 columns are done a chunk of 64 output columns at a time,
+// the scores (which need every column) recomputed for each chunk. The
+// operand tiles have rows of 68 floats, read four columns at a time
+// (float4): the eight rows (or eight column groups) a warp reads at once
+// fall on distinct banks, so each 16-byte load is one shared-memory
+// transaction. Score tiles have rows of 33 floats. Every sum runs in an order fixed by the shapes:
+// each dot product and each output element in key (query) order, as the
+// CPU device's; no atomics.
+#define ATT 32
+#define ATD 64
+#define ATP (ATD + 4)
+
+typedef float AttTile[ATT][ATP];
+typedef float AttScores[ATT][ATT + 1];
+
+// Loads rows r0 … r0+31, columns d0 … d0+63 of one head of an operand
+// (row stride ld) into s, with zeros past row T and column D. Thread t
+// loads column t%64 of rows t/64 + 4k, walking one pointer down the rows
+// (so the compiler keeps no table of eight 64-bit offsets per operand
+// alive across the kernel's loops: that halves the backward kernels'
+// registers).
+__device__ __forceinline__ void att_load(AttTile& s, const float* base, i64 ld, i64 r0, i64 T, i64 d0, i64 D) {
+  const int c = threadIdx.x % ATD, r = threadIdx.x / ATD;
+  const bool in = d0 + c < D;
+  const float* p = base + (r0 + r) * ld + d0 + c;
+  const i64 step = (BLOCK / ATD) * ld;
+#pragma unroll
+  for (int k = 0; k < ATT * ATD / BLOCK; k++) {
+    s[r + k * (BLOCK / ATD)][c] = in && r0 + r + k * (BLOCK / ATD) < T ? *p : 0.0f;
+    p += step;
+  }
+}
+
+// s[k] += Σ_{d<n} a[t/8][d]·b[t%8 + 8k][d], column by column: across the
+// chunks, each of the thread's four dot products runs over d in order
+// (rounding n up to a multiple of four adds products of the tiles' zero
+// padding, which change no sum).
+__device__ __forceinline__ void att_dots(float* s, const AttTile& a, const AttTile& b, int n) {
+  const int r = threadIdx.x >> 3, c = threadIdx.x & 7;
+  for (int d = 0; d < n; d += 4) {
+    float4 x = *reinterpret_cast<const float4*>(&a[r][d]);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      float4 y = *reinterpret_cast<const float4*>(&b[c + 8 * k][d]);
+      s[k] += x.x * y.x;
+      s[k] += x.y * y.y;
+      s[k] += x.z * y.z;
+      s[k] += x.w * y.w;
+    }
+  }
+}
+
+// The column of a 64-wide chunk that thread t's accumulator kk holds.
+__device__ __forceinline__ int att_col(int kk) { return (kk & 4) * 8 + 4 * (threadIdx.x & 7) + (kk & 3); }
+
+// o[kk] += p·row[att_col(kk)] for the thread's eight columns (two float4
+// loads).
+__device__ __forceinline__ void att_axpy8(float* o, float p, const float* row) {
+  const int c = threadIdx.x & 7;
+  float4 u = *reinterpret_cast<const float4*>(row + 4 * c);
+  float4 w = *reinterpret_cast<const float4*>(row + 32 + 4 * c);
+  o[0] += p * u.x;
+  o[1] += p * u.y;
+  o[2] += p * u.z;
+  o[3] += p * u.w;
+  o[4] += p * w.x;
+  o[5] += p * w.y;
+  o[6] += p * w.z;
+  o[7] += p * w.w;
+}
+
+// The maximum and the sum over the eight threads of a tile row (lanes
+// 8·(lane/8) … +7, in one warp): an xor butterfly, after which every
+// thread holds the same value (a+b and b+a round alike).
+__device__ __forceinline__ float row8_max(float v) {
+#pragma unroll
+  for (int m = 4; m > 0; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+  return v;
+}
+__device__ __forceinline__ float row8_sum(float v) {
+#pragma unroll
+  for (int m = 4; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+
+// out[i] = Σ_j P'_ij·v[j] and lse[i] = log Σ_j exp(s_ij), with s_ij =
+// scale·q_i·k_j over the attended keys (j ≤ i when causal) and P' the
+// softmax weights after dropout (P' = keep·P/(1-p), P from the undropped
+// scores). One block per tile of 32 query rows; per tile of 32 keys
+// (causal: none wholly above the diagonal) the scores, the row's new
+// maximum m, the running sum l and the output rescaled by exp(m_old - m);
+// out = acc/l at the end. Shared memory: 21,632 bytes.
 extern "C" __global__ void ferry_attention(float* out, float* lse, const float* q, const float* k, const float* v,
                                            Heads L, float scale, int causal, int drop, unsigned thr, float dscale,
                                            unsigned k0, unsigned k1, unsigned s0, unsigned s1, i64 off) {
-  __shared__ float sp[BLOCK];
-  __shared__ float sm[BLOCK];
-  __shared__ double ss[BLOCK];
+  __shared__ __align__(16) AttTile sq, skv;
+  __shared__ AttScores sp;
   AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1, off};
-  const i64 T = L.T, D = L.D, rows = L.B * L.H * T;
-  const i64 ldk = row_stride(L.k, D), ldv = row_stride(L.v, D);
-  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-    i64 bh = row / T, i = row - bh * T;
-    const float* qi = q + head_off(L.q, L.H, bh) + i * row_stride(L.q, D);
+  const i64 T = L.T, D = L.D, nt = (T + ATT - 1) / ATT, tiles = L.B * L.H * nt;
+  const i64 ldq = row_stride(L.q, D), ldk = row_stride(L.k, D), ldv = row_stride(L.v, D);
+  const int r = threadIdx.x >> 3, c = threadIdx.x & 7;
+  for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const i64 bh = tile / nt, i0 = (tile - bh * nt) * ATT, i = i0 + r;
+    const float* qh = q + head_off(L.q, L.H, bh);
     const float* kh = k + head_off(L.k, L.H, bh);
     const float* vh = v + head_off(L.v, L.H, bh);
-    i64 n = causal ? i + 1 : T;
-    float m = -INFINITY;
-    for (i64 j = threadIdx.x; j < n; j += BLOCK) {
-      float x = scale * dot(qi, kh + j * ldk, D);
-      if (x > m) m = x;
-    }
-    m = tree_max(sm, m);
-    double acc = 0;
-    for (i64 j = threadIdx.x; j < n; j += BLOCK) {
-      float x = scale * dot(qi, kh + j * ldk, D);
-      acc += (double)(float)exp((double)(x - m));
-    }
-    double sum = tree_sum(ss, acc);
-    float inv = (float)(1.0 / sum);
-    if (threadIdx.x == 0) lse[row] = m + (float)log(sum);
-    for (i64 d0 = 0; d0 < D; d0 += BLOCK) {
-      i64 d = d0 + threadIdx.x;
-      float o = 0;
-      for (i64 j0 = 0; j0 < n; j0 += BLOCK) {
-        i64 j = j0 + threadIdx.x;
-        if (j < n) {
-          float x = scale * dot(qi, kh + j * ldk, D);
-          float p = (float)exp((double)(x - m)) * inv;
-          sp[threadIdx.x] = dr.apply(p, (bh * T + i) * T + j);
+    // Keys row i attends (none for a row past T), and keys any row of
+    // the tile attends.
+    const i64 n = i >= T ? 0 : causal ? i + 1 : T;
+    const i64 nkeys = causal ? min(T, i0 + ATT) : T;
+    for (i64 c0 = 0; c0 < D; c0 += ATD) {
+      float m = -INFINITY, l = 0, o[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (i64 j0 = 0; j0 < nkeys; j0 += ATT) {
+        float s[4] = {0, 0, 0, 0};
+        for (i64 d0 = 0; d0 < D; d0 += ATD) {
+          if (D > ATD || j0 == 0) att_load(sq, qh, ldq, i0, T, d0, D);
+          att_load(skv, kh, ldk, j0, T, d0, D);
+          __syncthreads();
+          att_dots(s, sq, skv, (int)min((i64)ATD, D - d0));
+          __syncthreads();
         }
+        float x[4], mt = -INFINITY;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+          x[kk] = scale * s[kk];
+          if (j0 + c + 8 * kk < n) mt = fmaxf(mt, x[kk]);
+        }
+        const float mn = fmaxf(m, row8_max(mt));
+        const float alpha = mn == -INFINITY ? 1.0f : expf(m - mn);
+        float ps = 0;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+          i64 j = j0 + c + 8 * kk;
+          float p = 0, pd = 0;
+          if (j < n) {
+            p = expf(x[kk] - mn);
+            pd = dr.apply(p, (bh * T + i) * T + j);
+          }
+          ps += p;
+          sp[r][c + 8 * kk] = pd;
+        }
+        l = l * alpha + row8_sum(ps);
+        m = mn;
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) o[kk] *= alpha;
+        att_load(skv, vh, ldv, j0, T, c0, D);
         __syncthreads();
-        int cnt = (int)min((i64)BLOCK, n - j0);
-        if (d < D) {
-          for (int t = 0; t < cnt; t++) o += sp[t] * vh[(j0 + t) * ldv + d];
-        }
+        const int cnt = (int)min((i64)ATT, T - j0);
+        for (int t = 0; t < cnt; t++) att_axpy8(o, sp[r][t], skv[t]);
         __syncthreads();
       }
-      if (d < D) out[row * D + d] = o;
+      if (i < T) {
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+          i64 d = c0 + att_col(kk);
+          if (d < D) out[(bh * T + i) * D + d] = o[kk] / l;
+        }
+        if (c0 == 0 && c == 0) lse[bh * T + i] = m + logf(l);
+      }
     }
   }
 }
@@ -368,103 +470,159 @@ extern "C" __global__ void ferry_attention_delta(float* delta, const float* grad
   }
 }
 
-// The gradient of one score, recomputed: P_ij = exp(s_ij - lse_i), the
-// weight after dropout P'_ij (into *pd), and dS_ij = P_ij·(dP_ij - delta_i)
-// with dP_ij the gradient dO_i·v_j taken back through dropout.
-__device__ __forceinline__ float score_grad(const float* qi, const float* kj, const float* gi, const float* vj,
-                                            float lse_i, float delta_i, float scale, i64 D, const AttnDrop& dr,
-                                            i64 e, float* pd) {
-  float x = scale * dot(qi, kj, D);
-  float p = (float)exp((double)(x - lse_i));
-  float dp = dot(gi, vj, D);
-  *pd = dr.apply(p, e);
-  dp = dr.apply(dp, e);
+// The gradient of score (i, j) from its recomputed s_ij = x and dP_ij =
+// dO_i·v_j = dp: P_ij = exp(x - lse_i), the weight after dropout P'_ij
+// (into *pd) and dS_ij = P_ij·(dP'_ij - delta_i), dP' being dP taken back
+// through dropout.
+__device__ __forceinline__ float att_ds(float x, float dp, float lse_i, float delta_i, const AttnDrop& dr, i64 e,
+                                        float* pd) {
+  float p = expf(x - lse_i);
+  if (dr.on) {
+    bool kp = keep(dr.off + e, dr.thr, dr.k0, dr.k1, dr.s0, dr.s1);
+    *pd = kp ? p * dr.scale : 0.0f;
+    dp = kp ? dp * dr.scale : 0.0f;
+  } else {
+    *pd = p;
+  }
   return p * (dp - delta_i);
 }
 
-// dq[i] = scale·Σ_j dS_ij·k[j]; one block per query row, keys in tiles of
-// 256 as in ferry_attention.
+// dq[i] = scale·Σ_j dS_ij·k[j]: one block per tile of 32 query rows, as
+// ferry_attention, walking the key tiles in order (so no atomics, and
+// each dq element sums over j in order). Shared memory: 39,040 bytes.
 extern "C" __global__ void ferry_attention_backward_q(float* dq, const float* grad, const float* q, const float* k,
                                                       const float* v, const float* lse, const float* delta, Heads L,
                                                       float scale, int causal, int drop, unsigned thr, float dscale,
                                                       unsigned k0, unsigned k1, unsigned s0, unsigned s1, i64 off) {
-  __shared__ float sds[BLOCK];
+  __shared__ __align__(16) AttTile sq, sg, sk, sv;
+  __shared__ AttScores sds;
   AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1, off};
-  const i64 T = L.T, D = L.D, rows = L.B * L.H * T;
+  const i64 T = L.T, D = L.D, nt = (T + ATT - 1) / ATT, tiles = L.B * L.H * nt;
   const i64 ldq = row_stride(L.q, D), ldk = row_stride(L.k, D), ldv = row_stride(L.v, D), ldg = row_stride(L.g, D);
-  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-    i64 bh = row / T, i = row - bh * T;
-    const float* qi = q + head_off(L.q, L.H, bh) + i * ldq;
-    const float* gi = grad + head_off(L.g, L.H, bh) + i * ldg;
+  const int r = threadIdx.x >> 3, c = threadIdx.x & 7;
+  for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const i64 bh = tile / nt, i0 = (tile - bh * nt) * ATT, i = i0 + r;
+    const float* qh = q + head_off(L.q, L.H, bh);
+    const float* gh = grad + head_off(L.g, L.H, bh);
     const float* kh = k + head_off(L.k, L.H, bh);
     const float* vh = v + head_off(L.v, L.H, bh);
-    float li = lse[row], di = delta[row];
-    i64 n = causal ? i + 1 : T;
-    for (i64 d0 = 0; d0 < D; d0 += BLOCK) {
-      i64 d = d0 + threadIdx.x;
-      float acc = 0;
-      for (i64 j0 = 0; j0 < n; j0 += BLOCK) {
-        i64 j = j0 + threadIdx.x;
-        if (j < n) {
-          float pd;
-          sds[threadIdx.x] = score_grad(qi, kh + j * ldk, gi, vh + j * ldv, li, di, scale, D, dr, (bh * T + i) * T + j, &pd);
+    const i64 n = i >= T ? 0 : causal ? i + 1 : T;
+    const i64 nkeys = causal ? min(T, i0 + ATT) : T;
+    const float li = i < T ? lse[bh * T + i] : 0.0f, di = i < T ? delta[bh * T + i] : 0.0f;
+    for (i64 c0 = 0; c0 < D; c0 += ATD) {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (i64 j0 = 0; j0 < nkeys; j0 += ATT) {
+        float s[4] = {0, 0, 0, 0}, dp[4] = {0, 0, 0, 0};
+        for (i64 d0 = 0; d0 < D; d0 += ATD) {
+          if (D > ATD || j0 == 0) {
+            att_load(sq, qh, ldq, i0, T, d0, D);
+            att_load(sg, gh, ldg, i0, T, d0, D);
+          }
+          att_load(sk, kh, ldk, j0, T, d0, D);
+          att_load(sv, vh, ldv, j0, T, d0, D);
+          __syncthreads();
+          int nd = (int)min((i64)ATD, D - d0);
+          att_dots(s, sq, sk, nd);
+          att_dots(dp, sg, sv, nd);
+          __syncthreads();
         }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+          i64 j = j0 + c + 8 * kk;
+          float ds = 0, pd;
+          if (j < n) ds = att_ds(scale * s[kk], dp[kk], li, di, dr, (bh * T + i) * T + j, &pd);
+          sds[r][c + 8 * kk] = ds;
+        }
+        if (D > ATD) att_load(sk, kh, ldk, j0, T, c0, D);
         __syncthreads();
-        int cnt = (int)min((i64)BLOCK, n - j0);
-        if (d < D) {
-          for (int t = 0; t < cnt; t++) acc += sds[t] * kh[(j0 + t) * ldk + d];
-        }
+        const int cnt = (int)min((i64)ATT, T - j0);
+        for (int t = 0; t < cnt; t++) att_axpy8(acc, sds[r][t], sk[t]);
         __syncthreads();
       }
-      if (d < D) dq[row * D + d] = scale * acc;
+      if (i < T) {
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+          i64 d = c0 + att_col(kk);
+          if (d < D) dq[(bh * T + i) * D + d] = scale * acc[kk];
+        }
+      }
     }
   }
 }
 
-// dv[j] = Σ_i P'_ij·grad[i] and dk[j] = scale·Σ_i dS_ij·q[i]; one block per
-// key row, the queries that attend to it (i ≥ j when causal) in tiles of
-// 256.
+// dv[j] = Σ_i P'_ij·grad[i] and dk[j] = scale·Σ_i dS_ij·q[i]: one block
+// per tile of 32 keys, walking the query tiles that attend to it (causal:
+// from the tile on the diagonal) in order. Shared memory: 43,264 bytes.
 extern "C" __global__ void ferry_attention_backward_kv(float* dk, float* dv, const float* grad, const float* q,
                                                        const float* k, const float* v, const float* lse,
                                                        const float* delta, Heads L, float scale, int causal, int drop,
                                                        unsigned thr, float dscale, unsigned k0, unsigned k1,
                                                        unsigned s0, unsigned s1, i64 off) {
-  __shared__ float sds[BLOCK];
-  __shared__ float spd[BLOCK];
+  __shared__ __align__(16) AttTile sq, sg, sk, sv;
+  __shared__ AttScores spd, sds;
   AttnDrop dr = {drop, thr, dscale, k0, k1, s0, s1, off};
-  const i64 T = L.T, D = L.D, rows = L.B * L.H * T;
+  const i64 T = L.T, D = L.D, nt = (T + ATT - 1) / ATT, tiles = L.B * L.H * nt;
   const i64 ldq = row_stride(L.q, D), ldk = row_stride(L.k, D), ldv = row_stride(L.v, D), ldg = row_stride(L.g, D);
-  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-    i64 bh = row / T, j = row - bh * T;
-    const float* kj = k + head_off(L.k, L.H, bh) + j * ldk;
-    const float* vj = v + head_off(L.v, L.H, bh) + j * ldv;
+  const int r = threadIdx.x >> 3, c = threadIdx.x & 7;
+  for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const i64 bh = tile / nt, j0 = (tile - bh * nt) * ATT;
     const float* qh = q + head_off(L.q, L.H, bh);
     const float* gh = grad + head_off(L.g, L.H, bh);
-    const float* lh = lse + bh * T;
-    const float* dh = delta + bh * T;
-    i64 first = causal ? j : 0;
-    for (i64 d0 = 0; d0 < D; d0 += BLOCK) {
-      i64 d = d0 + threadIdx.x;
-      float ak = 0, av = 0;
-      for (i64 i0 = first; i0 < T; i0 += BLOCK) {
-        i64 i = i0 + threadIdx.x;
-        if (i < T) {
-          sds[threadIdx.x] = score_grad(qh + i * ldq, kj, gh + i * ldg, vj, lh[i], dh[i], scale, D, dr,
-                                        (bh * T + i) * T + j, &spd[threadIdx.x]);
+    const float* kh = k + head_off(L.k, L.H, bh);
+    const float* vh = v + head_off(L.v, L.H, bh);
+    const i64 first = causal ? j0 : 0;
+    for (i64 c0 = 0; c0 < D; c0 += ATD) {
+      float ak[8] = {0, 0, 0, 0, 0, 0, 0, 0}, av[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (i64 i0 = first; i0 < T; i0 += ATT) {
+        // The score tile's rows are queries i0 + t/8, its columns keys
+        // j0 + t%8 + 8k.
+        float s[4] = {0, 0, 0, 0}, dp[4] = {0, 0, 0, 0};
+        for (i64 d0 = 0; d0 < D; d0 += ATD) {
+          att_load(sq, qh, ldq, i0, T, d0, D);
+          att_load(sg, gh, ldg, i0, T, d0, D);
+          if (D > ATD || i0 == first) {
+            att_load(sk, kh, ldk, j0, T, d0, D);
+            att_load(sv, vh, ldv, j0, T, d0, D);
+          }
+          __syncthreads();
+          int nd = (int)min((i64)ATD, D - d0);
+          att_dots(s, sq, sk, nd);
+          att_dots(dp, sg, sv, nd);
+          __syncthreads();
+        }
+        const i64 i = i0 + r, n = i >= T ? 0 : causal ? i + 1 : T;
+        const float li = i < T ? lse[bh * T + i] : 0.0f, di = i < T ? delta[bh * T + i] : 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+          i64 j = j0 + c + 8 * kk;
+          float ds = 0, pd = 0;
+          if (j < n) ds = att_ds(scale * s[kk], dp[kk], li, di, dr, (bh * T + i) * T + j, &pd);
+          spd[r][c + 8 * kk] = pd;
+          sds[r][c + 8 * kk] = ds;
+        }
+        if (D > ATD) {
+          att_load(sq, qh, ldq, i0, T, c0, D);
+          att_load(sg, gh, ldg, i0, T, c0, D);
         }
         __syncthreads();
-        int cnt = (int)min((i64)BLOCK, T - i0);
-        if (d < D) {
-          for (int t = 0; t < cnt; t++) {
-            av += spd[t] * gh[(i0 + t) * ldg + d];
-            ak += sds[t] * qh[(i0 + t) * ldq + d];
-          }
+        // Now thread t accumulates key j0 + t/8, columns c0 + att_col(kk).
+        const int cnt = (int)min((i64)ATT, T - i0);
+        for (int t = 0; t < cnt; t++) {
+          att_axpy8(av, spd[t][r], sg[t]);
+          att_axpy8(ak, sds[t][r], sq[t]);
         }
         __syncthreads();
       }
-      if (d < D) {
-        dk[row * D + d] = scale * ak;
-        dv[row * D + d] = av;
+      const i64 j = j0 + r;
+      if (j < T) {
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+          i64 d = c0 + att_col(kk);
+          if (d < D) {
+            dk[(bh * T + j) * D + d] = scale * ak[kk];
+            dv[(bh * T + j) * D + d] = av[kk];
+          }
+        }
       }
     }
   }

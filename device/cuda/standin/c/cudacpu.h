@@ -33,6 +33,7 @@
 #define __noinline__ __attribute__((noinline))
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 // Static shared variables live in the ferry_shared section (one block runs
 // at a time, so one copy serves every block); `extern __shared__ T a[]`
 // names the dynamic shared memory, which the generated registration unit
