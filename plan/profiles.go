@@ -22,9 +22,9 @@ var builtin = map[string]meta.Profile{
 		Source: "NVIDIA H200 datasheet: FP32 67 TFLOP/s, HBM3e 4.8 TB/s, 141 GB; PCIe Gen5 x16 64 GB/s per direction. " +
 			"Assumed reached: 75% of FP32 peak for large SGEMM, 80% of memory bandwidth, 80% of the link (51 GB/s pinned), " +
 			"a PCIe Gen4 NVMe drive at 5 GB/s write and 7 GB/s read, 5 µs per kernel; attention at ferry's tiled kernels' " +
-			"shared-memory bound (13.4 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
+			"FP32 bound with --fmad=false, 60% reached (20.1 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
 		MatmulFLOPS: 0.75 * 67e12, MemoryBytesPerSec: 0.8 * 4.8e12, KernelSeconds: 5e-6,
-		AttentionFLOPS: attentionFLOPS(132, 1.98e9), AttentionCausalSkip: true,
+		AttentionFLOPS: attentionFLOPS(67e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,
 		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 141e9,
@@ -33,9 +33,9 @@ var builtin = map[string]meta.Profile{
 		Name: "h100-pcie5",
 		Source: "NVIDIA H100 PCIe datasheet: FP32 51 TFLOP/s, HBM2e 2.0 TB/s, 80 GB; PCIe Gen5 x16 64 GB/s per direction. " +
 			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link, NVMe 5/7 GB/s, 5 µs per kernel; " +
-			"attention at ferry's tiled kernels' shared-memory bound (10.2 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
+			"attention at ferry's tiled kernels' FP32 bound with --fmad=false, 60% reached (15.3 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
 		MatmulFLOPS: 0.75 * 51e12, MemoryBytesPerSec: 0.8 * 2.0e12, KernelSeconds: 5e-6,
-		AttentionFLOPS: attentionFLOPS(114, 1.755e9), AttentionCausalSkip: true,
+		AttentionFLOPS: attentionFLOPS(51e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,
 		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
@@ -44,9 +44,9 @@ var builtin = map[string]meta.Profile{
 		Name: "a100-pcie4",
 		Source: "NVIDIA A100 80GB PCIe datasheet: FP32 19.5 TFLOP/s, HBM2e 1.935 TB/s; PCIe Gen4 x16 32 GB/s per direction. " +
 			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link (25.6 GB/s), NVMe 5/7 GB/s, 5 µs per kernel; " +
-			"attention at ferry's tiled kernels' shared-memory bound (7.8 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
+			"attention at ferry's tiled kernels' FP32 bound with --fmad=false, 60% reached (5.9 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
 		MatmulFLOPS: 0.75 * 19.5e12, MemoryBytesPerSec: 0.8 * 1.935e12, KernelSeconds: 5e-6,
-		AttentionFLOPS: attentionFLOPS(108, 1.41e9), AttentionCausalSkip: true,
+		AttentionFLOPS: attentionFLOPS(19.5e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 32e9, D2HBytesPerSec: 0.8 * 32e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,
 		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
@@ -61,13 +61,13 @@ var builtin = map[string]meta.Profile{
 	"cpu-gpt": cpuGPTProfile,
 }
 
-// attentionFLOPS is the rate ferry's tiled CUDA attention kernels reach on
-// a GPU of sms multiprocessors at clock hz, by their bound: shared memory
-// delivers 128 bytes a clock per multiprocessor, and the score loop's five
-// shared loads feed 256 FLOP per warp, about 51 FLOP a clock per
-// multiprocessor, below the fp32 cores' rate (docs/gpu-estimate.md). An
-// estimate from the kernels' source, to be confirmed on a GPU.
-func attentionFLOPS(sms, hz float64) float64 { return sms * hz * 256 / 5 }
+// attentionFLOPS is the rate ferry's tiled CUDA attention kernels are
+// assumed to reach on a GPU of FP32 peak fp32: their PTX keeps multiply
+// and add apart (--fmad=false, so that results follow the CPU device), a
+// ceiling of half the peak, of which 60% is assumed reached
+// (docs/gpu-estimate.md). An estimate from the kernels' source, to be
+// confirmed on a GPU.
+func attentionFLOPS(fp32 float64) float64 { return 0.3 * fp32 }
 
 // hostOptimizerRate is what the GPU profiles assume an optimizer stepping
 // on the host (optim.OnHost) moves there, reads plus writes: 50 GB/s, about
