@@ -182,6 +182,25 @@ type FusedKernels interface {
 	ReLUBackwardSum(dst, sum, grad, out View) error
 }
 
+// FusedGELUKernels is implemented by the Kernels of devices that fuse a
+// Linear layer's bias and a following tanh-approximated GELU (GPT-2's
+// MLP) into one pass over the product, and, in backward, the GELU's
+// derivative and the bias gradient into one pass over the output's
+// gradient. The tensor layer uses them when present and otherwise runs
+// Unary, Binary and Sum, with the same allocations either way.
+type FusedGELUKernels interface {
+	// BiasGELUTanh adds bias to z in place (Binary's Add) and writes the
+	// tanh-approximated GELU of the sum (Unary's GELUTanh) into dst: z and
+	// dst are contiguous [rows, cols] and distinct, bias contiguous
+	// [cols]. z keeps the pre-activation, which backward needs.
+	BiasGELUTanh(dst, z, bias View) error
+	// GELUTanhBackwardSum writes grad·GELUTanh'(z) into dst (Binary's
+	// GELUTanhGrad) and, unless sum.Block is nil, the sum of dst over its
+	// rows into sum, with the bits Sum would give: grad, z and dst are
+	// contiguous [rows, cols] (dst may be grad), sum contiguous [cols].
+	GELUTanhBackwardSum(dst, sum, grad, z View) error
+}
+
 // DataLess is implemented by devices whose memory holds no data (the meta
 // device): the tensor layer skips preparing host-side values for them.
 type DataLess interface{ DataLess() }

@@ -284,9 +284,21 @@ func (m *MLP) NamedParameters() []Named {
 	return append(Prefixed("c_fc", m.CFc), Prefixed("c_proj", m.CProj)...)
 }
 
+// Forward runs c_fc and the GELU as one fused op (ferry.LinearGELUTanh:
+// the same ops recorded, c_fc's in scope "c_fc" and the GELU's in the
+// MLP's own, the same saves and allocations as the two ops).
 func (m *MLP) Forward(x *ferry.Tensor) *ferry.Tensor {
-	h := scoped(x, "c_fc", m.CFc.Forward)
-	g := releaseInto(h, ferry.GELUTanh)
+	g := scoped(x, "c_fc", func(x *ferry.Tensor) *ferry.Tensor {
+		if y, ok := m.CFc.ForwardFused(x, GELU{Tanh: true}, ferry.EpilogueParentScope); ok {
+			return y
+		}
+		h := m.CFc.Forward(x)
+		if tp := x.Tape(); tp != nil { // the GELU in the MLP's scope
+			tp.PopModule()
+			defer tp.PushModule("c_fc")
+		}
+		return releaseInto(h, ferry.GELUTanh)
+	})
 	o := scoped(g, "c_proj", m.CProj.Forward)
 	g.Release()
 	return releaseInto(o, m.Drop.Forward)

@@ -68,3 +68,56 @@ func matrixDims(v device.View) (rows, cols int) {
 }
 
 var _ device.FusedKernels = (*kernels)(nil)
+
+// BiasGELUTanh adds bias to z in place and writes GELUTanh(z) into dst, a
+// row at a time (the row is still in cache for the second loop): the
+// float32 operations of Binary's Add and then Unary's GELUTanh, so the
+// same bits.
+func (k *kernels) BiasGELUTanh(dst, z, bias device.View) error {
+	rows, cols := matrixDims(dst)
+	if rows*cols == 0 {
+		return nil
+	}
+	d, s, b := floats(dst)[:rows*cols], floats(z)[:rows*cols], floats(bias)[:cols]
+	parallelFor(rows, max(1, elementGrain/cols), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			zr := s[r*cols : (r+1)*cols]
+			vecAdd(zr, zr, b)
+			vecGELUTanh(d[r*cols:(r+1)*cols], zr)
+		}
+	})
+	return nil
+}
+
+// GELUTanhBackwardSum writes grad·GELUTanh'(z) into dst and, unless
+// sum.Block is nil, the sum of dst over its rows into sum, blocked and
+// rounded as Sum does it (Note [column sums]).
+func (k *kernels) GELUTanhBackwardSum(dst, sum, grad, z device.View) error {
+	rows, cols := matrixDims(dst)
+	if rows*cols == 0 {
+		if sum.Block != nil && cols > 0 {
+			clear(floats(sum)[:cols])
+		}
+		return nil
+	}
+	d, g, x := floats(dst)[:rows*cols], floats(grad)[:rows*cols], floats(z)[:rows*cols]
+	if sum.Block == nil {
+		n := rows * cols
+		parallelFor(n, elementGrain, func(lo, hi int) { vecGELUTanhGrad(d[lo:hi], g[lo:hi], x[lo:hi]) })
+		return nil
+	}
+	sm := floats(sum)[:cols]
+	if rows == 1 { // Sum over one row is a copy (-0 stays -0)
+		vecGELUTanhGrad(d, g, x)
+		copy(sm, d)
+		return nil
+	}
+	colSums(sm, rows, cols, 1, func(r, c0 int, acc []float64) {
+		o, n := r*cols+c0, len(acc)
+		vecGELUTanhGrad(d[o:o+n], g[o:o+n], x[o:o+n])
+		vecAcc64(acc, d[o:o+n])
+	})
+	return nil
+}
+
+var _ device.FusedGELUKernels = (*kernels)(nil)
