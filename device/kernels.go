@@ -201,6 +201,26 @@ type FusedGELUKernels interface {
 	GELUTanhBackwardSum(dst, sum, grad, z View) error
 }
 
+// AdamWTensors are one parameter's tensors for a multi-tensor AdamW step:
+// the parameter, its gradient and its two moments, contiguous, of one
+// length.
+type AdamWTensors struct {
+	Param, Grad, ExpAvg, ExpAvgSq View
+}
+
+// MultiTensorOptimKernels is implemented by the Kernels of devices that
+// update many parameters in one launch (the CUDA device), where a step
+// of a model of many small tensors would otherwise be one launch per
+// tensor. The optimizers use it when present and otherwise step each
+// parameter alone.
+type MultiTensorOptimKernels interface {
+	// AdamWSteps does what AdamWStep does for each entry of ts, with the
+	// same hyper-parameters (step included) for all, and the same float32
+	// operations per element, so the same bits. The tensors of distinct
+	// entries do not overlap.
+	AdamWSteps(ts []AdamWTensors, p AdamWParams) error
+}
+
 // DataLess is implemented by devices whose memory holds no data (the meta
 // device): the tensor layer skips preparing host-side values for them.
 type DataLess interface{ DataLess() }

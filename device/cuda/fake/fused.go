@@ -1,0 +1,68 @@
+package fake
+
+import (
+	"math"
+	"unsafe"
+)
+
+// ---- fused.cu ----
+
+func biasGELUTanh(k *launch) {
+	dst, z, bias, n, cols := mem[float32](k, 0), mem[float32](k, 1), mem[float32](k, 2), k.i64(3), k.i64(4)
+	gridStride(k, n, func(i int64) {
+		s := z[i] + bias[i%cols]
+		z[i] = s
+		dst[i] = unaryOp(uGELUTanh, s, 0)
+	})
+}
+
+// adamwTable is ADAMW_TABLE: struct AdamWTable is count, chunk, then
+// w, g, m, v and n of adamwTable entries each, then first[adamwTable+1].
+const adamwTable = 40
+
+// floatsAt is the device memory at address p as float32s.
+func floatsAt(k *launch, p int64) []float32 {
+	b, ok := k.mem(uint64(p))
+	if !ok || p%4 != 0 {
+		k.fail("table address %#x is not aligned device memory", p)
+	}
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func adamwMulti(k *launch) {
+	count, chunk := k.field(0, 0), k.field(0, 1)
+	col := func(c int, t int64) int64 { return k.field(0, 2+c*adamwTable+int(t)) }
+	first := func(t int64) int64 { return k.field(0, 2+5*adamwTable+int(t)) }
+	if count < 1 || count > adamwTable {
+		k.fail("table of %d tensors", count)
+	}
+	decay, beta1, beta2, eps, stepSize, bc2Sqrt := k.f32(1), k.f32(2), k.f32(3), k.f32(4), k.f32(5), k.f32(6)
+	total := first(count)
+	for c := int64(0); c < total; c++ { // block c % gridDim.x, in its loop
+		lo, hi := int64(0), count-1
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			if first(mid) <= c {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		w, g, m, v := floatsAt(k, col(0, lo)), floatsAt(k, col(1, lo)), floatsAt(k, col(2, lo)), floatsAt(k, col(3, lo))
+		start := (c - first(lo)) * chunk
+		end := min(start+chunk, col(4, lo))
+		if end > int64(len(w)) || end > int64(len(g)) || end > int64(len(m)) || end > int64(len(v)) {
+			k.fail("tensor %d of %d elements reaches past its memory", lo, col(4, lo))
+		}
+		for i := start; i < end; i++ {
+			w[i] *= decay
+			m[i] = m[i]*beta1 + g[i]*(1-beta1)
+			v[i] = v[i]*beta2 + (1-beta2)*g[i]*g[i]
+			denom := float32(math.Sqrt(float64(v[i])))/bc2Sqrt + eps
+			w[i] += -stepSize * m[i] / denom
+		}
+	}
+}

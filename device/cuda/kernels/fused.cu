@@ -1,0 +1,69 @@
+// Fused kernels: a Linear layer's bias with GPT-2's GELU (forward), and
+// AdamW over many tensors in one launch. Each does the float32 (or
+// double) operations of the kernels it replaces, in their order, so that
+// it gives their bits.
+#include "common.cuh"
+#include "ops.cuh"
+
+// z[r, c] += bias[c]; dst = GELUTanh(z), as elementwise.cu's
+// unary_op<U_GELU_TANH> computes it. z and dst are contiguous
+// [rows, cols]; the host passes n = rows·cols.
+extern "C" __global__ void ferry_bias_gelu_tanh(float* dst, float* z, const float* bias, i64 n, i64 cols) {
+  GRID_STRIDE_LOOP(i64, i, n) {
+    float s = z[i] + bias[i % cols];
+    z[i] = s;
+    double v = s;
+    dst[i] = (float)(0.5 * v * (1.0 + tanh(SQRT2_OVER_PI * (v + GELU_COEF * v * v * v))));
+  }
+}
+
+// AdamWTable is up to ADAMW_TABLE tensors of one multi-tensor AdamW
+// launch: each tensor's parameter, gradient and moments (device
+// addresses), its length, and the first of its chunks: tensor t covers
+// chunks first[t] to first[t+1]-1 (first[count] is the total), each
+// chunk `chunk` elements. Only 64-bit integers, as common.cuh asks.
+#define ADAMW_TABLE 40
+struct AdamWTable {
+  i64 count;
+  i64 chunk;
+  i64 w[ADAMW_TABLE];
+  i64 g[ADAMW_TABLE];
+  i64 m[ADAMW_TABLE];
+  i64 v[ADAMW_TABLE];
+  i64 n[ADAMW_TABLE];
+  i64 first[ADAMW_TABLE + 1];
+};
+
+// Each block takes chunks in a grid-stride loop, finds the chunk's tensor
+// by binary search and updates its elements as ferry_adamw_step
+// (optim.cu) does, expression for expression. The table is read from
+// parameter space at computed indices, which the compiler copies to local
+// memory once per thread; it is small.
+extern "C" __global__ void ferry_adamw_multi(AdamWTable T, float decay, float beta1, float beta2, float eps,
+                                             float step_size, float bc2_sqrt) {
+  i64 total = T.first[T.count];
+  for (i64 c = blockIdx.x; c < total; c += gridDim.x) {
+    int lo = 0, hi = (int)T.count - 1;
+    while (lo < hi) {  // the last tensor whose first chunk is ≤ c
+      int mid = (lo + hi + 1) / 2;
+      if (T.first[mid] <= c) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    float* w = (float*)T.w[lo];
+    const float* g = (const float*)T.g[lo];
+    float* m = (float*)T.m[lo];
+    float* v = (float*)T.v[lo];
+    i64 start = (c - T.first[lo]) * T.chunk;
+    i64 end = min(start + T.chunk, T.n[lo]);
+    for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+      w[i] *= decay;
+      m[i] = m[i] * beta1 + g[i] * (1.0f - beta1);
+      v[i] = v[i] * beta2 + (1.0f - beta2) * g[i] * g[i];
+      float denom = sqrtf(v[i]) / bc2_sqrt + eps;
+      w[i] += -step_size * m[i] / denom;
+    }
+  }
+}
