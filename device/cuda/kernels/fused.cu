@@ -37,8 +37,8 @@ struct AdamWTable {
 // Each block takes chunks in a grid-stride loop, finds the chunk's tensor
 // by binary search and updates its elements as ferry_adamw_step
 // (optim.cu) does, expression for expression. The table is read from
-// parameter space at computed indices, which the compiler copies to local
-// memory once per thread; it is small.
+// parameter space at computed offsets (ld.param, no copy to local
+// memory).
 extern "C" __global__ void ferry_adamw_multi(AdamWTable T, float decay, float beta1, float beta2, float eps,
                                              float step_size, float bc2_sqrt) {
   i64 total = T.first[T.count];
