@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"ferry/device"
+	"ferry/device/cuda/cu"
 )
 
 // The fused kernels of kernels/fused.cu: Linear's bias with GPT-2's GELU
@@ -26,31 +27,71 @@ func (k *kernels) BiasGELUTanh(dst, z, bias device.View) error {
 	return k.launch("ferry_bias_gelu_tanh", k.grid1(n), block1, newArgs().Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I64(n).I64(cols))
 }
 
-// GELUTanhBackwardSum is Binary(GELUTanhGrad) and, for the bias gradient,
-// Sum over the rows: two launches, the unfused kernels' bits. (A fused
-// pass would have to reproduce Sum's split over the GPU to give its bits.)
+// GELUTanhBackwardSum writes grad·GELUTanh'(z) and its column sums in one
+// pass (ferry_gelu_tanh_backward_sum), split over the rows as Sum would
+// split them, so with Sum's bits; where Sum would not use
+// ferry_sum_threads (one row, one column) it is Binary(GELUTanhGrad) and
+// Sum.
 func (k *kernels) GELUTanhBackwardSum(dst, sum, grad, z device.View) error {
-	if err := k.Binary(device.GELUTanhGrad, dst, grad, z); err != nil {
-		return err
-	}
-	if sum.Block == nil {
-		return nil
-	}
 	rows, cols := 1, 1
 	if len(dst.Shape) > 0 {
 		cols = dst.Shape[len(dst.Shape)-1]
+		rows = 0
 		if cols > 0 {
 			rows = dst.Numel() / cols
-		} else {
-			rows = 0
 		}
 	}
-	if cols == 0 {
+	if sum.Block != nil && rows > 1 && cols > 1 {
+		s := []int{1, cols}
+		r, err := reduceLayout(s, []int{rows, cols}, []int{cols, 1})
+		if err != nil {
+			return fmt.Errorf("%s: gelu_tanh backward sum: %w", k.d.name, err)
+		}
+		plan := planSum(r, max(k.d.props.SMs, 1))
+		if plan.kernel == "ferry_sum_threads" && r.nOut <= 1<<31-1 {
+			return k.geluTanhBackwardSum(dst, sum, grad, z, int64(rows), int64(cols), plan)
+		}
+	}
+	if err := k.Binary(device.GELUTanhGrad, dst, grad, z); err != nil {
+		return err
+	}
+	if sum.Block == nil || cols == 0 {
 		return nil
 	}
 	s := device.View{Block: sum.Block, Off: sum.Off, Shape: []int{1, cols}, Strides: []int{cols, 1}}
 	src := device.View{Block: dst.Block, Off: dst.Off, Shape: []int{rows, cols}, Strides: []int{cols, 1}}
 	return k.Sum(s, src, 1)
+}
+
+// geluTanhBackwardSum launches ferry_gelu_tanh_backward_sum on Sum's plan
+// and, when that splits the rows, ferry_sum_finish.
+func (k *kernels) geluTanhBackwardSum(dst, sum, grad, z device.View, rows, cols int64, plan sumPlan) error {
+	p, err := k.ptrs(dst, sum, grad, z)
+	if err != nil {
+		return err
+	}
+	var pp cu.DevicePtr
+	if plan.splits > 1 {
+		partial, err := k.d.alloc.Alloc(plan.splits*cols*8, device.Temporary)
+		if err != nil {
+			return err
+		}
+		// Freed at once: whoever gets the block next runs after us on
+		// the compute stream.
+		defer k.d.alloc.Free(partial)
+		if pp, err = k.d.ptr(device.View{Block: partial}); err != nil {
+			return err
+		}
+	}
+	a := newArgs().Ptr(p[0]).Ptr(p[1]).Ptr(pp).Ptr(p[2]).Ptr(p[3]).I64(rows).I64(cols).I64(plan.chunk)
+	if err := k.launch("ferry_gelu_tanh_backward_sum", plan.grid, block1, a); err != nil {
+		return err
+	}
+	if plan.splits > 1 {
+		return k.launch("ferry_sum_finish", k.grid1(cols), block1,
+			newArgs().Ptr(p[1]).Ptr(pp).F32(1).I64(cols).I64(plan.splits))
+	}
+	return nil
 }
 
 // adamwTable is ADAMW_TABLE in kernels/fused.cu: the tensors one launch

@@ -5,7 +5,17 @@ import (
 	"unsafe"
 )
 
-// ---- fused.cu ----
+// The Go versions of device/cuda/kernels/fused.cu.
+
+func init() {
+	for name, f := range map[string]kernelFunc{
+		"ferry_bias_gelu_tanh":         biasGELUTanh,
+		"ferry_gelu_tanh_backward_sum": geluTanhBackwardSum,
+		"ferry_adamw_multi":            adamwMulti,
+	} {
+		kernelsByName[name] = f
+	}
+}
 
 func biasGELUTanh(k *launch) {
 	dst, z, bias, n, cols := mem[float32](k, 0), mem[float32](k, 1), mem[float32](k, 2), k.i64(3), k.i64(4)
@@ -14,6 +24,32 @@ func biasGELUTanh(k *launch) {
 		z[i] = s
 		dst[i] = unaryOp(uGELUTanh, s, 0)
 	})
+}
+
+func geluTanhBackwardSum(k *launch) {
+	k.requireBlock(block, 1)
+	dst, sum, partial, grad, z := mem[float32](k, 0), mem[float32](k, 1), mem[float64](k, 2), mem[float32](k, 3), mem[float32](k, 4)
+	rows, cols, chunk := k.i64(5), k.i64(6), k.i64(7)
+	for by := int64(0); by < int64(k.grid.Y); by++ {
+		for bx := int64(0); bx < int64(k.grid.X); bx++ {
+			for t := int64(0); t < block; t++ {
+				c := bx*block + t
+				if c >= cols {
+					continue
+				}
+				lo := by * chunk
+				hi := min(lo+chunk, rows)
+				var acc float64
+				for r := lo; r < hi; r++ {
+					i := r*cols + c
+					d := binaryOp(bGELUTanhGrad, grad[i], z[i])
+					dst[i] = d
+					acc += float64(d)
+				}
+				putSum(k, sum, partial, 1, cols, c, by, acc)
+			}
+		}
+	}
 }
 
 // adamwTable is ADAMW_TABLE: struct AdamWTable is count, chunk, then

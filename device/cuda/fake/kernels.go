@@ -32,8 +32,6 @@ var kernelsByName = map[string]kernelFunc{
 	"ferry_sgd_step":         sgdStep,
 	"ferry_adamw_step":       adamwStep,
 	"ferry_gemm":             gemm,
-	"ferry_bias_gelu_tanh":   biasGELUTanh,
-	"ferry_adamw_multi":      adamwMulti,
 }
 
 const block = 256 // BLOCK in reduce.cu; the 1-D launches' block size

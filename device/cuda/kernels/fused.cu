@@ -17,6 +17,41 @@ extern "C" __global__ void ferry_bias_gelu_tanh(float* dst, float* z, const floa
   }
 }
 
+// grad·GELUTanh'(z), as elementwise.cu's binary_op<B_GELU_TANH_GRAD>
+// computes it (keep the two in step).
+__device__ __forceinline__ float gelu_tanh_grad(float a, float b) {
+  double v = b;
+  double inner = SQRT2_OVER_PI * (v + GELU_COEF * v * v * v);
+  double t = tanh(inner);
+  double d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * SQRT2_OVER_PI * (1.0 + GELU_COEF3 * v * v);
+  return (float)((double)a * d);
+}
+
+// dst = grad·GELUTanh'(z) for contiguous [rows, cols], and the column sums
+// of dst in the same pass, laid out as reduce.cu's ferry_sum_threads lays
+// out the sum over rows (a thread per column, blockIdx.y a chunk of rows,
+// double sums; split: partial sums that ferry_sum_finish adds), so that
+// they are Sum's bits. dst may be grad.
+extern "C" __global__ void ferry_gelu_tanh_backward_sum(float* dst, float* sum, double* partial, const float* grad,
+                                                        const float* z, i64 rows, i64 cols, i64 chunk) {
+  i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  i64 lo = (i64)blockIdx.y * chunk;
+  i64 hi = min(lo + chunk, rows);
+  double acc = 0;
+  for (i64 r = lo; r < hi; r++) {
+    i64 i = r * cols + c;
+    float d = gelu_tanh_grad(grad[i], z[i]);
+    dst[i] = d;
+    acc += (double)d;
+  }
+  if (gridDim.y == 1) {
+    sum[c] = (float)(1.0 * acc);
+  } else {
+    partial[(i64)blockIdx.y * cols + c] = acc;
+  }
+}
+
 // AdamWTable is up to ADAMW_TABLE tensors of one multi-tensor AdamW
 // launch: each tensor's parameter, gradient and moments (device
 // addresses), its length, and the first of its chunks: tensor t covers

@@ -409,8 +409,9 @@ func adamwDriver(p *kpair) {
 }
 
 // biasGELUDriver: 150 rows of 300 (more elements than the grid's
-// threads), the pre-activation updated in place; backward is two unfused
-// kernels on the CUDA device, run here too.
+// threads), the pre-activation updated in place; backward with the column
+// sums on the rows Sum would split (the stand-in has few multiprocessors,
+// so 150 rows are split).
 func biasGELUDriver(p *kpair) {
 	z, b := p.rand([]int{nRows, nCols}, -6, 4), p.rand([]int{nCols}, -1, 1)
 	y := p.tensor([]int{nRows, nCols}, nil)
@@ -614,6 +615,7 @@ var kernelCases = map[string]kernelCase{
 	"ferry_attention_backward_q":     {nil, func(p *kpair) { attentionDriver(p, true) }},
 	"ferry_attention_backward_kv":    {nil, func(p *kpair) { attentionDriver(p, true) }},
 	"ferry_bias_gelu_tanh":           {nil, biasGELUDriver},
+	"ferry_gelu_tanh_backward_sum":   {nil, biasGELUDriver},
 	"ferry_adamw_multi":              {nil, adamwMultiDriver},
 }
 
