@@ -289,15 +289,8 @@ func (m *MLP) NamedParameters() []Named {
 // MLP's own, the same saves and allocations as the two ops).
 func (m *MLP) Forward(x *ferry.Tensor) *ferry.Tensor {
 	g := scoped(x, "c_fc", func(x *ferry.Tensor) *ferry.Tensor {
-		if y, ok := m.CFc.ForwardFused(x, GELU{Tanh: true}, ferry.EpilogueParentScope); ok {
-			return y
-		}
-		h := m.CFc.Forward(x)
-		if tp := x.Tape(); tp != nil { // the GELU in the MLP's scope
-			tp.PopModule()
-			defer tp.PushModule("c_fc")
-		}
-		return releaseInto(h, ferry.GELUTanh)
+		y, _ := ferry.LinearEpilogue(x, m.CFc.Weight, m.CFc.Bias, ferry.EpilogueGELUTanh, ferry.EpilogueParentScope) // always fused
+		return y
 	})
 	o := scoped(g, "c_proj", m.CProj.Forward)
 	g.Release()
