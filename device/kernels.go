@@ -201,6 +201,19 @@ type FusedGELUKernels interface {
 	GELUTanhBackwardSum(dst, sum, grad, z View) error
 }
 
+// FusedAddLayerNormKernels is implemented by the Kernels of devices that
+// add a residual and normalise the sum in one pass (a pre-LN transformer
+// block's x + attn(ln_1(x)) followed by ln_2). The tensor layer uses it
+// when present and otherwise runs Binary and LayerNorm.
+type FusedAddLayerNormKernels interface {
+	// AddLayerNorm writes x + r into sum (Binary's Add) and does what
+	// LayerNormKernels.LayerNorm does with sum as its input, with its
+	// bits: x, r, sum and dst are contiguous [rows, C] and distinct; mean
+	// and rstd contiguous [rows]; weight and bias contiguous [C] or a View
+	// with a nil Block.
+	AddLayerNorm(sum, dst, mean, rstd, x, r, weight, bias View, eps float32) error
+}
+
 // AdamWTensors are one parameter's tensors for a multi-tensor AdamW step:
 // the parameter, its gradient and its two moments, contiguous, of one
 // length.

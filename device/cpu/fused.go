@@ -121,3 +121,33 @@ func (k *kernels) GELUTanhBackwardSum(dst, sum, grad, z device.View) error {
 }
 
 var _ device.FusedGELUKernels = (*kernels)(nil)
+
+// AddLayerNorm writes x + r into sum and LayerNorm(sum) into dst, mean and
+// rstd, a row at a time (the row is still in cache when it is
+// normalised): Binary's Add and LayerNorm's operations, so their bits.
+func (k *kernels) AddLayerNorm(sum, dst, mean, rstd, x, r, weight, bias device.View, eps float32) error {
+	C := x.Shape[len(x.Shape)-1]
+	if C == 0 || x.Numel() == 0 {
+		return nil
+	}
+	rows := x.Numel() / C
+	s, d, xs, rs := floats(sum)[:rows*C], floats(dst)[:rows*C], floats(x)[:rows*C], floats(r)[:rows*C]
+	mu, sd := floats(mean)[:rows], floats(rstd)[:rows]
+	var w, b []float32
+	if weight.Block != nil {
+		w = floats(weight)[:C]
+	}
+	if bias.Block != nil {
+		b = floats(bias)[:C]
+	}
+	parallelFor(rows, max(1, elementGrain/(4*C)), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row := s[i*C : (i+1)*C]
+			vecAdd(row, xs[i*C:(i+1)*C], rs[i*C:(i+1)*C])
+			mu[i], sd[i] = layerNormRow(d[i*C:(i+1)*C], row, w, b, eps)
+		}
+	})
+	return nil
+}
+
+var _ device.FusedAddLayerNormKernels = (*kernels)(nil)

@@ -155,3 +155,22 @@ var (
 	_ device.FusedGELUKernels        = (*kernels)(nil)
 	_ device.MultiTensorOptimKernels = (*kernels)(nil)
 )
+
+// AddLayerNorm writes x + r into sum and LayerNorm(sum) into dst, mean and
+// rstd in one launch (ferry_add_layer_norm: ferry_layer_norm's operations
+// on the sum, so Binary's and LayerNorm's bits).
+func (k *kernels) AddLayerNorm(sum, dst, mean, rstd, x, r, weight, bias device.View, eps float32) error {
+	C, total := lastDim(x.Shape), int64(x.Numel())
+	if total == 0 {
+		return nil
+	}
+	rows := total / C
+	p, err := k.ptrs(sum, dst, mean, rstd, x, r, weight, bias)
+	if err != nil {
+		return err
+	}
+	return k.launch("ferry_add_layer_norm", k.rowGrid(rows), block1,
+		newArgs().Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).Ptr(p[3]).Ptr(p[4]).Ptr(p[5]).Ptr(p[6]).Ptr(p[7]).I64(rows).I64(C).F32(eps))
+}
+
+var _ device.FusedAddLayerNormKernels = (*kernels)(nil)

@@ -102,3 +102,58 @@ extern "C" __global__ void ferry_adamw_multi(AdamWTable T, float decay, float be
     }
   }
 }
+
+// ---- residual add + layer norm ----
+
+#define LN_BLOCK 256  // ferry_add_layer_norm is launched with 256 threads
+
+// gpt.cu's tree_sum (keep the two in step: the order of the sum is the
+// bits).
+__device__ __forceinline__ double fused_tree_sum(double* s, double v) {
+  s[threadIdx.x] = v;
+  __syncthreads();
+  for (int h = LN_BLOCK / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) s[threadIdx.x] += s[threadIdx.x + h];
+    __syncthreads();
+  }
+  double r = s[0];
+  __syncthreads();
+  return r;
+}
+
+// sum = x + res, then gpt.cu's ferry_layer_norm of sum, operation for
+// operation (keep the two in step); each thread reads back only the
+// elements of sum it wrote. One block per row.
+extern "C" __global__ void ferry_add_layer_norm(float* sum, float* dst, float* mean, float* rstd, const float* x,
+                                                const float* res, const float* w, const float* b, i64 rows, i64 C,
+                                                float eps) {
+  __shared__ double s[LN_BLOCK];
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* xr = sum + r * C;
+    float* y = dst + r * C;
+    double acc = 0;
+    for (i64 c = threadIdx.x; c < C; c += LN_BLOCK) {
+      float v = x[r * C + c] + res[r * C + c];
+      xr[c] = v;
+      acc += (double)v;
+    }
+    double m = fused_tree_sum(s, acc) / (double)C;
+    acc = 0;
+    for (i64 c = threadIdx.x; c < C; c += LN_BLOCK) {
+      double e = (double)xr[c] - m;
+      acc += e * e;
+    }
+    double inv = 1.0 / sqrt(fused_tree_sum(s, acc) / (double)C + (double)eps);
+    float mf = (float)m, invf = (float)inv;
+    if (threadIdx.x == 0) {
+      mean[r] = mf;
+      rstd[r] = invf;
+    }
+    for (i64 c = threadIdx.x; c < C; c += LN_BLOCK) {
+      float v = (xr[c] - mf) * invf;
+      if (w) v *= w[c];
+      if (b) v += b[c];
+      y[c] = v;
+    }
+  }
+}

@@ -429,6 +429,22 @@ func biasGELUDriver(p *kpair) {
 	p.check("gelu_tanh_backward_sum db", db, 1e-5)
 }
 
+// addLayerNormDriver: 150 rows of 300 (more rows than rowGrid's blocks,
+// rows longer than a block); the CPU device adds and normalises with its
+// own AddLayerNorm.
+func addLayerNormDriver(p *kpair) {
+	x, r, w, b := p.rand([]int{nRows, nCols}, -3, 5), p.rand([]int{nRows, nCols}, -1, 1), p.rand([]int{nCols}, 0.5, 1.5), p.rand([]int{nCols}, -1, 1)
+	sum, y := p.tensor([]int{nRows, nCols}, nil), p.tensor([]int{nRows, nCols}, nil)
+	mean, rstd := p.tensor([]int{nRows}, nil), p.tensor([]int{nRows}, nil)
+	p.run("add_layer_norm", func(k device.Kernels, pick func(both) device.View) error {
+		return k.(device.FusedAddLayerNormKernels).AddLayerNorm(pick(sum), pick(y), pick(mean), pick(rstd), pick(x), pick(r), pick(w), pick(b), 1e-5)
+	})
+	p.check("add_layer_norm sum", sum, 0)
+	p.check("add_layer_norm", y, tol32)
+	p.check("add_layer_norm mean", mean, tol32)
+	p.check("add_layer_norm rstd", rstd, tol32)
+}
+
 // adamwMultiDriver: 60 tensors (two launches' tables) of odd sizes, one
 // of 70000 (five chunks), laid end to end in one block; the CPU device
 // steps them one by one.
@@ -617,6 +633,7 @@ var kernelCases = map[string]kernelCase{
 	"ferry_bias_gelu_tanh":           {nil, biasGELUDriver},
 	"ferry_gelu_tanh_backward_sum":   {nil, biasGELUDriver},
 	"ferry_adamw_multi":              {nil, adamwMultiDriver},
+	"ferry_add_layer_norm":           {nil, addLayerNormDriver},
 }
 
 // One subtest per extern "C" __global__ function of the .cu files: the
