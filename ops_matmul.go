@@ -322,10 +322,12 @@ func enterEpilogueScope(tp *Tape, epilogueScope string) func() {
 
 // LinearGELUTanh returns GELUTanh(Linear(x, weight, bias)) with the bias
 // added and the GELU applied in one pass over the matrix product (on a
-// device with device.FusedGELUKernels). It allocates, frees and saves
-// exactly what Linear followed by GELUTanh does (x and weight saved by a
-// "linear" op; its output, the pre-activation, by a "gelu_tanh" op); in
-// backward the GELU's derivative and the bias gradient take one pass.
+// device with device.FusedGELUKernels). It records and saves what Linear
+// followed by GELUTanh does (x and weight saved by a "linear" op; its
+// output, the pre-activation, by a "gelu_tanh" op) and allocates and frees
+// the same blocks in forward; in backward the GELU's derivative and the
+// bias gradient take one pass, so the bias gradient is allocated with
+// the derivative rather than after it (on every device alike).
 // With the fused kernels the bias is added after the product rather than
 // before it (as LinearReLU does), so values may differ from the two ops
 // by rounding; without them they are the two ops' bits.
