@@ -15,16 +15,16 @@ import (
 // one launch (Binary's Add and Unary's GELUTanh: their operations, so
 // their bits).
 func (k *kernels) BiasGELUTanh(dst, z, bias device.View) error {
-	n := int64(dst.Numel())
+	cols, n := lastDim(dst.Shape), int64(dst.Numel())
 	if n == 0 {
 		return nil
 	}
-	cols := int64(dst.Shape[len(dst.Shape)-1])
+	rows := n / cols
 	p, err := k.ptrs(dst, z, bias)
 	if err != nil {
 		return err
 	}
-	return k.launch("ferry_bias_gelu_tanh", k.grid1(n), block1, newArgs().Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I64(n).I64(cols))
+	return k.launch("ferry_bias_gelu_tanh", k.rowGrid(rows), block1, newArgs().Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I64(rows).I64(cols))
 }
 
 // GELUTanhBackwardSum writes grad·GELUTanh'(z) and its column sums in one

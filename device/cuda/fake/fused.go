@@ -19,11 +19,14 @@ func init() {
 }
 
 func biasGELUTanh(k *launch) {
-	dst, z, bias, n, cols := mem[float32](k, 0), mem[float32](k, 1), mem[float32](k, 2), k.i64(3), k.i64(4)
-	gridStride(k, n, func(i int64) {
-		s := z[i] + bias[i%cols]
-		z[i] = s
-		dst[i] = unaryOp(uGELUTanh, s, 0)
+	dst, z, bias, rows, cols := mem[float32](k, 0), mem[float32](k, 1), mem[float32](k, 2), k.i64(3), k.i64(4)
+	rowsOf(k, rows, func(r int64) {
+		for c := int64(0); c < cols; c++ {
+			i := r*cols + c
+			s := z[i] + bias[c]
+			z[i] = s
+			dst[i] = unaryOp(uGELUTanh, s, 0)
+		}
 	})
 }
 

@@ -7,13 +7,18 @@
 
 // z[r, c] += bias[c]; dst = GELUTanh(z), as elementwise.cu's
 // unary_op<U_GELU_TANH> computes it. z and dst are contiguous
-// [rows, cols]; the host passes n = rows·cols.
-extern "C" __global__ void ferry_bias_gelu_tanh(float* dst, float* z, const float* bias, i64 n, i64 cols) {
-  GRID_STRIDE_LOOP(i64, i, n) {
-    float s = z[i] + bias[i % cols];
-    z[i] = s;
-    double v = s;
-    dst[i] = (float)(0.5 * v * (1.0 + tanh(SQRT2_OVER_PI * (v + GELU_COEF * v * v * v))));
+// [rows, cols]. A block per row (grid-stride over rows), its threads along
+// the row: no division per element.
+extern "C" __global__ void ferry_bias_gelu_tanh(float* dst, float* z, const float* bias, i64 rows, i64 cols) {
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* zr = z + r * cols;
+    float* yr = dst + r * cols;
+    for (i64 c = threadIdx.x; c < cols; c += blockDim.x) {
+      float s = zr[c] + bias[c];
+      zr[c] = s;
+      double v = s;
+      yr[c] = (float)(0.5 * v * (1.0 + tanh(SQRT2_OVER_PI * (v + GELU_COEF * v * v * v))));
+    }
   }
 }
 

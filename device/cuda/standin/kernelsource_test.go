@@ -408,8 +408,8 @@ func adamwDriver(p *kpair) {
 	}
 }
 
-// biasGELUDriver: 150 rows of 300 (more elements than the grid's
-// threads), the pre-activation updated in place; backward with the column
+// biasGELUDriver: 150 rows of 300 (more rows than rowGrid's blocks, rows
+// longer than a block), the pre-activation updated in place; backward with the column
 // sums on the rows Sum would split (the stand-in has few multiprocessors,
 // so 150 rows are split).
 func biasGELUDriver(p *kpair) {
