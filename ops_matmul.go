@@ -212,9 +212,16 @@ func LinearReLU(x, weight, bias *Tensor) *Tensor { return linearReLU(x, weight, 
 type Epilogue uint8
 
 const (
-	EpilogueNone Epilogue = iota // the op alone
-	EpilogueReLU                 // ReLU, recorded as its own relu op (LinearReLU)
+	EpilogueNone     Epilogue = iota // the op alone
+	EpilogueReLU                     // ReLU, recorded as its own relu op (LinearReLU)
+	EpilogueGELUTanh                 // GELUTanh, recorded as its own gelu_tanh op
 )
+
+// EpilogueParentScope, as LinearEpilogue's epilogueScope, records the
+// epilogue's op in the parent of the current innermost scope: for a module
+// that runs its Linear in a child scope and the activation in its own
+// (nn.MLP: "mlp.c_fc" then GELU in "mlp").
+const EpilogueParentScope = ".."
 
 // LinearEpilogue returns e(Linear(x, weight, bias)) as one fused op and
 // true, or nil and false, having done nothing, when the op layer has no
@@ -223,13 +230,15 @@ const (
 // epilogueScope is the module scope the epilogue's op is recorded in, a
 // sibling of the current innermost scope (nn.Sequential runs a Linear at
 // index 3 in scope "3" and the ReLU after it in "4"); "" records it in
-// the current scope.
+// the current scope, and EpilogueParentScope the innermost scope's parent.
 func LinearEpilogue(x, weight, bias *Tensor, e Epilogue, epilogueScope string) (*Tensor, bool) {
 	switch e {
 	case EpilogueNone:
 		return Linear(x, weight, bias), true
 	case EpilogueReLU:
 		return linearReLU(x, weight, bias, epilogueScope), true
+	case EpilogueGELUTanh:
+		return linearGELUTanh(x, weight, bias, epilogueScope), true
 	}
 	return nil, false
 }
@@ -261,17 +270,7 @@ func linearReLU(x, weight, bias *Tensor, reluModule string) *Tensor {
 			check("relu", k.Unary(device.ReLU, yv, zv, 0))
 		}
 	}
-	if tp != nil && tp.recording() && reluModule != "" {
-		// A sibling scope: the innermost one's parent, joined as
-		// PushModule joins.
-		n := len(tp.modules)
-		scope := reluModule
-		if n > 1 && tp.modules[n-2] != "" {
-			scope = tp.modules[n-2] + "." + reluModule
-		}
-		tp.modules = append(tp.modules, scope)
-		defer func() { tp.modules = tp.modules[:n] }()
-	}
+	defer enterEpilogueScope(tp, reluModule)()
 	record(tp, "relu", y, []*Tensor{z}, []*Tensor{y}, func(bk *backward) {
 		g, out := bk.Grad(), bk.Saved(0)
 		fk, fused := dev.Kernels().(device.FusedKernels)
@@ -291,6 +290,109 @@ func linearReLU(x, weight, bias *Tensor, reluModule string) *Tensor {
 		}
 		bk.Accumulate(0, dz)
 	})
+	z.Release()
+	return y
+}
+
+// enterEpilogueScope makes the innermost module scope the one an
+// epilogue's op is recorded in (see LinearEpilogue) and returns the
+// function that restores it.
+func enterEpilogueScope(tp *Tape, epilogueScope string) func() {
+	if tp == nil || !tp.recording() || epilogueScope == "" {
+		return func() {}
+	}
+	n := len(tp.modules)
+	var scope string
+	switch {
+	case epilogueScope == EpilogueParentScope:
+		if n < 2 {
+			return func() {}
+		}
+		scope = tp.modules[n-2]
+	case n > 1 && tp.modules[n-2] != "":
+		// A sibling scope: the innermost one's parent, joined as
+		// PushModule joins.
+		scope = tp.modules[n-2] + "." + epilogueScope
+	default:
+		scope = epilogueScope
+	}
+	tp.modules = append(tp.modules, scope)
+	return func() { tp.modules = tp.modules[:n] }
+}
+
+// LinearGELUTanh returns GELUTanh(Linear(x, weight, bias)) with the bias
+// added and the GELU applied in one pass over the matrix product (on a
+// device with device.FusedGELUKernels). It records and saves what Linear
+// followed by GELUTanh does (x and weight saved by a "linear" op; its
+// output, the pre-activation, by a "gelu_tanh" op) and allocates and frees
+// the same blocks in forward; in backward the GELU's derivative and the
+// bias gradient take one pass, so the bias gradient is allocated with
+// the derivative rather than after it (on every device alike).
+// With the fused kernels the bias is added after the product rather than
+// before it (as LinearReLU does), so values may differ from the two ops
+// by rounding; without them they are the two ops' bits.
+func LinearGELUTanh(x, weight, bias *Tensor) *Tensor { return linearGELUTanh(x, weight, bias, "") }
+
+// linearGELUTanh is LinearGELUTanh with the gelu_tanh op recorded in
+// scope geluScope (see LinearEpilogue).
+func linearGELUTanh(x, weight, bias *Tensor, geluScope string) *Tensor {
+	tp, dev, rows, in, outF := linearArgs("linear", x, weight, bias)
+	shape := append(cloneShape(x.shape[:x.Rank()-1]), outF)
+	fk, fused := dev.Kernels().(device.FusedGELUKernels)
+	fuseBias := fused && bias != nil && bias.IsContiguous()
+	z := newOutput(tp, dev, shape) // the pre-activation (without the bias yet when fuseBias)
+	linearForward(dev, z, x, weight, bias, rows, in, outF, !fuseBias)
+	// Backward of the pair: the gelu_tanh op computes the bias gradient
+	// with its derivative and leaves it here for the linear op.
+	var db *Tensor
+	wantDb := bias != nil && bias.requiresGrad
+	record(tp, "linear", z, []*Tensor{x, weight, bias}, []*Tensor{x, weight}, linearBackward(dev, rows, in, outF, &db))
+	y := newOutput(tp, dev, shape)
+	if y.st.block != nil {
+		zv, yv := matView(z, rows, outF), matView(y, rows, outF)
+		if fuseBias {
+			check("gelu_tanh", fk.BiasGELUTanh(yv, zv, bias.view()))
+		} else {
+			check("gelu_tanh", dev.Kernels().Unary(device.GELUTanh, yv, zv, 0))
+		}
+	}
+	restore := enterEpilogueScope(tp, geluScope)
+	record(tp, "gelu_tanh", y, []*Tensor{z}, []*Tensor{z}, func(bk *backward) {
+		g, zs := bk.Grad(), bk.Saved(0)
+		if !g.IsContiguous() || !zs.IsContiguous() {
+			bk.Accumulate(0, binaryNoBroadcast("gelu_tanh_backward", device.GELUTanhGrad, g, zs))
+			return
+		}
+		// The same allocations whether the device fuses or not (the meta
+		// device, which plans memory, does not).
+		dz := newOutput(bk.tape, dev, g.shape)
+		var sum device.View
+		if wantDb && bk.Needs(0) {
+			db = newOutput(bk.tape, dev, []int{outF})
+			sum = db.view()
+		}
+		if dz.st.block != nil || sum.Block != nil {
+			k := dev.Kernels()
+			gv, zv, dv := matView(g, rows, outF), matView(zs, rows, outF), matView(dz, rows, outF)
+			fk, fused := k.(device.FusedGELUKernels)
+			switch {
+			case fused:
+				check("gelu_tanh_backward", fk.GELUTanhBackwardSum(dv, sum, gv, zv))
+			case rows*outF == 0:
+				if sum.Block != nil {
+					check("gelu_tanh_backward", k.Fill(sum, 0))
+				}
+			default:
+				check("gelu_tanh_backward", k.Binary(device.GELUTanhGrad, dv, gv, zv))
+				if sum.Block != nil {
+					sum.Shape, sum.Strides = []int{1, outF}, []int{outF, 1}
+					check("gelu_tanh_backward", k.Sum(sum, dv, 1))
+				}
+			}
+		}
+		bk.Accumulate(0, dz)
+	})
+	restore()
 	z.Release()
 	return y
 }

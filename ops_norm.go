@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"ferry/device"
+	"slices"
 )
 
 // LayerNorm normalises x over its last axis: (x - mean)/√(var + eps)·weight
@@ -13,6 +14,12 @@ import (
 // never the normalised tensor, as PyTorch and llm.c do. Elsewhere it is
 // composed from elementwise ops and reductions (which save more).
 func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
+	return layerNorm(x, weight, bias, eps, nil)
+}
+
+// layerNorm is LayerNorm; a non-nil fill writes the output, mean and rstd
+// in place of the LayerNorm kernel (on a device with LayerNormKernels).
+func layerNorm(x, weight, bias *Tensor, eps float32, fill func(out, mean, rstd device.View)) *Tensor {
 	const op = "layer_norm"
 	tp := tapeOf(op, x, weight, bias)
 	dev := sameDevice(op, x, weight, bias)
@@ -40,7 +47,11 @@ func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
 	out := newOutput(tp, dev, x.shape)
 	mean := newOutput(tp, dev, []int{rows})
 	rstd := newOutput(tp, dev, []int{rows})
-	if out.st.block != nil {
+	switch {
+	case out.st.block == nil:
+	case fill != nil:
+		fill(out.view(), mean.view(), rstd.view())
+	default:
 		xc, rx := contiguousInput(x)
 		check(op, lk.LayerNorm(out.view(), mean.view(), rstd.view(), xc.view(), optView(weight), optView(bias), eps))
 		rx()
@@ -127,4 +138,47 @@ func layerNormComposite(x, weight, bias *Tensor, eps float32) *Tensor {
 		y = yb
 	}
 	return y
+}
+
+// AddLayerNorm returns sum = x + r and LayerNorm(sum, weight, bias, eps),
+// as Add and then LayerNorm return them, in one pass over memory on a
+// device with device.FusedAddLayerNormKernels (a pre-LN block's residual
+// and the norm after it) and otherwise as the two ops. It records the
+// same two ops ("add", then "layer_norm" in the child module scope
+// lnScope, or the current scope for ""), saves and allocates what they
+// do, in the same order, and gives their bits. x and r must have one
+// shape; r must stay alive until both are computed (the fused pass reads
+// it), so a caller that releases r after Add and before LayerNorm would
+// free its memory earlier than this can.
+func AddLayerNorm(x, r, weight, bias *Tensor, eps float32, lnScope string) (sum, out *Tensor) {
+	dev := sameDevice("add", x, r)
+	fk, fused := dev.Kernels().(device.FusedAddLayerNormKernels)
+	_, ln := dev.Kernels().(device.LayerNormKernels)
+	if !fused || !ln || !slices.Equal(x.shape, r.shape) || x.Rank() == 0 || !x.IsContiguous() || !r.IsContiguous() ||
+		x.dtype != device.Float32 || r.dtype != device.Float32 {
+		sum = Add(x, r)
+		defer enterChildScope(sum.Tape(), lnScope)()
+		return sum, LayerNorm(sum, weight, bias, eps)
+	}
+	tp := tapeOf("add", x, r)
+	sum = newOutput(tp, dev, x.shape)
+	record(tp, "add", sum, []*Tensor{x, r}, nil, func(bk *backward) {
+		bk.Pass(0, bk.Grad())
+		bk.Pass(1, bk.Grad())
+	})
+	defer enterChildScope(tp, lnScope)()
+	out = layerNorm(sum, weight, bias, eps, func(o, mean, rstd device.View) {
+		check("layer_norm", fk.AddLayerNorm(sum.view(), o, mean, rstd, x.view(), r.view(), optView(weight), optView(bias), eps))
+	})
+	return sum, out
+}
+
+// enterChildScope pushes module scope name (none for "") and returns the
+// function that pops it.
+func enterChildScope(tp *Tape, name string) func() {
+	if tp == nil || name == "" {
+		return func() {}
+	}
+	tp.PushModule(name)
+	return tp.PopModule
 }

@@ -196,6 +196,58 @@ type StridedCopyKernels interface {
 	CopyStrided(dst, src View) error
 }
 
+// FusedGELUKernels is implemented by the Kernels of devices that fuse a
+// Linear layer's bias and a following tanh-approximated GELU (GPT-2's
+// MLP) into one pass over the product, and, in backward, the GELU's
+// derivative and the bias gradient into one pass over the output's
+// gradient. The tensor layer uses them when present and otherwise runs
+// Unary, Binary and Sum, with the same allocations either way.
+type FusedGELUKernels interface {
+	// BiasGELUTanh adds bias to z in place (Binary's Add) and writes the
+	// tanh-approximated GELU of the sum (Unary's GELUTanh) into dst: z and
+	// dst are contiguous [rows, cols] and distinct, bias contiguous
+	// [cols]. z keeps the pre-activation, which backward needs.
+	BiasGELUTanh(dst, z, bias View) error
+	// GELUTanhBackwardSum writes grad·GELUTanh'(z) into dst (Binary's
+	// GELUTanhGrad) and, unless sum.Block is nil, the sum of dst over its
+	// rows into sum, with the bits Sum would give: grad, z and dst are
+	// contiguous [rows, cols] (dst may be grad), sum contiguous [cols].
+	GELUTanhBackwardSum(dst, sum, grad, z View) error
+}
+
+// FusedAddLayerNormKernels is implemented by the Kernels of devices that
+// add a residual and normalise the sum in one pass (a pre-LN transformer
+// block's x + attn(ln_1(x)) followed by ln_2). The tensor layer uses it
+// when present and otherwise runs Binary and LayerNorm.
+type FusedAddLayerNormKernels interface {
+	// AddLayerNorm writes x + r into sum (Binary's Add) and does what
+	// LayerNormKernels.LayerNorm does with sum as its input, with its
+	// bits: x, r, sum and dst are contiguous [rows, C] and distinct; mean
+	// and rstd contiguous [rows]; weight and bias contiguous [C] or a View
+	// with a nil Block.
+	AddLayerNorm(sum, dst, mean, rstd, x, r, weight, bias View, eps float32) error
+}
+
+// AdamWTensors are one parameter's tensors for a multi-tensor AdamW step:
+// the parameter, its gradient and its two moments, contiguous, of one
+// length.
+type AdamWTensors struct {
+	Param, Grad, ExpAvg, ExpAvgSq View
+}
+
+// MultiTensorOptimKernels is implemented by the Kernels of devices that
+// update many parameters in one launch (the CUDA device), where a step
+// of a model of many small tensors would otherwise be one launch per
+// tensor. The optimizers use it when present and otherwise step each
+// parameter alone.
+type MultiTensorOptimKernels interface {
+	// AdamWSteps does what AdamWStep does for each entry of ts, with the
+	// same hyper-parameters (step included) for all, and the same float32
+	// operations per element, so the same bits. The tensors of distinct
+	// entries do not overlap.
+	AdamWSteps(ts []AdamWTensors, p AdamWParams) error
+}
+
 // DataLess is implemented by devices whose memory holds no data (the meta
 // device): the tensor layer skips preparing host-side values for them.
 type DataLess interface{ DataLess() }

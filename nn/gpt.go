@@ -284,9 +284,14 @@ func (m *MLP) NamedParameters() []Named {
 	return append(Prefixed("c_fc", m.CFc), Prefixed("c_proj", m.CProj)...)
 }
 
+// Forward runs c_fc and the GELU as one fused op (ferry.LinearGELUTanh:
+// the same ops recorded, c_fc's in scope "c_fc" and the GELU's in the
+// MLP's own, the same saves and allocations as the two ops).
 func (m *MLP) Forward(x *ferry.Tensor) *ferry.Tensor {
-	h := scoped(x, "c_fc", m.CFc.Forward)
-	g := releaseInto(h, ferry.GELUTanh)
+	g := scoped(x, "c_fc", func(x *ferry.Tensor) *ferry.Tensor {
+		y, _ := ferry.LinearEpilogue(x, m.CFc.Weight, m.CFc.Bias, ferry.EpilogueGELUTanh, ferry.EpilogueParentScope) // always fused
+		return y
+	})
 	o := scoped(g, "c_proj", m.CProj.Forward)
 	g.Release()
 	return releaseInto(o, m.Drop.Forward)

@@ -85,7 +85,8 @@ func (l *Linear) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.Linear(x,
 
 // ForwardFused runs the Linear and next as one op when next is an
 // elementwise function (Epiloguer) that the op layer fuses into a linear
-// op (ferry.LinearEpilogue): a ReLU, as ferry.LinearReLU. See Fuser.
+// op (ferry.LinearEpilogue): a ReLU, as ferry.LinearReLU, or a tanh GELU,
+// as ferry.LinearGELUTanh. See Fuser.
 func (l *Linear) ForwardFused(x *ferry.Tensor, next Module, nextScope string) (*ferry.Tensor, bool) {
 	e, ok := next.(Epiloguer)
 	if !ok || e.Epilogue() == ferry.EpilogueNone {
@@ -145,6 +146,15 @@ func (g GELU) Forward(x *ferry.Tensor) *ferry.Tensor {
 	return ferry.GELU(x)
 }
 func (GELU) Parameters() []*ferry.Tensor { return nil }
+
+// Epilogue: a Linear before a tanh GELU runs as ferry.LinearGELUTanh (the
+// exact GELU has no fused form).
+func (g GELU) Epilogue() ferry.Epilogue {
+	if g.Tanh {
+		return ferry.EpilogueGELUTanh
+	}
+	return ferry.EpilogueNone
+}
 
 // Fuser is an optional interface of a Module that can run together with
 // the module after it in a container as one op, in fewer passes over

@@ -1,5 +1,6 @@
 // Package optim updates parameters from their gradients: SGD and AdamW
-// with PyTorch's update rules, each step one fused kernel per parameter.
+// with PyTorch's update rules, each step one fused kernel per parameter
+// (AdamW: one launch for many parameters where the device can).
 //
 // Optimizer state (momentum, Adam's moments) is allocated on the
 // parameter's device on the first step, counted as optimizer state in the
@@ -190,8 +191,109 @@ func NewAdamW(params []*ferry.Tensor, lr float32, opts ...Option) *AdamW {
 	return o
 }
 
-// Step applies one update.
-func (o *AdamW) Step() error { return stepAll(o.Params, o.step) }
+// Step applies one update: a kernel per parameter, or, on a device with
+// device.MultiTensorOptimKernels (CUDA), one launch for many parameters,
+// with the same bits.
+func (o *AdamW) Step() error {
+	b := &adamBatch{o: o}
+	for _, p := range o.Params {
+		if p.Grad() == nil {
+			continue
+		}
+		mk, ok := p.Device().Kernels().(device.MultiTensorOptimKernels)
+		if !ok {
+			if err := b.flush(); err != nil {
+				return err
+			}
+			if err := o.step(p); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := b.add(p, mk); err != nil {
+			if ferr := b.flush(); ferr != nil {
+				return ferr
+			}
+			return err
+		}
+	}
+	return b.flush()
+}
+
+// adamBatch collects parameters of one device and one step count for one
+// AdamWSteps call, in Params order.
+type adamBatch struct {
+	o      *AdamW
+	mk     device.MultiTensorOptimKernels
+	dev    device.Device
+	step   int
+	ts     []device.AdamWTensors
+	params []*ferry.Tensor
+}
+
+// add checks p, makes its state, counts its step and adds it, first
+// flushing the batch if p cannot join it (another device or step count,
+// or memory that overlaps a parameter already in it).
+func (b *adamBatch) add(p *ferry.Tensor, mk device.MultiTensorOptimKernels) error {
+	if err := checkParam(p); err != nil {
+		return err
+	}
+	return ferry.Catch(func() error {
+		s, ok := b.o.state[p]
+		if !ok {
+			s = &adamState{expAvg: stateLike(p), expSq: stateLike(p)}
+			b.o.state[p] = s
+		}
+		t := device.AdamWTensors{Param: p.View(), Grad: p.Grad().View(), ExpAvg: s.expAvg.View(), ExpAvgSq: s.expSq.View()}
+		join := len(b.ts) == 0 || b.dev == p.Device() && b.step == s.step+1
+		for _, u := range b.ts {
+			if !join {
+				break
+			}
+			join = !overlaps(u.Param, t.Param)
+		}
+		if !join {
+			if err := b.flush(); err != nil {
+				return err
+			}
+		}
+		s.step++
+		b.mk, b.dev, b.step = mk, p.Device(), s.step
+		b.ts = append(b.ts, t)
+		b.params = append(b.params, p)
+		return nil
+	})
+}
+
+// flush updates the batch's parameters and empties it.
+func (b *adamBatch) flush() error {
+	if len(b.ts) == 0 {
+		return nil
+	}
+	o := b.o
+	hp := device.AdamWParams{LR: o.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: b.step}
+	err := b.mk.AdamWSteps(b.ts, hp)
+	if err == nil {
+		err = ferry.Catch(func() error {
+			for _, p := range b.params {
+				ferry.BumpVersion(p, "adamw_step")
+			}
+			return nil
+		})
+	}
+	clear(b.ts)
+	clear(b.params)
+	b.ts, b.params = b.ts[:0], b.params[:0]
+	return err
+}
+
+// overlaps reports whether two contiguous views share memory.
+func overlaps(a, b device.View) bool {
+	if a.Block != b.Block {
+		return false
+	}
+	return a.Off < b.Off+b.Numel() && b.Off < a.Off+a.Numel()
+}
 
 // StepParam updates one parameter (see Stepper).
 func (o *AdamW) StepParam(p *ferry.Tensor) error { return stepOne(o.Params, &o.index, p, o.step) }

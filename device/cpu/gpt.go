@@ -96,34 +96,38 @@ func (k *kernels) LayerNorm(dst, mean, rstd, x, weight, bias device.View, eps fl
 	}
 	parallelFor(rows, max(1, elementGrain/(4*max(C, 1))), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			row := xs[r*C : (r+1)*C]
-			var s float64
-			for _, v := range row {
-				s += float64(v)
-			}
-			m := s / float64(C)
-			var ss float64
-			for _, v := range row {
-				e := float64(v) - m
-				ss += e * e
-			}
-			inv := 1 / math.Sqrt(ss/float64(C)+float64(eps))
-			mu[r], rs[r] = float32(m), float32(inv)
-			mf, invf := float32(m), float32(inv)
-			out := d[r*C : (r+1)*C]
-			for c, v := range row {
-				y := (v - mf) * invf
-				if w != nil {
-					y *= w[c]
-				}
-				if b != nil {
-					y += b[c]
-				}
-				out[c] = y
-			}
+			mu[r], rs[r] = layerNormRow(d[r*C:(r+1)*C], xs[r*C:(r+1)*C], w, b, eps)
 		}
 	})
 	return nil
+}
+
+// layerNormRow normalises one row into out and returns its mean and rstd.
+func layerNormRow(out, row, w, b []float32, eps float32) (mean, rstd float32) {
+	C := len(row)
+	var s float64
+	for _, v := range row {
+		s += float64(v)
+	}
+	m := s / float64(C)
+	var ss float64
+	for _, v := range row {
+		e := float64(v) - m
+		ss += e * e
+	}
+	inv := 1 / math.Sqrt(ss/float64(C)+float64(eps))
+	mf, invf := float32(m), float32(inv)
+	for c, v := range row {
+		y := (v - mf) * invf
+		if w != nil {
+			y *= w[c]
+		}
+		if b != nil {
+			y += b[c]
+		}
+		out[c] = y
+	}
+	return mf, invf
 }
 
 func (k *kernels) LayerNormBackward(dx, dweight, dbias, grad, x, mean, rstd, weight device.View) error {

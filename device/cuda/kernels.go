@@ -280,14 +280,18 @@ func (k *kernels) AdamWStep(param, grad, expAvg, expAvgSq device.View, p device.
 	if err != nil {
 		return err
 	}
-	// The step's scalars, computed as device/cpu computes them.
-	bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
-	bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
-	stepSize := float32(float64(p.LR) / bc1)
-	bc2Sqrt := float32(math.Sqrt(bc2))
-	decay := 1 - p.LR*p.WeightDecay
+	decay, stepSize, bc2Sqrt := adamwScalars(p)
 	return k.launch("ferry_adamw_step", k.grid1(n), block1, newArgs().Ptr(ptr[0]).Ptr(ptr[1]).Ptr(ptr[2]).Ptr(ptr[3]).I64(n).
 		F32(decay).F32(p.Beta1).F32(p.Beta2).F32(p.Eps).F32(stepSize).F32(bc2Sqrt))
+}
+
+// adamwScalars are an AdamW step's scalars, computed as device/cpu
+// computes them: decay = 1 - lr·weight_decay, step_size = lr/(1-beta1^t)
+// and bc2_sqrt = √(1-beta2^t).
+func adamwScalars(p device.AdamWParams) (decay, stepSize, bc2Sqrt float32) {
+	bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
+	bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
+	return 1 - p.LR*p.WeightDecay, float32(float64(p.LR) / bc1), float32(math.Sqrt(bc2))
 }
 
 // Upload copies host bytes into dst on the compute stream (after the work

@@ -7,7 +7,7 @@ import (
 )
 
 // The optional kernel families (device.EmbeddingKernels, LayerNormKernels,
-// AttentionKernels, DropoutKernels, FusedKernels): each test runs when the device
+// AttentionKernels, DropoutKernels, FusedKernels, FusedGELUKernels): each test runs when the device
 // implements the family and skips, saying so, when it does not (the tensor
 // layer then composes the op, or reports the family missing).
 
@@ -17,6 +17,7 @@ var familyTests = []test{
 	{name: "Attention", fn: testAttention},
 	{name: "Dropout", fn: testDropout},
 	{name: "Fused", fn: testFused},
+	{name: "FusedGELU", fn: testFusedGELU},
 }
 
 func init() { kernelTests = append(kernelTests, familyTests...) }
@@ -283,6 +284,82 @@ func testFused(e *env) {
 		// Without a sum.
 		e.ok(fk.ReLUBackwardSum(gv, device.View{}, gv, out), "ReLUBackwardSum in place, no sum")
 		e.near("ReLUBackwardSum in place", e.read(gv), wantDx)
+	}
+}
+
+// testFusedGELU: BiasGELUTanh against the device's own Binary(Add) then
+// Unary(GELUTanh), bit for bit (z left holding the sum), and against the
+// float64 tanh form; GELUTanhBackwardSum against Binary(GELUTanhGrad) and
+// Sum over the rows, bit for bit, in place and without a sum too. NaN
+// propagates. A small case, one split across workers, one row, no rows.
+func testFusedGELU(e *env) {
+	fk := family[device.FusedGELUKernels](e, "fused Linear+GELUTanh")
+	gelu := func(x float64) float64 { return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x))) }
+	geluGrad := func(x float64) float64 {
+		u := math.Sqrt(2/math.Pi) * (x + 0.044715*x*x*x)
+		t := math.Tanh(u)
+		return 0.5*(1+t) + 0.5*x*(1-t*t)*math.Sqrt(2/math.Pi)*(1+3*0.044715*x*x)
+	}
+	same := func(what string, got, ref []float32) {
+		e.Helper()
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(ref[i]) && !(got[i] != got[i] && ref[i] != ref[i]) {
+				e.Errorf("%s[%d] = %v, the unfused kernels give %v: not the same bits", what, i, got[i], ref[i])
+				return
+			}
+		}
+	}
+	for _, sh := range [][2]int{{5, 7}, {50, 1001}, {1, 9}, {0, 4}} {
+		rows, cols := sh[0], sh[1]
+		n := rows * cols
+		src, bias := seq(n, -6, 4), seq(cols, -0.5, 0.5)
+		if n > 3 {
+			src[3] = float32(math.NaN())
+		}
+		zv, bv := e.tensor([]int{rows, cols}, src), e.tensor([]int{cols}, bias)
+		dst := e.tensor([]int{rows, cols}, nil)
+		e.ok(fk.BiasGELUTanh(dst, zv, bv), "BiasGELUTanh %dx%d", rows, cols)
+		wantZ, want := make([]float64, n), make([]float64, n)
+		for i := range want {
+			wantZ[i] = float64(src[i] + bias[i%cols])
+			want[i] = gelu(wantZ[i])
+		}
+		e.nearTol("BiasGELUTanh z", e.read(zv), wantZ, 0)
+		e.nearTol("BiasGELUTanh", e.read(dst), want, 1e-5)
+		ref := e.tensor([]int{rows, cols}, src)
+		refOut := e.tensor([]int{rows, cols}, nil)
+		if n > 0 {
+			e.ok(e.k.Binary(device.Add, ref, ref, device.View{Block: bv.Block, Off: bv.Off, Shape: []int{rows, cols}, Strides: []int{0, 1}}), "Binary Add")
+			e.ok(e.k.Unary(device.GELUTanh, refOut, ref, 0), "Unary GELUTanh")
+			same("BiasGELUTanh z", e.read(zv), e.read(ref))
+			same("BiasGELUTanh", e.read(dst), e.read(refOut))
+		}
+
+		if n > 3 {
+			src[3] = 1
+		}
+		z := e.tensor([]int{rows, cols}, src)
+		grad := seq(n, -1, 1)
+		gv := e.tensor([]int{rows, cols}, grad)
+		dx, sum := e.tensor([]int{rows, cols}, nil), e.tensor([]int{cols}, fill(cols, float32(math.NaN())))
+		e.ok(fk.GELUTanhBackwardSum(dx, sum, gv, z), "GELUTanhBackwardSum %dx%d", rows, cols)
+		wantDx, wantSum := make([]float64, n), make([]float64, cols)
+		for i := range wantDx {
+			wantDx[i] = float64(grad[i]) * geluGrad(float64(src[i]))
+			wantSum[i%cols] += float64(float32(wantDx[i]))
+		}
+		e.nearTol("GELUTanhBackwardSum dst", e.read(dx), wantDx, 1e-5)
+		e.nearTol("GELUTanhBackwardSum sum", e.read(sum), wantSum, 1e-5*float64(rows+1))
+		dx2, sum2 := e.tensor([]int{rows, cols}, nil), e.tensor([]int{1, cols}, nil)
+		if n > 0 {
+			e.ok(e.k.Binary(device.GELUTanhGrad, dx2, gv, z), "Binary GELUTanhGrad")
+			e.ok(e.k.Sum(sum2, dx2, 1), "Sum")
+			same("GELUTanhBackwardSum dst", e.read(dx), e.read(dx2))
+			same("GELUTanhBackwardSum sum", e.read(sum), e.read(sum2))
+		}
+		// In place, without a sum.
+		e.ok(fk.GELUTanhBackwardSum(gv, device.View{}, gv, z), "GELUTanhBackwardSum in place, no sum")
+		e.nearTol("GELUTanhBackwardSum in place", e.read(gv), wantDx, 1e-5)
 	}
 }
 

@@ -408,6 +408,86 @@ func adamwDriver(p *kpair) {
 	}
 }
 
+// biasGELUDriver: 150 rows of 300 (more rows than rowGrid's blocks, rows
+// longer than a block), the pre-activation updated in place; backward with the column
+// sums on the rows Sum would split (the stand-in has few multiprocessors,
+// so 150 rows are split).
+func biasGELUDriver(p *kpair) {
+	z, b := p.rand([]int{nRows, nCols}, -6, 4), p.rand([]int{nCols}, -1, 1)
+	y := p.tensor([]int{nRows, nCols}, nil)
+	p.run("bias_gelu_tanh", func(k device.Kernels, pick func(both) device.View) error {
+		return k.(device.FusedGELUKernels).BiasGELUTanh(pick(y), pick(z), pick(b))
+	})
+	p.check("bias_gelu_tanh z", z, 0)
+	p.check("bias_gelu_tanh", y, 1e-5) // the CPU device's GELU is a σ form, a few ulps off tanh's
+	g := p.rand([]int{nRows, nCols}, -1, 1)
+	dz, db := p.tensor([]int{nRows, nCols}, nil), p.tensor([]int{nCols}, nil)
+	p.run("gelu_tanh_backward_sum", func(k device.Kernels, pick func(both) device.View) error {
+		return k.(device.FusedGELUKernels).GELUTanhBackwardSum(pick(dz), pick(db), pick(g), pick(z))
+	})
+	p.check("gelu_tanh_backward_sum dz", dz, 1e-5)
+	p.check("gelu_tanh_backward_sum db", db, 1e-5)
+}
+
+// addLayerNormDriver: 150 rows of 300 (more rows than rowGrid's blocks,
+// rows longer than a block); the CPU device adds and normalises with its
+// own AddLayerNorm.
+func addLayerNormDriver(p *kpair) {
+	x, r, w, b := p.rand([]int{nRows, nCols}, -3, 5), p.rand([]int{nRows, nCols}, -1, 1), p.rand([]int{nCols}, 0.5, 1.5), p.rand([]int{nCols}, -1, 1)
+	sum, y := p.tensor([]int{nRows, nCols}, nil), p.tensor([]int{nRows, nCols}, nil)
+	mean, rstd := p.tensor([]int{nRows}, nil), p.tensor([]int{nRows}, nil)
+	p.run("add_layer_norm", func(k device.Kernels, pick func(both) device.View) error {
+		return k.(device.FusedAddLayerNormKernels).AddLayerNorm(pick(sum), pick(y), pick(mean), pick(rstd), pick(x), pick(r), pick(w), pick(b), 1e-5)
+	})
+	p.check("add_layer_norm sum", sum, 0)
+	p.check("add_layer_norm", y, tol32)
+	p.check("add_layer_norm mean", mean, tol32)
+	p.check("add_layer_norm rstd", rstd, tol32)
+}
+
+// adamwMultiDriver: 60 tensors (two launches' tables) of odd sizes, one
+// of 70000 (five chunks), laid end to end in one block; the CPU device
+// steps them one by one.
+func adamwMultiDriver(p *kpair) {
+	sizes := []int{1, 3, 1025, 70000, 0, 16385}
+	for len(sizes) < 60 {
+		sizes = append(sizes, 1+(len(sizes)*37)%300)
+	}
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	w, g := p.rand([]int{total}, -1, 1), p.rand([]int{total}, -1, 1)
+	m, v := p.tensor([]int{total}, make([]float32, total)), p.tensor([]int{total}, make([]float32, total))
+	for step := 1; step <= 3; step++ {
+		ap := device.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: step}
+		p.run("adamw_multi", func(k device.Kernels, pick func(both) device.View) error {
+			var ts []device.AdamWTensors
+			off := 0
+			for _, n := range sizes {
+				view := func(x both) device.View {
+					v := pick(x)
+					return device.View{Block: v.Block, Off: off, Shape: []int{n}, Strides: []int{1}}
+				}
+				ts = append(ts, device.AdamWTensors{Param: view(w), Grad: view(g), ExpAvg: view(m), ExpAvgSq: view(v)})
+				off += n
+			}
+			if mk, ok := k.(device.MultiTensorOptimKernels); ok {
+				return mk.AdamWSteps(ts, ap)
+			}
+			for _, t := range ts {
+				if err := k.AdamWStep(t.Param, t.Grad, t.ExpAvg, t.ExpAvgSq, ap); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		p.check(fmt.Sprintf("adamw_multi step %d param", step), w, tol32)
+		p.check(fmt.Sprintf("adamw_multi step %d exp_avg", step), m, tol32)
+		p.check(fmt.Sprintf("adamw_multi step %d exp_avg_sq", step), v, tol32)
+	}
+}
+
 var dropKey = device.DropoutKey{Seed: 0x1234_5678_9abc, Op: 3, Step: 7}
 
 func dropoutDriver(p *kpair) {
@@ -550,6 +630,10 @@ var kernelCases = map[string]kernelCase{
 	"ferry_attention_delta":          {nil, func(p *kpair) { attentionDriver(p, true) }},
 	"ferry_attention_backward_q":     {nil, func(p *kpair) { attentionDriver(p, true) }},
 	"ferry_attention_backward_kv":    {nil, func(p *kpair) { attentionDriver(p, true) }},
+	"ferry_bias_gelu_tanh":           {nil, biasGELUDriver},
+	"ferry_gelu_tanh_backward_sum":   {nil, biasGELUDriver},
+	"ferry_adamw_multi":              {nil, adamwMultiDriver},
+	"ferry_add_layer_norm":           {nil, addLayerNormDriver},
 }
 
 // One subtest per extern "C" __global__ function of the .cu files: the

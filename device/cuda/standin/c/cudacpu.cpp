@@ -604,18 +604,23 @@ EXPORT int ferry_cpu_launch(const struct standin_launch* l) {
     bufs[i].assign((const char*)l->params[i], (const char*)l->params[i] + l->sizes[i]);
     bufs[i].resize(l->sizes[i] < 16 ? 16 : l->sizes[i]);
     params[i] = bufs[i].data();
-    if (l->sizes[i] != 8) continue;
-    unsigned long long v;
-    memcpy(&v, bufs[i].data(), 8);
-    if (v < STANDIN_DEV_BASE || v >= STANDIN_DEV_BASE + STANDIN_DEV_SPAN) continue;
-    size_t avail = 0;
-    char* h = (char*)standin_resolve(v, &avail);
-    if (!h) {
-      violation("parameter %d, %#llx, is not live device memory", i, v);
-      return 1;
+    if (l->sizes[i] % 8 != 0) continue;
+    // A pointer, or a struct of 64-bit words (common.cuh) that may hold
+    // device addresses (a table of tensors): each word in the device
+    // range is an address.
+    for (int w = 0; w < l->sizes[i] / 8; w++) {
+      unsigned long long v;
+      memcpy(&v, bufs[i].data() + 8 * w, 8);
+      if (v < STANDIN_DEV_BASE || v >= STANDIN_DEV_BASE + STANDIN_DEV_SPAN) continue;
+      size_t avail = 0;
+      char* h = (char*)standin_resolve(v, &avail);
+      if (!h) {
+        violation("parameter %d (word %d), %#llx, is not live device memory", i, w, v);
+        return 1;
+      }
+      memcpy(bufs[i].data() + 8 * w, &h, 8);
+      allowed.push_back(range{h, h + avail, i});
     }
-    memcpy(bufs[i].data(), &h, 8);
-    allowed.push_back(range{h, h + avail, i});
   }
   unsigned bx = l->block[0], by = l->block[1], bz = l->block[2];
   int n = (int)(bx * by * bz);
