@@ -193,8 +193,12 @@ func NewAdamW(params []*ferry.Tensor, lr float32, opts ...Option) *AdamW {
 
 // Step applies one update: a kernel per parameter, or, on a device with
 // device.MultiTensorOptimKernels (CUDA), one launch for many parameters,
-// with the same bits.
+// with the same bits; with the state on the host (OnHost), one host step
+// per parameter.
 func (o *AdamW) Step() error {
+	if o.host != nil {
+		return stepAll(o.Params, o.step)
+	}
 	b := &adamBatch{o: o}
 	for _, p := range o.Params {
 		if p.Grad() == nil {
