@@ -127,8 +127,66 @@ func CrossEntropy(logits, target *Tensor) *Tensor {
 		t1.Release()
 		return loss
 	}
+	if ck, ok := logits.st.dev.Kernels().(device.CrossEntropyKernels); ok && logits.Rank() == 2 {
+		return crossEntropyFused(ck, logits, target)
+	}
 	logp := LogSoftmax(logits)
 	loss := NLLLoss(logp, target)
 	logp.Release()
 	return loss
+}
+
+// crossEntropyFused is CrossEntropy on a device with CrossEntropyKernels:
+// one op that saves the logits, each row's maximum and log-sum (8 bytes a
+// row) and the target, where LogSoftmax and NLLLoss save the
+// log-probabilities (as large as the logits, which they make beside them)
+// and the target. Loss and gradient have the two ops' bits.
+func crossEntropyFused(ck device.CrossEntropyKernels, logits, target *Tensor) *Tensor {
+	const op = "cross_entropy"
+	tp := tapeOf(op, logits, target)
+	dev := sameDevice(op, logits, target)
+	floats32(op, logits)
+	if target.dtype != device.Int32 {
+		panicf(op, "target is %s; class indices are int32 (FromInt32s)", target.dtype)
+	}
+	if target.Rank() != 1 || target.shape[0] != logits.shape[0] {
+		panicf(op, "want logits [rows, classes] and target [rows], got %v and %v", logits.shape, target.shape)
+	}
+	rows, classes := logits.shape[0], logits.shape[1]
+	if device.HasData(dev) {
+		for _, c := range target.Int32s() {
+			if c != IgnoreIndex && (c < 0 || c >= int32(classes)) {
+				panicf(op, "target class %d out of range for %d classes (only %d, the ignore index, may lie outside)", c, classes, IgnoreIndex)
+			}
+		}
+	}
+	x, rx := contiguousInput(logits)
+	defer rx()
+	tg, rt := contiguousInput(target)
+	defer rt()
+	out := newOutput(tp, dev, nil)
+	stats := newOutput(tp, dev, []int{rows, 2})
+	if out.st.block != nil && x.st.block == nil { // no rows: the mean of nothing
+		check(op, dev.Kernels().Fill(out.view(), float32(math.NaN())))
+	} else if out.st.block != nil {
+		check(op, ck.CrossEntropy(out.view(), stats.view(), x.view(), tg.view()))
+	}
+	shape := logits.shape
+	record(tp, op, out, []*Tensor{logits, target}, []*Tensor{logits, stats, target}, func(bk *backward) {
+		g, rg := contiguousInput(bk.Grad())
+		defer rg()
+		xs, rxs := contiguousInput(bk.Saved(0))
+		defer rxs()
+		st, rst := contiguousInput(bk.Saved(1))
+		defer rst()
+		ts, rts := contiguousInput(bk.Saved(2))
+		defer rts()
+		dx := newOutput(bk.tape, dev, shape)
+		if dx.st.block != nil && xs.st.block != nil {
+			check(op+"_backward", ck.CrossEntropyBackward(dx.view(), g.view(), xs.view(), st.view(), ts.view()))
+		}
+		bk.Accumulate(0, dx)
+	})
+	stats.Release() // lives on only as a saved tensor
+	return out
 }

@@ -147,3 +147,24 @@ func DropoutKeep(k DropoutKey, p float32, i uint64) bool {
 	i += k.Offset
 	return k.DropoutBits(i / 4)[i%4] >= DropoutThreshold(p)
 }
+
+// CrossEntropyKernels fuse the log-softmax over the classes with the
+// negative log-likelihood (a language model's loss over its vocabulary),
+// so that the log-probabilities, as large as the logits, are never made.
+// Each computes what Softmax(log) followed by NLL (and their backward
+// kernels) compute, in the same float32 and float64 operations, so with
+// the same bits on the same device.
+type CrossEntropyKernels interface {
+	// CrossEntropy writes, for logits [rows, classes] (contiguous) and
+	// int32 target [rows] (a negative target: the row is ignored), each
+	// row's maximum and log of the sum of exp(x - maximum) into stats
+	// [rows, 2], and into the scalar loss the mean over the rows not
+	// ignored of -(x[target] - maximum - log-sum), NaN when every row is
+	// ignored.
+	CrossEntropy(loss, stats, logits, target View) error
+	// CrossEntropyBackward writes into dlogits [rows, classes] the
+	// gradient of that mean times the scalar grad: for a row not ignored,
+	// g[j] - exp(x[j] - maximum - log-sum)·g[target], with g the one-hot
+	// -grad/(rows not ignored) at the target; zeros for an ignored row.
+	CrossEntropyBackward(dlogits, grad, logits, stats, target View) error
+}

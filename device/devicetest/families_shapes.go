@@ -21,6 +21,7 @@ func init() {
 		test{name: "DropoutInPlace", fn: testDropoutInPlace},
 		test{name: "DropoutOffset", fn: testDropoutOffset},
 		test{name: "CopyStrided", fn: testCopyStrided},
+		test{name: "CrossEntropy", fn: testCrossEntropy},
 	)
 }
 
@@ -220,6 +221,57 @@ func testAttentionDropoutStrided(e *env) {
 		e.nearTol("dq", e.read(dq), wq, 1e-4)
 		e.nearTol("dk", e.read(dk), wk, 1e-4)
 		e.nearTol("dv", e.read(dv), wv, 1e-4)
+	}
+}
+
+// The fused cross-entropy gives, on the same device, the bits of
+// Softmax(log) then NLL, and of their backward kernels: rows and classes
+// past a block of threads, ignored rows, every row ignored (NaN).
+func testCrossEntropy(e *env) {
+	ck := family[device.CrossEntropyKernels](e, "cross-entropy")
+	for _, c := range []struct {
+		rows, cols, ignoreEach int
+	}{{3, 5, 0}, {300, 7, 4}, {5, 1031, 2}, {2, 3, 1}} {
+		n := c.rows * c.cols
+		vals := seq(n, -9, 7)
+		for i := range vals {
+			vals[i] *= float32(math.Sin(float64(i)*1.7) + 1.2)
+		}
+		tg := make([]int32, c.rows)
+		for r := range tg {
+			tg[r] = int32((r * 7) % c.cols)
+			if c.ignoreEach > 0 && r%c.ignoreEach == c.ignoreEach-1 {
+				tg[r] = -100
+			}
+		}
+		shape := []int{c.rows, c.cols}
+		x, t := e.tensor(shape, vals), e.tensor([]int{c.rows}, int32s(tg))
+		loss, stats := e.tensor([]int{}, nil), e.tensor([]int{c.rows, 2}, nil)
+		e.ok(ck.CrossEntropy(loss, stats, x, t), "CrossEntropy %v", c)
+		logp, want := e.tensor(shape, nil), e.tensor([]int{}, nil)
+		e.ok(e.k.Softmax(logp, x, true), "Softmax")
+		e.ok(e.k.NLL(want, logp, t), "NLL")
+		grad := e.tensor([]int{}, []float32{1.5})
+		dx := e.tensor(shape, nil)
+		e.ok(ck.CrossEntropyBackward(dx, grad, x, stats, t), "CrossEntropyBackward %v", c)
+		dlogp, wantDx := e.tensor(shape, nil), e.tensor(shape, nil)
+		e.ok(e.k.NLLBackward(dlogp, grad, t), "NLLBackward")
+		e.ok(e.k.SoftmaxBackward(wantDx, dlogp, logp, true), "SoftmaxBackward")
+		for _, pair := range []struct {
+			what      string
+			got, want device.View
+		}{{"loss", loss, want}, {"gradient", dx, wantDx}} {
+			got, w := e.read(pair.got), e.read(pair.want)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(w[i]) {
+					e.Errorf("cross-entropy %v: %s element %d is %v, Softmax and NLL give %v", c, pair.what, i, got[i], w[i])
+					break
+				}
+			}
+		}
+		if l := e.read(loss); l != nil && c.ignoreEach == 1 && !math.IsNaN(float64(l[0])) {
+			e.Errorf("every row ignored: loss %v, want NaN", l[0])
+		}
 	}
 }
 

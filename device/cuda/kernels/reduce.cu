@@ -171,3 +171,78 @@ extern "C" __global__ void ferry_nll_backward(float* dst, const float* scale, co
     dst[i] = (t >= 0 && c == t) ? scale[0] : 0.0f;
   }
 }
+
+// ---- cross-entropy fused with log-softmax (device.CrossEntropyKernels) ----
+// The row statistics as ferry_softmax computes them, the loss as ferry_nll
+// of those log-probabilities, the gradient as ferry_softmax_backward of
+// ferry_nll_backward's: the same operations, so the same bits, without the
+// [rows, cols] log-probabilities.
+
+// stats[2r] = the maximum of row r, stats[2r+1] = log Σ exp(x - maximum);
+// one block per row.
+extern "C" __global__ void ferry_cross_entropy_stats(float* stats, const float* src, i64 rows, i64 cols) {
+  __shared__ float smax[BLOCK];
+  __shared__ double ssum[BLOCK];
+  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* x = src + row * cols;
+    float m = -INFINITY;
+    for (i64 j = threadIdx.x; j < cols; j += BLOCK) {
+      float v = x[j];
+      if (v > m) m = v;
+    }
+    smax[threadIdx.x] = m;
+    __syncthreads();
+    for (int h = BLOCK / 2; h > 0; h >>= 1) {
+      if (threadIdx.x < h && smax[threadIdx.x + h] > smax[threadIdx.x]) smax[threadIdx.x] = smax[threadIdx.x + h];
+      __syncthreads();
+    }
+    m = smax[0];
+    double sum = 0;
+    for (i64 j = threadIdx.x; j < cols; j += BLOCK) sum += exp((double)(x[j] - m));
+    ssum[threadIdx.x] = sum;
+    block_sum(ssum);
+    if (threadIdx.x == 0) {
+      stats[2 * row] = m;
+      stats[2 * row + 1] = (float)log(ssum[0]);
+    }
+    __syncthreads();  // smax and ssum are reused by the next row
+  }
+}
+
+// dst[0] = the mean over rows with a non-negative target of
+// -(x[r, t] - max - logsum); one block. NaN when no row counts.
+extern "C" __global__ void ferry_cross_entropy_loss(float* dst, const float* stats, const float* x, const int* target,
+                                                    i64 rows, i64 cols) {
+  __shared__ double ssum[BLOCK];
+  __shared__ double scount[BLOCK];
+  double sum = 0, count = 0;
+  for (i64 r = threadIdx.x; r < rows; r += BLOCK) {
+    int t = target[r];
+    if (t >= 0) {
+      float lp = x[r * cols + t] - stats[2 * r] - stats[2 * r + 1];
+      sum -= (double)lp;
+      count += 1;
+    }
+  }
+  ssum[threadIdx.x] = sum;
+  scount[threadIdx.x] = count;
+  block_sum(ssum);
+  block_sum(scount);
+  if (threadIdx.x == 0) dst[0] = (float)(ssum[0] / scount[0]);
+}
+
+// dst[r, c] = g - exp(x[r, c] - max - logsum)·Σg, with g = scale[0] at the
+// target (ferry_nll_grad_scale's -grad/count) and 0 elsewhere, Σg the row's
+// one value or 0 on an ignored row.
+extern "C" __global__ void ferry_cross_entropy_backward(float* dst, const float* scale, const float* x,
+                                                        const float* stats, const int* target, i64 rows, i64 cols) {
+  GRID_STRIDE_LOOP(i64, i, rows * cols) {
+    i64 r = i / cols, c = i % cols;
+    int t = target[r];
+    float g = (t >= 0 && c == t) ? scale[0] : 0.0f;
+    double dot = 0;
+    if (t >= 0) dot += (double)scale[0];
+    float y = x[i] - stats[2 * r] - stats[2 * r + 1];
+    dst[i] = g - (float)(exp((double)y) * dot);
+  }
+}

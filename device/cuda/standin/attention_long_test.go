@@ -19,7 +19,8 @@ import (
 // splits them. Not in -short mode: the long sequences take minutes on the
 // CPU. The suite (and CI) runs the sequences of 1024 and 2048 with one
 // head, causal, as GPTs run them (about 25 s); FERRY_LONG_TESTS=1 adds
-// twelve heads of 1024 and the non-causal long cases (two minutes more).
+// twelve heads of 1024 and of 2048 (causal) and the non-causal long cases
+// (several minutes more).
 func TestSourceAttentionLong(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long sequences: not in -short mode")
@@ -46,6 +47,7 @@ func TestSourceAttentionLong(t *testing.T) {
 		// about a minute; not causal it would take two.
 		{1, 12, 1024, 64, nil},
 		{1, 1, 2048, 64, longOnly(both2)},
+		{1, 12, 2048, 64, nil}, // about four times the 1024 case
 	} {
 		if c.causal == nil {
 			if !long {

@@ -354,6 +354,35 @@ func nllDriver(p *kpair, backward bool) {
 	p.check("nll backward", dx, 0)
 }
 
+// crossEntropyDriver: the fused cross-entropy over more rows and classes
+// than a block has threads, a fifth of the rows ignored.
+func crossEntropyDriver(p *kpair, backward bool) {
+	rows, cols := 300, 517
+	x := p.rand([]int{rows, cols}, -8, 8)
+	tg := make([]int32, rows)
+	for i := range tg {
+		tg[i] = int32(p.rng.IntN(cols))
+		if i%5 == 3 {
+			tg[i] = -100
+		}
+	}
+	target := p.ints(tg)
+	loss, stats := p.tensor([]int{1}, nil), p.tensor([]int{rows, 2}, nil)
+	p.run("cross_entropy", func(k device.Kernels, pick func(both) device.View) error {
+		return k.(device.CrossEntropyKernels).CrossEntropy(pick(loss), pick(stats), pick(x), pick(target))
+	})
+	p.check("cross_entropy stats", stats, tol32)
+	p.check("cross_entropy", loss, tol32)
+	if !backward {
+		return
+	}
+	grad, dx := p.tensor([]int{1}, []float32{0.75}), p.tensor([]int{rows, cols}, nil)
+	p.run("cross_entropy backward", func(k device.Kernels, pick func(both) device.View) error {
+		return k.(device.CrossEntropyKernels).CrossEntropyBackward(pick(dx), pick(grad), pick(x), pick(stats), pick(target))
+	})
+	p.check("cross_entropy backward", dx, tol32)
+}
+
 // gemmDriver: partial 16×16 tiles in every dimension, a batch, every
 // transposition, beta 0 and not.
 func gemmDriver(p *kpair) {
@@ -618,6 +647,9 @@ var kernelCases = map[string]kernelCase{
 	"ferry_nll":                      {nil, func(p *kpair) { nllDriver(p, false) }},
 	"ferry_nll_grad_scale":           {nil, func(p *kpair) { nllDriver(p, true) }},
 	"ferry_nll_backward":             {nil, func(p *kpair) { nllDriver(p, true) }},
+	"ferry_cross_entropy_stats":      {nil, func(p *kpair) { crossEntropyDriver(p, false) }},
+	"ferry_cross_entropy_loss":       {nil, func(p *kpair) { crossEntropyDriver(p, false) }},
+	"ferry_cross_entropy_backward":   {nil, func(p *kpair) { crossEntropyDriver(p, true) }},
 	"ferry_dropout":                  {nil, dropoutDriver},
 	"ferry_embedding_gather":         {nil, func(p *kpair) { embeddingDriver(p, false) }},
 	"ferry_embedding_links":          {nil, func(p *kpair) { embeddingDriver(p, true) }},

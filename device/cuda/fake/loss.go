@@ -1,0 +1,87 @@
+package fake
+
+import "math"
+
+// The Go versions of the fused cross-entropy kernels of
+// device/cuda/kernels/reduce.cu.
+
+func init() {
+	for name, f := range map[string]kernelFunc{
+		"ferry_cross_entropy_stats":    crossEntropyStats,
+		"ferry_cross_entropy_loss":     crossEntropyLoss,
+		"ferry_cross_entropy_backward": crossEntropyBackward,
+	} {
+		kernelsByName[name] = f
+	}
+}
+
+func crossEntropyStats(k *launch) {
+	stats, src, rows, cols := mem[float32](k, 0), mem[float32](k, 1), k.i64(2), k.i64(3)
+	var smax [block]float32
+	var ssum [block]float64
+	rowsOf(k, rows, func(row int64) {
+		x := src[row*cols:]
+		for t := int64(0); t < block; t++ {
+			m := float32(math.Inf(-1))
+			for j := t; j < cols; j += block {
+				if v := x[j]; v > m {
+					m = v
+				}
+			}
+			smax[t] = m
+		}
+		for h := block / 2; h > 0; h >>= 1 {
+			for t := 0; t < h; t++ {
+				if smax[t+h] > smax[t] {
+					smax[t] = smax[t+h]
+				}
+			}
+		}
+		m := smax[0]
+		for t := int64(0); t < block; t++ {
+			var sum float64
+			for j := t; j < cols; j += block {
+				sum += math.Exp(float64(x[j] - m))
+			}
+			ssum[t] = sum
+		}
+		stats[2*row], stats[2*row+1] = m, float32(math.Log(treeSum(&ssum)))
+	})
+}
+
+func crossEntropyLoss(k *launch) {
+	oneBlock(k)
+	dst, stats, x, target, rows, cols := mem[float32](k, 0), mem[float32](k, 1), mem[float32](k, 2), mem[int32](k, 3), k.i64(4), k.i64(5)
+	var ssum, scount [block]float64
+	for t := int64(0); t < block; t++ {
+		var sum, count float64
+		for r := t; r < rows; r += block {
+			if tg := target[r]; tg >= 0 {
+				lp := x[r*cols+int64(tg)] - stats[2*r] - stats[2*r+1]
+				sum -= float64(lp)
+				count++
+			}
+		}
+		ssum[t], scount[t] = sum, count
+	}
+	dst[0] = float32(treeSum(&ssum) / treeSum(&scount))
+}
+
+func crossEntropyBackward(k *launch) {
+	dst, scale, x, stats, target := mem[float32](k, 0), mem[float32](k, 1), mem[float32](k, 2), mem[float32](k, 3), mem[int32](k, 4)
+	rows, cols := k.i64(5), k.i64(6)
+	gridStride(k, rows*cols, func(i int64) {
+		r, c := i/cols, i%cols
+		t := int64(target[r])
+		var g float32
+		var dot float64
+		if t >= 0 {
+			if c == t {
+				g = scale[0]
+			}
+			dot += float64(scale[0])
+		}
+		y := x[i] - stats[2*r] - stats[2*r+1]
+		dst[i] = g - float32(math.Exp(float64(y))*dot)
+	})
+}
