@@ -324,9 +324,11 @@ func (b *Block) Forward(x *ferry.Tensor) *ferry.Tensor {
 	h := scoped(x, "ln_1", b.LN1.Forward)
 	a := scoped(h, "attn", b.Attn.Forward)
 	h.Release()
-	x1 := ferry.Add(x, a)
+	// The residual sum and ln_2 in one pass where the device fuses them
+	// (the same ops, saves and bits as Add then ln_2's LayerNorm); a lives
+	// until both are made.
+	x1, h := ferry.AddLayerNorm(x, a, b.LN2.Weight, b.LN2.Bias, b.LN2.Eps, "ln_2")
 	a.Release()
-	h = scoped(x1, "ln_2", b.LN2.Forward)
 	m := scoped(h, "mlp", b.MLP.Forward)
 	h.Release()
 	out := ferry.Add(x1, m)
