@@ -128,6 +128,9 @@ for v in 1 1.5 NaN; do probe err "${T[@]}" --steps 2 --momentum "$v" --optimizer
 for v in -5 abc; do probe err "${T[@]}" --steps 2 --warmup "$v"; done
 probe err "${T[@]}" --steps 2 --min-lr -1
 probe err "${T[@]}" --steps 2 --optimizer lion
+for v in '' gpu HOST; do probe err "${T[@]}" --steps 2 --optimizer-state "$v"; probe err plan --budget 3GiB --optimizer-state "$v"; probe err demo $M --optimizer-state "$v"; done
+probe ok "${T[@]}" --steps 2 --optimizer-state host
+probe err plan --budget 3GiB --optimizer-state host --ranks 2
 probe err "${T[@]}" --steps 2 --dropout 1
 probe err "${T[@]}" --steps 2 --heads 3 --embd 16
 TMO=5 probe err "${T[@]}" --steps 2 --layers 100000   # refused before anything is built
