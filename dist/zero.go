@@ -303,6 +303,13 @@ func (s *ShardedOptimizer) StateBytes() int64 {
 	return n
 }
 
+// StateOnHost is the inner optimizer's (optim.HostPlaced): a checkpoint
+// loader then reads the state into host memory, not the device's.
+func (s *ShardedOptimizer) StateOnHost() bool {
+	h, ok := s.inner.(optim.HostPlaced)
+	return ok && h.StateOnHost()
+}
+
 // State returns this rank's shard of the state: the inner optimizer's
 // entries, which exist only for parameters this rank owns. (The inner
 // optimizer must be optim.Stateful; otherwise the state is empty.)

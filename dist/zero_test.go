@@ -629,3 +629,31 @@ func TestScatterOwnersBalance(t *testing.T) {
 	}
 	t.Logf("elements per rank %v, %+v", total, st)
 }
+
+// A sharded optimizer reports its inner optimizer's state placement
+// (optim.HostPlaced), so that a checkpoint loads the state into host
+// memory when the inner optimizer keeps it there.
+func TestShardedOptimizerStatePlacement(t *testing.T) {
+	d, err := device.Open("cpu", device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, host := range []bool{false, true} {
+		m := tinyModel(t, d, 1)
+		var opts []optim.Option
+		if host {
+			opts = append(opts, optim.OnHost())
+		}
+		inner := optim.NewAdamW(m.Parameters(), 0.1, opts...)
+		sh, err := dist.NewShardedOptimizer(dist.Local(), inner, m.Parameters(), dist.ShardOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hp optim.HostPlaced = sh
+		if hp.StateOnHost() != host {
+			t.Errorf("inner state on the host %v: the sharded optimizer says %v", host, hp.StateOnHost())
+		}
+		inner.Release()
+	}
+}
