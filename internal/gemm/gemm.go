@@ -21,7 +21,9 @@
 //     in registers).
 //
 // The environment variable FERRY_GEMM_KERNEL=generic|avx2|avx512 forces a
-// kernel if the CPU supports it (read once, at package initialisation).
+// kernel if the CPU supports it (read once, at package initialisation);
+// FERRY_CPU (package isa) caps the kernels offered, with every other SIMD
+// path of ferry.
 //
 // Work is split into a fixed grid of blocks of C aligned to the micro-tile,
 // which the calling goroutine and up to SetWorkers-1 pool goroutines claim
