@@ -294,16 +294,10 @@ func softmaxRow(row []float32, n int, lse *float32) {
 	for _, x := range row[:n] {
 		m = max(m, x)
 	}
-	var sum float64
-	for j, x := range row[:n] {
-		e := float32(math.Exp(float64(x - m)))
-		row[j] = e
-		sum += float64(e)
-	}
-	inv := float32(1 / sum)
-	for j := range row[:n] {
-		row[j] *= inv
-	}
+	var acc [8]float64
+	vecExpSub(row[:n], row[:n], m, &acc)
+	sum := sum8(&acc)
+	vecScale(row[:n], row[:n], float32(1/sum))
 	clear(row[n:])
 	*lse = m + float32(math.Log(sum))
 }
@@ -346,9 +340,8 @@ func (k *kernels) AttentionBackward(dq, dk, dv, grad, q, kk, v, out, lse device.
 			parallelFor(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
 				for i := lo; i < hi; i++ {
 					row, n := P[i*T:(i+1)*T], attended(p.Causal, i, T)
-					for j := range row[:n] {
-						row[j] = float32(math.Exp(float64(row[j] - lh[i])))
-					}
+					var acc [8]float64 // unused
+					vecExpSub(row[:n], row[:n], lh[i], &acc)
 					clear(row[n:])
 					// D_i = Σ_d dO·O, which equals Σ_j dP'·P' with dropout too.
 					var s float32
