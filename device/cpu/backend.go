@@ -7,6 +7,7 @@ import (
 
 	"ferry/internal/blas"
 	"ferry/internal/gemm"
+	"ferry/internal/isa"
 )
 
 // matmulMode chooses the matrix-product library for every CPU device of the
@@ -78,4 +79,11 @@ func MatmulBackend() string {
 		why = "this CPU has AVX-512, where it is faster than OpenBLAS (FERRY_MATMUL=blas uses OpenBLAS, loaded from " + blas.Library() + ")"
 	}
 	return "pure Go (" + gemm.Kernel() + " kernel), because " + why
+}
+
+// Paths says which code runs the CPU device's work on this machine: the
+// vector instruction set of its loops (FERRY_CPU caps it), the pure-Go
+// GEMM kernel, and MatmulBackend's choice. Benchmarks print it.
+func Paths() string {
+	return "simd " + isa.Level() + ", gemm kernel " + gemm.Kernel() + ", matrix products: " + MatmulBackend()
 }

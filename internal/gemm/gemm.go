@@ -162,6 +162,13 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	sgemm(active.pick(m, n), numWorkers(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// SgemmSerial is Sgemm on the calling goroutine alone, for callers that run
+// independent products in parallel themselves (the heads of an attention).
+// It gives the same bits as Sgemm.
+func SgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	sgemm(active.pick(m, n), 1, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
 // checkArgs validates dimensions and slice lengths.
 func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
