@@ -144,41 +144,6 @@ func BenchmarkElementwise(b *testing.B) {
 	}
 }
 
-// gptShapes are the products of the baby GPT's training step (6 layers,
-// embedding 384, heads of 64, sequence 256, batch 8, vocabulary 65: rows
-// 2048), per layer: each Linear's forward x·Wᵀ (NT), input gradient g·W
-// (NN) and weight gradient gᵀ·x (TN); and per head (48 a layer) the
-// attention's products, whose q, k and v rows lie 3·384 floats apart.
-var gptShapes = []struct {
-	name           string
-	m, n, k        int
-	transA, transB bool
-	lda, ldb       int // 0: packed
-	perStep        int // how many a step runs
-}{
-	{"qkv_fwd_NT_2048x1152x384", 2048, 1152, 384, false, true, 0, 0, 6},
-	{"qkv_dX_NN_2048x384x1152", 2048, 384, 1152, false, false, 0, 0, 6},
-	{"qkv_dW_TN_1152x384x2048", 1152, 384, 2048, true, false, 0, 0, 6},
-	{"proj_fwd_NT_2048x384x384", 2048, 384, 384, false, true, 0, 0, 6},
-	{"proj_dX_NN_2048x384x384", 2048, 384, 384, false, false, 0, 0, 6},
-	{"proj_dW_TN_384x384x2048", 384, 384, 2048, true, false, 0, 0, 6},
-	{"fc_fwd_NT_2048x1536x384", 2048, 1536, 384, false, true, 0, 0, 6},
-	{"fc_dX_NN_2048x384x1536", 2048, 384, 1536, false, false, 0, 0, 6},
-	{"fc_dW_TN_1536x384x2048", 1536, 384, 2048, true, false, 0, 0, 6},
-	{"mlp_fwd_NT_2048x384x1536", 2048, 384, 1536, false, true, 0, 0, 6},
-	{"mlp_dX_NN_2048x1536x384", 2048, 1536, 384, false, false, 0, 0, 6},
-	{"mlp_dW_TN_384x1536x2048", 384, 1536, 2048, true, false, 0, 0, 6},
-	{"head_fwd_NT_2048x65x384", 2048, 65, 384, false, true, 0, 0, 1},
-	{"head_dX_NN_2048x384x65", 2048, 384, 65, false, false, 0, 0, 1},
-	{"head_dW_TN_65x384x2048", 65, 384, 2048, true, false, 0, 0, 1},
-	{"att_qk_NT_256x256x64", 256, 256, 64, false, true, 1152, 1152, 2 * 288},
-	{"att_pv_NN_256x64x256", 256, 64, 256, false, false, 0, 1152, 288},
-	{"att_dV_TN_256x64x256", 256, 64, 256, true, false, 0, 64, 288},
-	{"att_dS_NN_256x64x256", 256, 64, 256, false, false, 0, 1152, 288},
-	{"att_dK_TN_256x64x256", 256, 64, 256, true, false, 0, 1152, 288},
-	{"att_dP_NT_256x256x64", 256, 256, 64, false, true, 64, 1152, 288},
-}
-
 // BenchmarkGemmGPT runs the CPU device's Gemm kernel on the GPT step's
 // products with each backend, and prints which path ran (cpu.Paths): run
 // it under FERRY_CPU=avx2 (and OPENBLAS_CORETYPE=Haswell) for the paths of
@@ -192,33 +157,33 @@ func BenchmarkGemmGPT(b *testing.B) {
 		}
 		b.Logf("%s: %s", backend, cpu.Paths())
 		cpu.SetMatmulBackend("auto")
-		for _, s := range gptShapes {
-			b.Run(backend+"/"+s.name, func(b *testing.B) {
+		for _, s := range cpu.GPTShapes {
+			b.Run(backend+"/"+s.Name, func(b *testing.B) {
 				if err := cpu.SetMatmulBackend(backend); err != nil {
 					b.Skip(err)
 				}
 				defer cpu.SetMatmulBackend("auto")
 				d := open(&testing.T{}, device.Options{})
 				defer d.Close()
-				lda, ldb := s.k, s.n
-				if s.transA {
-					lda = s.m
+				lda, ldb := s.K, s.N
+				if s.TransA {
+					lda = s.M
 				}
-				if s.transB {
-					ldb = s.k
+				if s.TransB {
+					ldb = s.K
 				}
-				lda, ldb = max(lda, s.lda), max(ldb, s.ldb)
-				ar, br := s.m, s.k
-				if s.transA {
-					ar = s.k
+				lda, ldb = max(lda, s.LDA), max(ldb, s.LDB)
+				ar, br := s.M, s.K
+				if s.TransA {
+					ar = s.K
 				}
-				if s.transB {
-					br = s.n
+				if s.TransB {
+					br = s.N
 				}
 				r := rand.New(rand.NewPCG(1, 2))
-				a, bb, c := benchView(b, d, r, ar*lda), benchView(b, d, r, br*ldb), benchView(b, d, r, s.m*s.n)
-				p := device.GemmParams{TransA: s.transA, TransB: s.transB, M: s.m, N: s.n, K: s.k, Alpha: 1,
-					A: a.Block, B: bb.Block, C: c.Block, LDA: lda, LDB: ldb, LDC: s.n, Batch: 1}
+				a, bb, c := benchView(b, d, r, ar*lda), benchView(b, d, r, br*ldb), benchView(b, d, r, s.M*s.N)
+				p := device.GemmParams{TransA: s.TransA, TransB: s.TransB, M: s.M, N: s.N, K: s.K, Alpha: 1,
+					A: a.Block, B: bb.Block, C: c.Block, LDA: lda, LDB: ldb, LDC: s.N, Batch: 1}
 				k := d.Kernels()
 				for b.Loop() {
 					if err := k.Gemm(p); err != nil {
@@ -226,8 +191,8 @@ func BenchmarkGemmGPT(b *testing.B) {
 					}
 				}
 				sec := b.Elapsed().Seconds() / float64(b.N)
-				b.ReportMetric(2*float64(s.m)*float64(s.n)*float64(s.k)/sec/1e9, "GFLOP/s")
-				b.ReportMetric(sec*1e3*float64(s.perStep), "ms/step")
+				b.ReportMetric(2*float64(s.M)*float64(s.N)*float64(s.K)/sec/1e9, "GFLOP/s")
+				b.ReportMetric(sec*1e3*float64(s.PerStep), "ms/step")
 			})
 		}
 	}
