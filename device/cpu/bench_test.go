@@ -28,6 +28,7 @@ func benchView(b *testing.B, d device.Device, r *rand.Rand, shape ...int) device
 // products of the origin model's step (Linear(1024) at batch 256: forward
 // x·Wᵀ, input gradient g·W, weight gradient gᵀ·x) and on squares.
 func BenchmarkGemm(b *testing.B) {
+	b.Log(cpu.Paths())
 	shapes := []struct {
 		name           string
 		m, n, k        int
@@ -82,6 +83,7 @@ func BenchmarkGemm(b *testing.B) {
 // the device's Copy kernel, which splits big copies across goroutines as
 // the other kernels do.
 func BenchmarkElementwise(b *testing.B) {
+	b.Log(cpu.Paths())
 	for _, rows := range []int{256, 4096} {
 		const cols = 1024
 		n := rows * cols
