@@ -122,7 +122,7 @@ func BenchmarkGemmChoice(b *testing.B) {
 	if blasOwnThreads() {
 		b.Skip("OpenBLAS keeps its own threads (FERRY_BLAS_THREADS=openblas)")
 	}
-	b.Logf("%s; the Go side is the %s kernel", Paths(), gemm.Kernel())
+	b.Logf("%s; the Go side is the %s kernel; OpenBLAS threads: %d", Paths(), gemm.Kernel(), blas.Threads())
 	shapes := append([]gptShape(nil), gptShapes...)
 	for _, n := range []int{8, 16, 32, 64, 96, 128} { // small squares, and one row
 		shapes = append(shapes, gptShape{Name: fmt.Sprintf("small_NN_%d", n), M: n, N: n, K: n},
