@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
@@ -62,9 +63,10 @@ func blasSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 // (or of columns, when C is wider than tall) that ferry's goroutines claim
 // one at a time (blasSplit), each an OpenBLAS call on its own goroutine;
 // an attention runs its heads in parallel (Note [attention heads]). The
-// blocks depend only on the shape, so the result does not depend on how
-// many goroutines took part; it may differ from one OpenBLAS call's in the
-// last bit (OpenBLAS rounds some rows differently by where they fall).
+// blocks depend only on the shape and, beyond 2 cores, on GOMAXPROCS (not
+// on which goroutines took part); the result may differ from one OpenBLAS
+// call's in the last bit (OpenBLAS rounds some rows differently by where
+// they fall), as OpenBLAS's own threads' results differ with their number.
 // FERRY_BLAS_THREADS=openblas keeps OpenBLAS's own threads instead.
 
 // blasOwnThreads reports whether OpenBLAS runs products on its own threads
@@ -81,10 +83,17 @@ var blasOwnThreads = sync.OnceValue(func() bool {
 // about 0.1 ms on one core.
 const blasSplitMin = 1 << 22
 
+// blasSplitMax is the most blocks a product is cut into: two per
+// goroutine, at least 4. Each block packs the whole of the operand it
+// shares with the others: with 8 blocks on 2 cores a split product cost
+// 2.5-15% more CPU time than one call, with 4 blocks 0-5% (forced AVX2,
+// the GPT step's Linear products).
+func blasSplitMax() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
+
 // blasSplit runs a product as one-thread OpenBLAS calls on blocks of C's
-// rows (or columns, when C is wide) claimed by ferry's goroutines: up to 8
-// blocks of a multiple of 16 rows, no smaller than blasSplitMin each but
-// at least 2.
+// rows (or columns, when C is wide) claimed by ferry's goroutines: up to
+// blasSplitMax blocks of a multiple of 16 rows, no smaller than
+// blasSplitMin each but at least 2.
 func blasSplit(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	work := m * n * k
 	if work < blasSplitMin {
@@ -93,7 +102,7 @@ func blasSplit(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 	}
 	const align = 16
 	if m >= n {
-		blocks := min((m+align-1)/align, max(2, work/blasSplitMin), 8)
+		blocks := min((m+align-1)/align, max(2, work/blasSplitMin), blasSplitMax())
 		step := (m + blocks - 1) / blocks
 		step = (step + align - 1) / align * align
 		parallelEach((m+step-1)/step, func(i int) {
@@ -107,7 +116,7 @@ func blasSplit(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 		})
 		return
 	}
-	blocks := min((n+align-1)/align, max(2, work/blasSplitMin), 8)
+	blocks := min((n+align-1)/align, max(2, work/blasSplitMin), blasSplitMax())
 	step := (n + blocks - 1) / blocks
 	step = (step + align - 1) / align * align
 	parallelEach((n+step-1)/step, func(j int) {
