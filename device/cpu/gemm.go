@@ -12,8 +12,9 @@ import (
 	"ferry/internal/gemm"
 )
 
-// Gemm runs each matrix product of the batch through OpenBLAS when it was
-// loaded (FERRY_BLAS=off forbids it), and through the pure-Go kernel of
+// Gemm runs each matrix product of the batch through OpenBLAS when the
+// rule of useBLAS picks it (FERRY_BLAS=off forbids it; Note [OpenBLAS on
+// one thread] says how it is threaded), and through the pure-Go kernel of
 // package gemm otherwise.
 func (k *kernels) Gemm(p device.GemmParams) error {
 	a, b, c := floats(device.View{Block: p.A, Off: p.OffA}), floats(device.View{Block: p.B, Off: p.OffB}), floats(device.View{Block: p.C, Off: p.OffC})
