@@ -57,9 +57,10 @@ func blasSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 // core between polls: in a training step they never sleep. A CPU profile of
 // the baby GPT's step with OpenBLAS (forced AVX2, docs/perf.md "AVX2") had
 // 15% of its samples in sched_yield, in the kernel on its behalf, with the
-// Go work confined to one goroutine meanwhile; and each small product
-// (an attention head's) handed to a second thread ran at 1-4 GFLOP/s
-// instead of 40-90 on one. So the CPU device sets OpenBLAS to one thread
+// Go work confined to one goroutine meanwhile; and the small products (an
+// attention head's) ran at 1-22 GFLOP/s on OpenBLAS's two threads against
+// 19-58 split by ferry over two one-thread calls, under load. So the CPU
+// device sets OpenBLAS to one thread
 // and parallelises around it: a large product is cut into blocks of rows
 // (or of columns, when C is wider than tall) that ferry's goroutines claim
 // one at a time (blasSplit), each an OpenBLAS call on its own goroutine;

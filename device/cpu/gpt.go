@@ -270,8 +270,8 @@ func (k *kernels) Attention(out, lse, q, kk, v device.View, p device.AttentionPa
 // a few small products (T×T×D: 256×256×64 in the baby GPT) and a softmax
 // over T rows. Split inside each product, two cores meet twice per
 // product; OpenBLAS's own threads then spend most of the time handing
-// the work over (1-4 GFLOP/s against 40-60 on one thread, forced AVX2,
-// docs/perf.md "AVX2"). With at least two heads per core, heads run on
+// the work over (1-22 GFLOP/s against 80-117 per thread on one, forced
+// AVX2, docs/perf.md "AVX2"). With at least two heads per core, heads run on
 // separate goroutines instead (parallelEach, claimed one at a time), each
 // head's products on its goroutine alone (gemm.SgemmSerial, or OpenBLAS on
 // one thread) and its rows in order. A head computes the same bits either
