@@ -271,10 +271,11 @@ func (k *kernels) Attention(out, lse, q, kk, v device.View, p device.AttentionPa
 // over T rows. Split inside each product, two cores meet twice per
 // product; OpenBLAS's own threads then spend most of the time handing
 // the work over (1-22 GFLOP/s against 80-117 per thread on one, forced
-// AVX2, docs/perf.md "AVX2"). With at least two heads per core, heads run on
-// separate goroutines instead (parallelEach, claimed one at a time), each
-// head's products on its goroutine alone (gemm.SgemmSerial, or OpenBLAS on
-// one thread) and its rows in order. A head computes the same bits either
+// AVX2, docs/perf.md "AVX2"). So heads run on separate goroutines instead
+// (parallelEach, claimed one at a time) — with the pure-Go kernel once
+// there are two heads per core, with OpenBLAS on one thread whenever there
+// are two heads — each head's products on its goroutine alone
+// (gemm.SgemmSerial, or one OpenBLAS call) and its rows in order. A head computes the same bits either
 // way: the pure-Go products do not depend on how they are split, OpenBLAS's
 // are never split in an attention, and rows are independent.
 
