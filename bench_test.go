@@ -116,7 +116,10 @@ func BenchmarkTrainStep(b *testing.B) {
 // products of the origin model's training step and a few squares. Each
 // iteration times both, back to back, so that load from other processes
 // falls on both alike; ratio is the median over iterations of ferry's
-// GFLOP/s over the direct call's (1 = no overhead).
+// GFLOP/s over the direct call's (1 = no overhead). The direct call runs
+// OpenBLAS as the CPU device leaves it, on one thread while ferry splits
+// its products over the cores (device/cpu Note [OpenBLAS on one thread]):
+// run with FERRY_BLAS_THREADS=openblas to compare like with like.
 func BenchmarkMatMulVsBLAS(b *testing.B) {
 	if !blas.Available() {
 		b.Skip("no OpenBLAS:", blas.Reason())

@@ -18,8 +18,9 @@ faults stop after the warm-up steps.
 
 Usage: python3 bench/gpt_step.py [layers heads embd seq vocab batch steps warmup]
        (defaults 6 6 384 256 65 8 5 5: 5 untimed steps, then 5 timed ones)
-Prints one line per timed step ("step <seconds> loss <loss> page faults
-<minor faults in the step>"), then "median <seconds>".
+Prints one line per timed step ("step <seconds> cpu <CPU seconds of all
+threads> loss <loss> page faults <minor faults in the step>"), then
+"median <seconds>" and "median_cpu <CPU seconds>".
 """
 import os
 import resource
@@ -48,18 +49,20 @@ def step():
     return loss
 
 
-env = " ".join(f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "MALLOC_MMAP_THRESHOLD_",
+env = " ".join(f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "ATEN_CPU_CAPABILITY", "MALLOC_MMAP_THRESHOLD_",
                                                "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_") if k in os.environ)
 print(f"pytorch {torch.__version__}: GPT {L} layers, {H} heads, embd {C}, seq {T}, vocab {V}, batch {B}, "
       f"threads {torch.get_num_threads()}, env [{env}]")
 for _ in range(W):
     step()
-ts = []
+ts, cs = [], []
 for _ in range(S):
     f = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    s = time.perf_counter()
+    s, c = time.perf_counter(), time.process_time()
     loss = step()
     ts.append(time.perf_counter() - s)
+    cs.append(time.process_time() - c)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f
-    print(f"step {ts[-1]:.4f} loss {loss.item():.4f} page faults {faults}")
+    print(f"step {ts[-1]:.4f} cpu {cs[-1]:.4f} loss {loss.item():.4f} page faults {faults}")
 print(f"median {sorted(ts)[len(ts) // 2]:.4f}")
+print(f"median_cpu {sorted(cs)[len(cs) // 2]:.4f}")

@@ -35,7 +35,7 @@ if ((${#ferry[@]})); then
   CGO_ENABLED=0 go build -o "$tmp/gptstep" ./bench/gptstep
   "$tmp/gptstep" -layers 1 -heads 2 -embd 8 -seq 4 -vocab 5 -batch 1 -steps 1 -warmup 0 | sed -n 1p
 fi
-median() { awk '/^median/ {print $2}'; }
+median() { awk '$1 == "median" {print $2}'; }
 echo "rounds $ROUNDS, GPT $L layers $H heads embd $C seq $T vocab $V, batch $B, $S timed steps per run; nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= ROUNDS; r++)); do
   order=("${contenders[@]}")

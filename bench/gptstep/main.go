@@ -2,9 +2,10 @@
 // bench/gpt_step.py times PyTorch's nanoGPT: forward, cross-entropy on
 // random targets, backward, AdamW (lr 1e-3, betas 0.9/0.95, weight decay
 // 0.1 on 2-D parameters, nanoGPT's configure_optimizers), gradients dropped
-// after each step. It prints one line per timed step ("step <seconds>")
-// and a last line with the median, so that bench/gpt_step.sh can run it
-// beside PyTorch and print the ratio.
+// after each step. It prints one line per timed step ("step <seconds> cpu
+// <CPU seconds of all threads>") and last lines with the medians
+// ("median", "median_cpu"), so that bench/gpt_step.sh can run it beside
+// PyTorch and print the ratio.
 //
 //	go run ./bench/gptstep [-layers 6 -heads 6 -embd 384 -seq 256 -vocab 65 -batch 8 -steps 5 -backend auto]
 package main
@@ -111,23 +112,26 @@ func run(cfg nn.GPTConfig, batch, steps, warmup int, backend string) error {
 			return nil
 		})
 	}
-	fmt.Printf("ferry: GPT %d layers %d heads embd %d seq %d vocab %d (%d parameters), batch %d, matrix products: %s\n",
-		cfg.Layers, cfg.Heads, cfg.Embd, cfg.Seq, cfg.Vocab, cfg.ParameterCount(), batch, cpu.MatmulBackend())
+	fmt.Printf("ferry: GPT %d layers %d heads embd %d seq %d vocab %d (%d parameters), batch %d, %s\n",
+		cfg.Layers, cfg.Heads, cfg.Embd, cfg.Seq, cfg.Vocab, cfg.ParameterCount(), batch, cpu.Paths())
 	for range warmup {
 		if err := step(); err != nil {
 			return err
 		}
 	}
-	var ts []float64
+	var ts, cs []float64
 	for range steps {
-		start := time.Now()
+		start, cpu0 := time.Now(), cpuSeconds()
 		if err := step(); err != nil {
 			return err
 		}
 		ts = append(ts, time.Since(start).Seconds())
-		fmt.Printf("step %.4f loss %.4f\n", ts[len(ts)-1], loss)
+		cs = append(cs, cpuSeconds()-cpu0)
+		fmt.Printf("step %.4f cpu %.4f loss %.4f\n", ts[len(ts)-1], cs[len(cs)-1], loss)
 	}
 	slices.Sort(ts)
+	slices.Sort(cs)
 	fmt.Printf("median %.4f\n", ts[len(ts)/2])
+	fmt.Printf("median_cpu %.4f\n", cs[len(cs)/2])
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"ferry/device"
 	"ferry/device/cpu"
 	"ferry/device/cuda"
+	"ferry/internal/isa"
 )
 
 func init() {
@@ -21,6 +22,7 @@ type doctorReport struct {
 	CPUs          int         `json:"cpus"`
 	Kinds         []string    `json:"device_kinds"`
 	MatmulBackend string      `json:"cpu_matmul"`
+	SIMD          string      `json:"cpu_simd"`            // avx512, avx2 or generic: the CPU's, capped by FERRY_CPU
 	CPUError      string      `json:"cpu_error,omitempty"` // the CPU device does not open (FERRY_BLAS names a library that does not load)
 	CUDA          cuda.Report `json:"cuda"`
 }
@@ -28,7 +30,7 @@ type doctorReport struct {
 func setupDoctor(fs *flag.FlagSet) func(io.Writer, bool) error {
 	return func(out io.Writer, asJSON bool) error {
 		r := doctorReport{GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(),
-			Kinds: device.Kinds(), MatmulBackend: cpu.MatmulBackend(), CUDA: cuda.Probe()}
+			Kinds: device.Kinds(), MatmulBackend: cpu.MatmulBackend(), SIMD: isa.Level(), CUDA: cuda.Probe()}
 		// Open the CPU device as every command does, so that what stops
 		// it (FERRY_BLAS naming a library that does not load) shows here.
 		cpuErr := func() error {
@@ -53,7 +55,7 @@ func setupDoctor(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if cpuErr != nil {
 			fmt.Fprintf(out, "cpu: unavailable: %v\n", cpuErr)
 		} else {
-			fmt.Fprintf(out, "cpu: available; matrix products: %s\n", r.MatmulBackend)
+			fmt.Fprintf(out, "cpu: available; vector code: %s (FERRY_CPU=avx2|generic lowers it); matrix products: %s\n", r.SIMD, r.MatmulBackend)
 		}
 		fmt.Fprintf(out, "meta: available (shapes only; exact memory, predicted time with a profile)\n")
 		fmt.Fprintln(out, r.CUDA.String())

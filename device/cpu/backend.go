@@ -7,6 +7,7 @@ import (
 
 	"ferry/internal/blas"
 	"ferry/internal/gemm"
+	"ferry/internal/isa"
 )
 
 // matmulMode chooses the matrix-product library for every CPU device of the
@@ -16,7 +17,12 @@ import (
 // same library (and the same bits): the pure-Go kernel where the CPU has
 // AVX-512, where its 6×64 micro-kernel beats OpenBLAS (about 300 against
 // 180 GFLOP/s at 1024³ on the 2-core Zen 5 this was written on; see
-// docs/perf.md); OpenBLAS elsewhere when it loads; pure Go otherwise.
+// docs/perf.md); OpenBLAS elsewhere when it loads, for every shape: with
+// AVX2 only (FERRY_CPU=avx2 against OpenBLAS's Haswell kernels), OpenBLAS
+// took 2-40% less CPU time than the Go AVX2 kernel on each of the GPT
+// step's 21 product shapes and on squares from 32 to 128, and tied on
+// smaller ones (BenchmarkGemmChoice, docs/perf.md "AVX2"), so no shape
+// is better served by Go there; pure Go otherwise.
 var matmulMode atomic.Int32
 
 func init() {
@@ -64,7 +70,10 @@ func useBLAS() bool {
 // (path)" or "pure Go (kernel), because …".
 func MatmulBackend() string {
 	if useBLAS() {
-		return "openblas (" + blas.Library() + ")"
+		if blasOwnThreads() {
+			return "openblas (" + blas.Library() + ") on its own threads"
+		}
+		return "openblas (" + blas.Library() + ") on one thread per goroutine, large products split by ferry"
 	}
 	var why string
 	switch {
@@ -78,4 +87,11 @@ func MatmulBackend() string {
 		why = "this CPU has AVX-512, where it is faster than OpenBLAS (FERRY_MATMUL=blas uses OpenBLAS, loaded from " + blas.Library() + ")"
 	}
 	return "pure Go (" + gemm.Kernel() + " kernel), because " + why
+}
+
+// Paths says which code runs the CPU device's work on this machine: the
+// vector instruction set of its loops (FERRY_CPU caps it), the pure-Go
+// GEMM kernel, and MatmulBackend's choice. Benchmarks print it.
+func Paths() string {
+	return "simd " + isa.Level() + ", gemm kernel " + gemm.Kernel() + ", matrix products: " + MatmulBackend()
 }

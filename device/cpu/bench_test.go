@@ -28,6 +28,7 @@ func benchView(b *testing.B, d device.Device, r *rand.Rand, shape ...int) device
 // products of the origin model's step (Linear(1024) at batch 256: forward
 // x·Wᵀ, input gradient g·W, weight gradient gᵀ·x) and on squares.
 func BenchmarkGemm(b *testing.B) {
+	b.Log(cpu.Paths())
 	shapes := []struct {
 		name           string
 		m, n, k        int
@@ -82,6 +83,7 @@ func BenchmarkGemm(b *testing.B) {
 // the device's Copy kernel, which splits big copies across goroutines as
 // the other kernels do.
 func BenchmarkElementwise(b *testing.B) {
+	b.Log(cpu.Paths())
 	for _, rows := range []int{256, 4096} {
 		const cols = 1024
 		n := rows * cols
@@ -141,5 +143,59 @@ func BenchmarkElementwise(b *testing.B) {
 			})
 		}
 		d.Close()
+	}
+}
+
+// BenchmarkGemmGPT runs the CPU device's Gemm kernel on the GPT step's
+// products with each backend, and prints which path ran (cpu.Paths): run
+// it under FERRY_CPU=avx2 (and OPENBLAS_CORETYPE=Haswell) for the paths of
+// an AVX2-only CPU. "ms/step" is the time of one product times the number
+// a step runs.
+func BenchmarkGemmGPT(b *testing.B) {
+	for _, backend := range []string{"auto", "blas", "go"} {
+		if err := cpu.SetMatmulBackend(backend); err != nil {
+			b.Logf("%s: %v", backend, err)
+			continue
+		}
+		b.Logf("%s: %s", backend, cpu.Paths())
+		cpu.SetMatmulBackend("auto")
+		for _, s := range cpu.GPTShapes {
+			b.Run(backend+"/"+s.Name, func(b *testing.B) {
+				if err := cpu.SetMatmulBackend(backend); err != nil {
+					b.Skip(err)
+				}
+				defer cpu.SetMatmulBackend("auto")
+				d := open(&testing.T{}, device.Options{})
+				defer d.Close()
+				lda, ldb := s.K, s.N
+				if s.TransA {
+					lda = s.M
+				}
+				if s.TransB {
+					ldb = s.K
+				}
+				lda, ldb = max(lda, s.LDA), max(ldb, s.LDB)
+				ar, br := s.M, s.K
+				if s.TransA {
+					ar = s.K
+				}
+				if s.TransB {
+					br = s.N
+				}
+				r := rand.New(rand.NewPCG(1, 2))
+				a, bb, c := benchView(b, d, r, ar*lda), benchView(b, d, r, br*ldb), benchView(b, d, r, s.M*s.N)
+				p := device.GemmParams{TransA: s.TransA, TransB: s.TransB, M: s.M, N: s.N, K: s.K, Alpha: 1,
+					A: a.Block, B: bb.Block, C: c.Block, LDA: lda, LDB: ldb, LDC: s.N, Batch: 1}
+				k := d.Kernels()
+				for b.Loop() {
+					if err := k.Gemm(p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(2*float64(s.M)*float64(s.N)*float64(s.K)/sec/1e9, "GFLOP/s")
+				b.ReportMetric(sec*1e3*float64(s.PerStep), "ms/step")
+			})
+		}
 	}
 }

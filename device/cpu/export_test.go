@@ -7,3 +7,6 @@ func SetParallelMin(n int) (restore func()) {
 	parallelMin = n
 	return func() { parallelMin = saved }
 }
+
+// GPTShapes are the GPT step's products (gemm_test.go).
+var GPTShapes = gptShapes

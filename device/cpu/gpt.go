@@ -3,11 +3,10 @@ package cpu
 import (
 	"fmt"
 	"math"
-	"unsafe"
+	"runtime"
+	"sync"
 
 	"ferry/device"
-	"ferry/internal/blas"
-	"ferry/internal/gemm"
 )
 
 // The transformer kernel families (device.EmbeddingKernels,
@@ -21,16 +20,6 @@ var (
 	_ device.AttentionKernels = (*kernels)(nil)
 	_ device.DropoutKernels   = (*kernels)(nil)
 )
-
-// sgemm is one row-major product through the same backend Gemm uses.
-func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if useBLAS() {
-		blas.Sgemm(transA, transB, m, n, k, alpha, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&b[0]), ldb, beta, unsafe.Pointer(&c[0]), ldc)
-		blasCalled()
-		return
-	}
-	gemm.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-}
 
 func (k *kernels) Gather(dst, table, idx device.View) error {
 	C := table.Shape[len(table.Shape)-1]
@@ -266,28 +255,100 @@ func (k *kernels) Attention(out, lse, q, kk, v device.View, p device.AttentionPa
 		return nil
 	}
 	o, l := floats(out)[:B*H*T*D], floats(lse)[:B*H*T]
-	s := make([]float32, T*T)
 	thr, scale := device.DropoutThreshold(p.Dropout), 1/(1-p.Dropout)
-	for b := 0; b < B; b++ {
-		for h := 0; h < H; h++ {
-			qh, ldq := gq.head(b, h)
-			kh, ldk := gk.head(b, h)
-			vh, ldv := gv.head(b, h)
-			bh := b*H + h
-			sgemm(false, true, T, T, D, p.Scale, qh, ldq, kh, ldk, 0, s, T)
-			lh := l[bh*T : (bh+1)*T]
-			parallelFor(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
-				for i := lo; i < hi; i++ {
-					softmaxRow(s[i*T:(i+1)*T], attended(p.Causal, i, T), &lh[i])
-					if p.Dropout > 0 {
-						dropRow(s[i*T:(i+1)*T], p.Key, uint64((bh*T+i)*T), thr, scale)
-					}
+	mm, rows := headsRun(B * H)
+	head := func(bh int, s []float32) {
+		qh, ldq := gq.head(bh/H, bh%H)
+		kh, ldk := gk.head(bh/H, bh%H)
+		vh, ldv := gv.head(bh/H, bh%H)
+		mm(false, true, T, T, D, p.Scale, qh, ldq, kh, ldk, 0, s, T)
+		lh := l[bh*T : (bh+1)*T]
+		rows(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				softmaxRow(s[i*T:(i+1)*T], attended(p.Causal, i, T), &lh[i])
+				if p.Dropout > 0 {
+					dropRow(s[i*T:(i+1)*T], p.Key, uint64((bh*T+i)*T), thr, scale)
 				}
-			})
-			sgemm(false, false, T, D, T, 1, s, T, vh, ldv, 0, o[bh*T*D:], D)
-		}
+			}
+		})
+		mm(false, false, T, D, T, 1, s, T, vh, ldv, 0, o[bh*T*D:], D)
 	}
+	forHeads(B*H, T*T, func(bh int, buf []float32) { head(bh, buf) })
 	return nil
+}
+
+// Note [attention heads]. An attention runs B·H independent heads, each
+// a few small products (T×T×D: 256×256×64 in the baby GPT) and a softmax
+// over T rows. Split inside each product, two cores meet twice per
+// product; OpenBLAS's own threads then spend most of the time handing
+// the work over (1-22 GFLOP/s against 80-117 per thread on one, forced
+// AVX2, docs/perf.md "AVX2"). So heads run on separate goroutines instead
+// (parallelEach, claimed one at a time) — with the pure-Go kernel once
+// there are two heads per core, with OpenBLAS on one thread whenever there
+// are two heads — each head's products on its goroutine alone
+// (gemm.SgemmSerial, or one OpenBLAS call) and its rows in order. A head computes the same bits either
+// way: the pure-Go products do not depend on how they are split, OpenBLAS's
+// are never split in an attention, and rows are independent.
+
+// headsRun returns the product and row loops for an attention of bh
+// heads: serial ones when heads run in parallel (forHeads), else the
+// parallel ones.
+func headsRun(bh int) (mm func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int),
+	rows func(n, grain int, body func(lo, hi int))) {
+	serialRows := func(n, _ int, body func(lo, hi int)) { body(0, n) }
+	switch {
+	case headsInParallel(bh):
+		return sgemmSerial, serialRows
+	case useBLAS() && !blasOwnThreads():
+		// One call per product whatever the number of cores: OpenBLAS's
+		// bits change with the blocks blasSplit cuts.
+		return sgemmSerial, parallelFor
+	}
+	return sgemm, parallelFor
+}
+
+// headsInParallel reports whether an attention of bh heads runs them on
+// parallel goroutines: with at least two heads per core, or with OpenBLAS
+// on one thread and two heads or more.
+func headsInParallel(bh int) bool {
+	w := runtime.GOMAXPROCS(0)
+	if w <= 1 || bh <= 1 {
+		return false
+	}
+	if useBLAS() {
+		return !blasOwnThreads()
+	}
+	return bh >= 2*w
+}
+
+// forHeads runs head(bh, buf) for every head with a scratch buf of n
+// floats: on parallel goroutines when headsInParallel, each with its own
+// buf, else in order with one.
+func forHeads(bh, n int, head func(bh int, buf []float32)) {
+	if !headsInParallel(bh) {
+		buf := make([]float32, n)
+		for i := range bh {
+			head(i, buf)
+		}
+		return
+	}
+	parallelEach(bh, func(i int) {
+		buf := getScratch(n)
+		head(i, *buf)
+		scratchPool.Put(buf)
+	})
+}
+
+var scratchPool sync.Pool
+
+func getScratch(n int) *[]float32 {
+	b, _ := scratchPool.Get().(*[]float32)
+	if b == nil || cap(*b) < n {
+		s := make([]float32, n)
+		return &s
+	}
+	*b = (*b)[:n]
+	return b
 }
 
 // attended is how many leading positions row i attends to.
@@ -305,16 +366,10 @@ func softmaxRow(row []float32, n int, lse *float32) {
 	for _, x := range row[:n] {
 		m = max(m, x)
 	}
-	var sum float64
-	for j, x := range row[:n] {
-		e := float32(math.Exp(float64(x - m)))
-		row[j] = e
-		sum += float64(e)
-	}
-	inv := float32(1 / sum)
-	for j := range row[:n] {
-		row[j] *= inv
-	}
+	var acc [8]float64
+	vecExpSub(row[:n], row[:n], m, &acc)
+	sum := sum8(&acc)
+	vecScale(row[:n], row[:n], float32(1/sum))
 	clear(row[n:])
 	*lse = m + float32(math.Log(sum))
 }
@@ -340,65 +395,64 @@ func (k *kernels) AttentionBackward(dq, dk, dv, grad, q, kk, v, out, lse device.
 	}
 	o, l := floats(out)[:B*H*T*D], floats(lse)[:B*H*T]
 	dQ, dK, dV := floats(dq)[:B*H*T*D], floats(dk)[:B*H*T*D], floats(dv)[:B*H*T*D]
-	P := make([]float32, T*T)  // attention weights (before dropout)
-	dP := make([]float32, T*T) // gradient of the weights after dropout, then of the scores
-	rowDot := make([]float32, T)
 	thr, scale := device.DropoutThreshold(p.Dropout), 1/(1-p.Dropout)
-	for b := 0; b < B; b++ {
-		for h := 0; h < H; h++ {
-			qh, ldq := gq.head(b, h)
-			kh, ldk := gk.head(b, h)
-			vh, ldv := gv.head(b, h)
-			gh, ldg := gg.head(b, h)
-			bh := b*H + h
-			oh, lh := o[bh*T*D:(bh+1)*T*D], l[bh*T:(bh+1)*T]
-			// P = exp(scale·q·kᵀ - lse), masked.
-			sgemm(false, true, T, T, D, p.Scale, qh, ldq, kh, ldk, 0, P, T)
-			parallelFor(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
-				for i := lo; i < hi; i++ {
-					row, n := P[i*T:(i+1)*T], attended(p.Causal, i, T)
-					for j := range row[:n] {
-						row[j] = float32(math.Exp(float64(row[j] - lh[i])))
-					}
-					clear(row[n:])
-					// D_i = Σ_d dO·O, which equals Σ_j dP'·P' with dropout too.
-					var s float32
-					for d := 0; d < D; d++ {
-						s += gh[i*ldg+d] * oh[i*D+d]
-					}
-					rowDot[i] = s
+	mm, rows := headsRun(B * H)
+	head := func(bh int, buf []float32) {
+		P := buf[:T*T]         // attention weights (before dropout)
+		dP := buf[T*T : 2*T*T] // gradient of the weights after dropout, then of the scores
+		rowDot := buf[2*T*T:][:T]
+		b, h := bh/H, bh%H
+		qh, ldq := gq.head(b, h)
+		kh, ldk := gk.head(b, h)
+		vh, ldv := gv.head(b, h)
+		gh, ldg := gg.head(b, h)
+		oh, lh := o[bh*T*D:(bh+1)*T*D], l[bh*T:(bh+1)*T]
+		// P = exp(scale·q·kᵀ - lse), masked.
+		mm(false, true, T, T, D, p.Scale, qh, ldq, kh, ldk, 0, P, T)
+		rows(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				row, n := P[i*T:(i+1)*T], attended(p.Causal, i, T)
+				var acc [8]float64 // unused
+				vecExpSub(row[:n], row[:n], lh[i], &acc)
+				clear(row[n:])
+				// D_i = Σ_d dO·O, which equals Σ_j dP'·P' with dropout too.
+				var s float32
+				for d := 0; d < D; d++ {
+					s += gh[i*ldg+d] * oh[i*D+d]
 				}
-			})
-			// dV = P'ᵀ·dO, with P' the weights after dropout (built in dP
-			// for the moment).
-			src := P
-			if p.Dropout > 0 {
-				copy(dP, P)
-				parallelFor(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
-					for i := lo; i < hi; i++ {
-						dropRow(dP[i*T:(i+1)*T], p.Key, uint64((bh*T+i)*T), thr, scale)
-					}
-				})
-				src = dP
+				rowDot[i] = s
 			}
-			sgemm(true, false, T, D, T, 1, src, T, gh, ldg, 0, dV[bh*T*D:], D)
-			// dP' = dO·vᵀ; through dropout; dS = P∘(dP - D_i).
-			sgemm(false, true, T, T, D, 1, gh, ldg, vh, ldv, 0, dP, T)
-			parallelFor(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
+		})
+		// dV = P'ᵀ·dO, with P' the weights after dropout (built in dP
+		// for the moment).
+		src := P
+		if p.Dropout > 0 {
+			copy(dP, P)
+			rows(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
 				for i := lo; i < hi; i++ {
-					row, pr := dP[i*T:(i+1)*T], P[i*T:(i+1)*T]
-					if p.Dropout > 0 {
-						dropRow(row, p.Key, uint64((bh*T+i)*T), thr, scale)
-					}
-					for j := range row {
-						row[j] = pr[j] * (row[j] - rowDot[i])
-					}
+					dropRow(dP[i*T:(i+1)*T], p.Key, uint64((bh*T+i)*T), thr, scale)
 				}
 			})
-			// dQ = scale·dS·k, dK = scale·dSᵀ·q.
-			sgemm(false, false, T, D, T, p.Scale, dP, T, kh, ldk, 0, dQ[bh*T*D:], D)
-			sgemm(true, false, T, D, T, p.Scale, dP, T, qh, ldq, 0, dK[bh*T*D:], D)
+			src = dP
 		}
+		mm(true, false, T, D, T, 1, src, T, gh, ldg, 0, dV[bh*T*D:], D)
+		// dP' = dO·vᵀ; through dropout; dS = P∘(dP - D_i).
+		mm(false, true, T, T, D, 1, gh, ldg, vh, ldv, 0, dP, T)
+		rows(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				row, pr := dP[i*T:(i+1)*T], P[i*T:(i+1)*T]
+				if p.Dropout > 0 {
+					dropRow(row, p.Key, uint64((bh*T+i)*T), thr, scale)
+				}
+				for j := range row {
+					row[j] = pr[j] * (row[j] - rowDot[i])
+				}
+			}
+		})
+		// dQ = scale·dS·k, dK = scale·dSᵀ·q.
+		mm(false, false, T, D, T, p.Scale, dP, T, kh, ldk, 0, dQ[bh*T*D:], D)
+		mm(true, false, T, D, T, p.Scale, dP, T, qh, ldq, 0, dK[bh*T*D:], D)
 	}
+	forHeads(B*H, 2*T*T+T, head)
 	return nil
 }

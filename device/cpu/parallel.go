@@ -133,7 +133,29 @@ func parallelFor(n, grain int, body func(lo, hi int)) {
 		}
 		return
 	}
-	j := &job{body: body, n: n, chunk: chunk, chunks: int32((n + chunk - 1) / chunk)}
+	runJob(&job{body: body, n: n, chunk: chunk, chunks: int32((n + chunk - 1) / chunk)}, w)
+}
+
+// parallelEach runs body(i) for i in [0, n), one item per chunk, on the
+// caller's goroutine and pool helpers, however little the work: for items
+// of known weight such as blocks of a matrix product.
+func parallelEach(n int, body func(i int)) {
+	w := runtime.GOMAXPROCS(0)
+	if w <= 1 || n <= 1 {
+		for i := range n {
+			body(i)
+		}
+		return
+	}
+	runJob(&job{body: func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			body(i)
+		}
+	}, n: n, chunk: 1, chunks: int32(n)}, w)
+}
+
+// runJob runs j's chunks on the caller and up to w-1 helpers.
+func runJob(j *job, w int) {
 	helpers := min(w-1, int(j.chunks)-1)
 	ensureHelpers(w - 1)
 	for range helpers {
@@ -164,7 +186,9 @@ func parallelFor(n, grain int, body func(lo, hi int)) {
 // goroutines than on one (docs/perf.md). So parallelFor runs its chunks on
 // the calling goroutine alone while OpenBLAS's threads may be polling, and
 // spreads them again once they have gone to sleep. Results do not change:
-// the chunks are the same (Note [chunks]).
+// the chunks are the same (Note [chunks]). This applies only with
+// FERRY_BLAS_THREADS=openblas: by default OpenBLAS runs on one thread and
+// has no threads polling (Note [OpenBLAS on one thread], gemm.go).
 
 // blasPoll is how long OpenBLAS's threads poll after a product.
 const blasPoll = 64 * time.Millisecond

@@ -236,20 +236,24 @@ func (k *kernels) Softmax(dst, src device.View, log bool) error {
 					m = v
 				}
 			}
-			var sum float64
-			for _, v := range x {
-				sum += math.Exp(float64(v - m))
+			var acc [8]float64
+			if log { // the exponentials are only summed (y may be x)
+				var buf [expChunk]float32
+				for i := 0; i < len(x); i += expChunk {
+					xs := x[i:min(i+expChunk, len(x))]
+					vecExpSub(buf[:len(xs)], xs, m, &acc)
+				}
+			} else {
+				vecExpSub(y, x, m, &acc)
 			}
+			sum := sum8(&acc)
 			if log {
 				ls := float32(math.Log(sum))
 				for i, v := range x {
 					y[i] = v - m - ls
 				}
 			} else {
-				inv := 1 / sum
-				for i, v := range x {
-					y[i] = float32(math.Exp(float64(v-m)) * inv)
-				}
+				vecScale(y, y, float32(1/sum))
 			}
 		}
 	})
@@ -268,8 +272,14 @@ func (k *kernels) SoftmaxBackward(dst, grad, out device.View, log bool) error {
 				for _, v := range gr {
 					dot += float64(v)
 				}
-				for i := range dr {
-					dr[i] = gr[i] - float32(math.Exp(float64(yr[i]))*dot)
+				var buf [expChunk]float32
+				var acc [8]float64 // unused
+				for i0 := 0; i0 < len(dr); i0 += expChunk {
+					n := min(expChunk, len(dr)-i0)
+					vecExpSub(buf[:n], yr[i0:i0+n], 0, &acc)
+					for i, e := range buf[:n] {
+						dr[i0+i] = gr[i0+i] - float32(float64(e)*dot)
+					}
 				}
 			} else { // dx = y·(g - Σ g·y)
 				for i := range gr {

@@ -2,12 +2,14 @@
 
 package cpu
 
-import xcpu "golang.org/x/sys/cpu"
+import "ferry/internal/isa"
 
 //go:generate go run simd_gen.go
 
-// hasAVX2 selects the assembly loops of simd_amd64.s.
-var hasAVX2 = xcpu.X86.HasAVX2
+// hasAVX2 selects the assembly loops of simd_amd64.s, gelu_amd64.s and
+// exp_amd64.s; hasAVX512 the AVX-512 loop of exp_amd64.s. FERRY_CPU caps
+// both (package isa).
+var hasAVX2, hasAVX512 = isa.AVX2, isa.AVX512
 
 //go:noescape
 func reluAVX2(d, s *float32, n int)

@@ -3,7 +3,7 @@
 package cpu
 
 // Without assembly every loop of simd.go runs in Go.
-var hasAVX2 = false
+var hasAVX2, hasAVX512 = false, false
 
 func reluAVX2(d, s *float32, n int)                              { panic("unreachable") }
 func reluGradAVX2(d, gr, out *float32, n int)                    { panic("unreachable") }

@@ -21,7 +21,9 @@
 //     in registers).
 //
 // The environment variable FERRY_GEMM_KERNEL=generic|avx2|avx512 forces a
-// kernel if the CPU supports it (read once, at package initialisation).
+// kernel if the CPU supports it (read once, at package initialisation);
+// FERRY_CPU (package isa) caps the kernels offered, with every other SIMD
+// path of ferry.
 //
 // Work is split into a fixed grid of blocks of C aligned to the micro-tile,
 // which the calling goroutine and up to SetWorkers-1 pool goroutines claim
@@ -158,6 +160,13 @@ func numWorkers() int {
 // short. It is safe for concurrent use.
 func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	sgemm(active.pick(m, n), numWorkers(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// SgemmSerial is Sgemm on the calling goroutine alone, for callers that run
+// independent products in parallel themselves (the heads of an attention).
+// It gives the same bits as Sgemm.
+func SgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	sgemm(active.pick(m, n), 1, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // checkArgs validates dimensions and slice lengths.

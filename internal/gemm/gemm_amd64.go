@@ -2,7 +2,7 @@
 
 package gemm
 
-import "golang.org/x/sys/cpu"
+import "ferry/internal/isa"
 
 //go:generate go run gen_kernels.go
 
@@ -16,14 +16,14 @@ func kernAVX512x6x64(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 func kernAVX2x6x16(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 
 func registerArch() {
-	if cpu.X86.HasAVX512F {
+	if isa.AVX512 {
 		// 6×64 first: it is the default; 14×32 for narrow products.
 		register("avx512", &kernelInfo{name: "avx512/6x64", fn: kernAVX512x6x64, mr: 6, nr: 64,
 			mc: 192, kc: 256, nc: 2048, packCopy: packCopy512, packGather: packGather512})
 		register("avx512", &kernelInfo{name: "avx512/14x32", fn: kernAVX512x14x32, mr: 14, nr: 32,
 			mc: 168, kc: 256, nc: 2048, cost: 1.05, packCopy: packCopy512, packGather: packGather512})
 	}
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+	if isa.AVX2 {
 		register("avx2", &kernelInfo{name: "avx2/6x16", fn: kernAVX2x6x16, mr: 6, nr: 16,
 			mc: 144, kc: 256, nc: 2048})
 	}

@@ -116,6 +116,16 @@ func packGatherGo(dst []float32, w int, src []float32, ld, r0, c0, kc, cnt int) 
 		panel := dst[s*w*kc : (s+1)*w*kc]
 		rs := r0 + s*w
 		j := 0
+		// Whole panels of 6 rows (the AVX2 kernel's A) and groups of 8
+		// rows (its B, 16 wide) first: each k-step then writes 24 or 32
+		// contiguous bytes.
+		if n == 6 && w == 6 {
+			gather6(unsafe.Pointer(&panel[0]), unsafe.Pointer(&src[rs*ld+c0]), ss, ds, kc)
+			j = 6
+		}
+		for ; w%8 == 0 && j+8 <= n; j += 8 {
+			gather8(unsafe.Pointer(&panel[j]), unsafe.Pointer(&src[(rs+j)*ld+c0]), ss, ds, kc)
+		}
 		for ; j+4 <= n; j += 4 {
 			dp := unsafe.Pointer(&panel[j])
 			s0 := unsafe.Pointer(&src[(rs+j)*ld+c0])
@@ -141,5 +151,40 @@ func packGatherGo(dst []float32, w int, src []float32, ld, r0, c0, kc, cnt int) 
 				clear(panel[q*w+n : q*w+w])
 			}
 		}
+	}
+}
+
+// gather6 writes, for q < kc, the 6 floats at sp + i·ss + 4q (i < 6) to
+// dp + q·ds: six source rows interleaved. The caller has checked the bounds.
+func gather6(dp, sp unsafe.Pointer, ss, ds uintptr, kc int) {
+	s1, s2 := unsafe.Add(sp, ss), unsafe.Add(sp, 2*ss)
+	s3, s4, s5 := unsafe.Add(sp, 3*ss), unsafe.Add(sp, 4*ss), unsafe.Add(sp, 5*ss)
+	for q := range uintptr(kc) {
+		d := (*[6]float32)(unsafe.Add(dp, q*ds))
+		o := 4 * q
+		d[0] = *(*float32)(unsafe.Add(sp, o))
+		d[1] = *(*float32)(unsafe.Add(s1, o))
+		d[2] = *(*float32)(unsafe.Add(s2, o))
+		d[3] = *(*float32)(unsafe.Add(s3, o))
+		d[4] = *(*float32)(unsafe.Add(s4, o))
+		d[5] = *(*float32)(unsafe.Add(s5, o))
+	}
+}
+
+// gather8 is gather6 for 8 rows.
+func gather8(dp, sp unsafe.Pointer, ss, ds uintptr, kc int) {
+	s1, s2, s3 := unsafe.Add(sp, ss), unsafe.Add(sp, 2*ss), unsafe.Add(sp, 3*ss)
+	s4, s5, s6, s7 := unsafe.Add(sp, 4*ss), unsafe.Add(sp, 5*ss), unsafe.Add(sp, 6*ss), unsafe.Add(sp, 7*ss)
+	for q := range uintptr(kc) {
+		d := (*[8]float32)(unsafe.Add(dp, q*ds))
+		o := 4 * q
+		d[0] = *(*float32)(unsafe.Add(sp, o))
+		d[1] = *(*float32)(unsafe.Add(s1, o))
+		d[2] = *(*float32)(unsafe.Add(s2, o))
+		d[3] = *(*float32)(unsafe.Add(s3, o))
+		d[4] = *(*float32)(unsafe.Add(s4, o))
+		d[5] = *(*float32)(unsafe.Add(s5, o))
+		d[6] = *(*float32)(unsafe.Add(s6, o))
+		d[7] = *(*float32)(unsafe.Add(s7, o))
 	}
 }
