@@ -1,10 +1,6 @@
 package cpu
 
-import (
-	"math"
-
-	"ferry/device"
-)
+import "ferry/device"
 
 // The fused cross-entropy (device.CrossEntropyKernels): Softmax(log)'s
 // row statistics and NLL's sum, and their backward, written as those
@@ -37,22 +33,6 @@ func (k *kernels) CrossEntropy(loss, stats, logits, target device.View) error {
 	return nil
 }
 
-// logSoftmaxStats is Softmax's row maximum and the log of the row's sum
-// of exp(x - maximum), as Softmax(log) computes them.
-func logSoftmaxStats(x []float32) (m, ls float32) {
-	m = float32(math.Inf(-1))
-	for _, v := range x {
-		if v > m {
-			m = v
-		}
-	}
-	var sum float64
-	for _, v := range x {
-		sum += math.Exp(float64(v - m))
-	}
-	return m, float32(math.Log(sum))
-}
-
 func (k *kernels) CrossEntropyBackward(dlogits, grad, logits, stats, target device.View) error {
 	cols := logits.Shape[len(logits.Shape)-1]
 	rows := logits.Numel() / cols
@@ -75,12 +55,23 @@ func (k *kernels) CrossEntropyBackward(dlogits, grad, logits, stats, target devi
 			if c >= 0 {
 				dot += float64(g) // a sum from 0, as SoftmaxBackward's: -0 becomes 0
 			}
-			for i, v := range xr {
-				var gi float32
-				if i == c {
-					gi = g
+			// exp(y) of the log-probabilities y = x - m - ls, through the
+			// vectorised exp as SoftmaxBackward takes it (of y - 0).
+			var ys, e [expChunk]float32
+			var acc [8]float64 // unused
+			for i0 := 0; i0 < len(xr); i0 += expChunk {
+				n := min(expChunk, len(xr)-i0)
+				for i, v := range xr[i0 : i0+n] {
+					ys[i] = v - m - ls
 				}
-				dr[i] = gi - float32(math.Exp(float64(v-m-ls))*dot)
+				vecExpSub(e[:n], ys[:n], 0, &acc)
+				for i := range n {
+					var gi float32
+					if i0+i == c {
+						gi = g
+					}
+					dr[i0+i] = gi - float32(float64(e[i])*dot)
+				}
 			}
 		}
 	})

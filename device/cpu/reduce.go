@@ -230,34 +230,45 @@ func (k *kernels) Softmax(dst, src device.View, log bool) error {
 	parallelFor(rows, max(1, elementGrain/(4*cols)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			x, y := s[r*cols:(r+1)*cols], d[r*cols:(r+1)*cols]
-			m := float32(math.Inf(-1))
-			for _, v := range x {
-				if v > m {
-					m = v
-				}
-			}
-			var acc [8]float64
-			if log { // the exponentials are only summed (y may be x)
-				var buf [expChunk]float32
-				for i := 0; i < len(x); i += expChunk {
-					xs := x[i:min(i+expChunk, len(x))]
-					vecExpSub(buf[:len(xs)], xs, m, &acc)
-				}
-			} else {
-				vecExpSub(y, x, m, &acc)
-			}
-			sum := sum8(&acc)
 			if log {
-				ls := float32(math.Log(sum))
+				m, ls := logSoftmaxStats(x) // before y is written: y may be x
 				for i, v := range x {
 					y[i] = v - m - ls
 				}
-			} else {
-				vecScale(y, y, float32(1/sum))
+				continue
 			}
+			var acc [8]float64
+			vecExpSub(y, x, rowMax(x), &acc)
+			vecScale(y, y, float32(1/sum8(&acc)))
 		}
 	})
 	return nil
+}
+
+// rowMax is the maximum of x (-Inf for none; a NaN is passed over, as
+// `>` passes over it).
+func rowMax(x []float32) float32 {
+	m := float32(math.Inf(-1))
+	for _, v := range x {
+		if v > m {
+			m = v
+		}
+	}
+	return m
+}
+
+// logSoftmaxStats is log-softmax's row maximum m and log Σ exp(x - m),
+// the exponentials summed by the vectorised exp in its lanes' order:
+// Softmax(log) and the fused cross-entropy share it, and so their bits.
+func logSoftmaxStats(x []float32) (m, ls float32) {
+	m = rowMax(x)
+	var acc [8]float64
+	var buf [expChunk]float32
+	for i := 0; i < len(x); i += expChunk {
+		xs := x[i:min(i+expChunk, len(x))]
+		vecExpSub(buf[:len(xs)], xs, m, &acc)
+	}
+	return m, float32(math.Log(sum8(&acc)))
 }
 
 func (k *kernels) SoftmaxBackward(dst, grad, out device.View, log bool) error {
