@@ -152,6 +152,23 @@ run() {
   return $failed
 }
 
+# wheel_dirs LIMIT MODULE prints the directories where python3's MODULE
+# (one of PyTorch's nvidia wheels) and torch keep their libraries, the
+# query held to LIMIT seconds.
+wheel_dirs() {
+  timeout --kill-after=1 "$(($1 > 1 ? $1 - 1 : 1))" python3 - "$2" 2>/dev/null <<'PY'
+import importlib, os, sys
+for mod in (sys.argv[1], "torch"):
+    try:
+        m = importlib.import_module(mod)
+    except Exception:
+        continue
+    for p in getattr(m, "__path__", []):
+        for sub in ("lib", ""):
+            print(os.path.join(p, sub))
+PY
+}
+
 # find_cublas LIMIT puts a libcublas on LD_LIBRARY_PATH when the dynamic
 # loader cannot find one: the CUDA toolkit's, or the one in PyTorch's
 # nvidia wheels (python3's query is held to LIMIT seconds).
@@ -163,18 +180,7 @@ find_cublas() {
     return
   fi
   local d
-  for d in $(timeout --kill-after=1 "$(($1 > 1 ? $1 - 1 : 1))" python3 - 2>/dev/null <<'PY'
-import importlib, os
-for mod in ("nvidia.cublas", "torch"):
-    try:
-        m = importlib.import_module(mod)
-    except Exception:
-        continue
-    for p in getattr(m, "__path__", []):
-        for sub in ("lib", ""):
-            print(os.path.join(p, sub))
-PY
-  ) ${CONDA_PREFIX:+$CONDA_PREFIX/lib} /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  for d in $(wheel_dirs "$1" nvidia.cublas) ${CONDA_PREFIX:+$CONDA_PREFIX/lib} /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     if ls "$d"/libcublas.so.1[123]* >/dev/null 2>&1; then
       export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
       echo "cuBLAS: using $d"
@@ -192,18 +198,7 @@ find_nccl() {
     return
   fi
   local d
-  for d in $(timeout --kill-after=1 "$(($1 > 1 ? $1 - 1 : 1))" python3 - 2>/dev/null <<'PY'
-import importlib, os
-for mod in ("nvidia.nccl", "torch"):
-    try:
-        m = importlib.import_module(mod)
-    except Exception:
-        continue
-    for p in getattr(m, "__path__", []):
-        for sub in ("lib", ""):
-            print(os.path.join(p, sub))
-PY
-  ) ${CONDA_PREFIX:+$CONDA_PREFIX/lib} /usr/local/cuda/lib64; do
+  for d in $(wheel_dirs "$1" nvidia.nccl) ${CONDA_PREFIX:+$CONDA_PREFIX/lib} /usr/local/cuda/lib64; do
     if [[ -e $d/libnccl.so.2 ]]; then
       export FERRY_LIBNCCL="$d/libnccl.so.2"
       echo "NCCL: using $d/libnccl.so.2"

@@ -233,8 +233,17 @@ func (k *kernels) NLLBackward(dst, grad, target device.View) error {
 	if err != nil {
 		return err
 	}
-	// The scale -grad/count, computed on the GPU into scratch that is
-	// freed at once: later users of the block come after on this stream.
+	return k.withGradScale(p[1], p[2], rows, func(sp cu.DevicePtr) error {
+		return k.launch("ferry_nll_backward", k.grid1(n), block1,
+			newArgs().Ptr(p[0]).Ptr(sp).Ptr(p[2]).I64(rows).I64(cols))
+	})
+}
+
+// withGradScale computes NLL's gradient scale -grad/count (count: the rows
+// of target not ignored) on the GPU into scratch, runs f with its address,
+// and frees the scratch: later users of the block come after on this
+// stream.
+func (k *kernels) withGradScale(grad, target cu.DevicePtr, rows int64, f func(scale cu.DevicePtr) error) error {
 	scratch, err := k.d.alloc.Alloc(4, device.Temporary)
 	if err != nil {
 		return err
@@ -245,11 +254,10 @@ func (k *kernels) NLLBackward(dst, grad, target device.View) error {
 		return err
 	}
 	if err := k.launch("ferry_nll_grad_scale", cu.Dim3{X: 1, Y: 1, Z: 1}, block1,
-		newArgs().Ptr(sp).Ptr(p[1]).Ptr(p[2]).I64(rows)); err != nil {
+		newArgs().Ptr(sp).Ptr(grad).Ptr(target).I64(rows)); err != nil {
 		return err
 	}
-	return k.launch("ferry_nll_backward", k.grid1(n), block1,
-		newArgs().Ptr(p[0]).Ptr(sp).Ptr(p[2]).I64(rows).I64(cols))
+	return f(sp)
 }
 
 func (k *kernels) SGDStep(param, grad, momentum device.View, p device.SGDParams) error {

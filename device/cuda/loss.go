@@ -40,21 +40,8 @@ func (k *kernels) CrossEntropyBackward(dlogits, grad, logits, stats, target devi
 	if err != nil {
 		return err
 	}
-	// The scale -grad/count, as NLLBackward computes it, in scratch freed
-	// at once: later users of the block come after on this stream.
-	scratch, err := k.d.alloc.Alloc(4, device.Temporary)
-	if err != nil {
-		return err
-	}
-	defer k.d.alloc.Free(scratch)
-	sp, err := k.d.ptr(device.View{Block: scratch})
-	if err != nil {
-		return err
-	}
-	if err := k.launch("ferry_nll_grad_scale", cu.Dim3{X: 1, Y: 1, Z: 1}, block1,
-		newArgs().Ptr(sp).Ptr(p[1]).Ptr(p[4]).I64(rows)); err != nil {
-		return err
-	}
-	return k.launch("ferry_cross_entropy_backward", k.grid1(n), block1,
-		newArgs().Ptr(p[0]).Ptr(sp).Ptr(p[2]).Ptr(p[3]).Ptr(p[4]).I64(rows).I64(cols))
+	return k.withGradScale(p[1], p[4], rows, func(sp cu.DevicePtr) error {
+		return k.launch("ferry_cross_entropy_backward", k.grid1(n), block1,
+			newArgs().Ptr(p[0]).Ptr(sp).Ptr(p[2]).Ptr(p[3]).Ptr(p[4]).I64(rows).I64(cols))
+	})
 }

@@ -282,35 +282,9 @@ func rowsOf(k *launch, rows int64, body func(row int64)) {
 
 func softmax(k *launch) {
 	dst, src, rows, cols, log := mem[float32](k, 0), mem[float32](k, 1), k.i64(2), k.i64(3), k.i32(4) != 0
-	var smax [block]float32
-	var ssum [block]float64
 	rowsOf(k, rows, func(row int64) {
 		x, y := src[row*cols:], dst[row*cols:]
-		for t := int64(0); t < block; t++ {
-			m := float32(math.Inf(-1))
-			for j := t; j < cols; j += block {
-				if v := x[j]; v > m {
-					m = v
-				}
-			}
-			smax[t] = m
-		}
-		for h := block / 2; h > 0; h >>= 1 {
-			for t := 0; t < h; t++ {
-				if smax[t+h] > smax[t] {
-					smax[t] = smax[t+h]
-				}
-			}
-		}
-		m := smax[0]
-		for t := int64(0); t < block; t++ {
-			var sum float64
-			for j := t; j < cols; j += block {
-				sum += math.Exp(float64(x[j] - m))
-			}
-			ssum[t] = sum
-		}
-		sum := treeSum(&ssum)
+		m, sum := rowMaxSum(x, cols)
 		if log {
 			ls := float32(math.Log(sum))
 			for j := int64(0); j < cols; j++ {
@@ -359,6 +333,38 @@ func oneBlock(k *launch) {
 	if k.grid.X != 1 || k.grid.Y != 1 || k.grid.Z != 1 {
 		k.fail("written for one block, launched on grid %v", k.grid)
 	}
+}
+
+// rowMaxSum is row_max_sum of reduce.cu: the row's maximum by a block's
+// tree and Σ exp(x - maximum) by its threads' partial sums and tree.
+func rowMaxSum(x []float32, cols int64) (float32, float64) {
+	var smax [block]float32
+	var ssum [block]float64
+	for t := int64(0); t < block; t++ {
+		m := float32(math.Inf(-1))
+		for j := t; j < cols; j += block {
+			if v := x[j]; v > m {
+				m = v
+			}
+		}
+		smax[t] = m
+	}
+	for h := block / 2; h > 0; h >>= 1 {
+		for t := 0; t < h; t++ {
+			if smax[t+h] > smax[t] {
+				smax[t] = smax[t+h]
+			}
+		}
+	}
+	m := smax[0]
+	for t := int64(0); t < block; t++ {
+		var sum float64
+		for j := t; j < cols; j += block {
+			sum += math.Exp(float64(x[j] - m))
+		}
+		ssum[t] = sum
+	}
+	return m, treeSum(&ssum)
 }
 
 func nll(k *launch) {

@@ -17,35 +17,9 @@ func init() {
 
 func crossEntropyStats(k *launch) {
 	stats, src, rows, cols := mem[float32](k, 0), mem[float32](k, 1), k.i64(2), k.i64(3)
-	var smax [block]float32
-	var ssum [block]float64
 	rowsOf(k, rows, func(row int64) {
-		x := src[row*cols:]
-		for t := int64(0); t < block; t++ {
-			m := float32(math.Inf(-1))
-			for j := t; j < cols; j += block {
-				if v := x[j]; v > m {
-					m = v
-				}
-			}
-			smax[t] = m
-		}
-		for h := block / 2; h > 0; h >>= 1 {
-			for t := 0; t < h; t++ {
-				if smax[t+h] > smax[t] {
-					smax[t] = smax[t+h]
-				}
-			}
-		}
-		m := smax[0]
-		for t := int64(0); t < block; t++ {
-			var sum float64
-			for j := t; j < cols; j += block {
-				sum += math.Exp(float64(x[j] - m))
-			}
-			ssum[t] = sum
-		}
-		stats[2*row], stats[2*row+1] = m, float32(math.Log(treeSum(&ssum)))
+		m, sum := rowMaxSum(src[row*cols:], cols)
+		stats[2*row], stats[2*row+1] = m, float32(math.Log(sum))
 	})
 }
 

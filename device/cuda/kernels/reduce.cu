@@ -74,6 +74,31 @@ extern "C" __global__ void ferry_sum_finish(float* dst, const double* partial, f
   }
 }
 
+// The maximum of row x and Σ exp(x - maximum) in double, into every
+// thread's *m and *sum: the row statistics of softmax and of the fused
+// cross-entropy, one computation so that both have the same bits. smax
+// and ssum are the block's scratch; the caller syncs before reusing them.
+__device__ __forceinline__ void row_max_sum(const float* x, i64 cols, float* smax, double* ssum, float* m, double* sum) {
+  float mx = -INFINITY;
+  for (i64 j = threadIdx.x; j < cols; j += BLOCK) {
+    float v = x[j];
+    if (v > mx) mx = v;
+  }
+  smax[threadIdx.x] = mx;
+  __syncthreads();
+  for (int h = BLOCK / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h && smax[threadIdx.x + h] > smax[threadIdx.x]) smax[threadIdx.x] = smax[threadIdx.x + h];
+    __syncthreads();
+  }
+  mx = smax[0];
+  double s = 0;
+  for (i64 j = threadIdx.x; j < cols; j += BLOCK) s += exp((double)(x[j] - mx));
+  ssum[threadIdx.x] = s;
+  block_sum(ssum);
+  *m = mx;
+  *sum = ssum[0];
+}
+
 // Softmax (or log-softmax) over rows of cols elements: one block per row.
 extern "C" __global__ void ferry_softmax(float* dst, const float* src, i64 rows, i64 cols, int log_) {
   __shared__ float smax[BLOCK];
@@ -81,23 +106,9 @@ extern "C" __global__ void ferry_softmax(float* dst, const float* src, i64 rows,
   for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
     const float* x = src + row * cols;
     float* y = dst + row * cols;
-    float m = -INFINITY;
-    for (i64 j = threadIdx.x; j < cols; j += BLOCK) {
-      float v = x[j];
-      if (v > m) m = v;
-    }
-    smax[threadIdx.x] = m;
-    __syncthreads();
-    for (int h = BLOCK / 2; h > 0; h >>= 1) {
-      if (threadIdx.x < h && smax[threadIdx.x + h] > smax[threadIdx.x]) smax[threadIdx.x] = smax[threadIdx.x + h];
-      __syncthreads();
-    }
-    m = smax[0];
-    double sum = 0;
-    for (i64 j = threadIdx.x; j < cols; j += BLOCK) sum += exp((double)(x[j] - m));
-    ssum[threadIdx.x] = sum;
-    block_sum(ssum);
-    sum = ssum[0];
+    float m;
+    double sum;
+    row_max_sum(x, cols, smax, ssum, &m, &sum);
     if (log_) {
       float ls = (float)log(sum);
       for (i64 j = threadIdx.x; j < cols; j += BLOCK) y[j] = x[j] - m - ls;
@@ -184,26 +195,12 @@ extern "C" __global__ void ferry_cross_entropy_stats(float* stats, const float* 
   __shared__ float smax[BLOCK];
   __shared__ double ssum[BLOCK];
   for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-    const float* x = src + row * cols;
-    float m = -INFINITY;
-    for (i64 j = threadIdx.x; j < cols; j += BLOCK) {
-      float v = x[j];
-      if (v > m) m = v;
-    }
-    smax[threadIdx.x] = m;
-    __syncthreads();
-    for (int h = BLOCK / 2; h > 0; h >>= 1) {
-      if (threadIdx.x < h && smax[threadIdx.x + h] > smax[threadIdx.x]) smax[threadIdx.x] = smax[threadIdx.x + h];
-      __syncthreads();
-    }
-    m = smax[0];
-    double sum = 0;
-    for (i64 j = threadIdx.x; j < cols; j += BLOCK) sum += exp((double)(x[j] - m));
-    ssum[threadIdx.x] = sum;
-    block_sum(ssum);
+    float m;
+    double sum;
+    row_max_sum(src + row * cols, cols, smax, ssum, &m, &sum);
     if (threadIdx.x == 0) {
       stats[2 * row] = m;
-      stats[2 * row + 1] = (float)log(ssum[0]);
+      stats[2 * row + 1] = (float)log(sum);
     }
     __syncthreads();  // smax and ssum are reused by the next row
   }
