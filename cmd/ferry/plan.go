@@ -24,7 +24,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	noDisk := fs.Bool("no-disk", false, "do not use the disk tier")
 	out := fs.String("out", "", "write the policy file here (for ferry demo/train --policy); without it nothing is written")
 	ranks := fs.Int("ranks", 1, "plan one rank of data-parallel training over this many ranks (the rank holding the most sharded state)")
-	optState := fs.String("optimizer-state", "device", "where the optimizer keeps its state and steps: device, or host (its state then takes no device memory; the policy records it)")
+	optState := fs.String("optimizer-state", "auto", "where the optimizer keeps its state and steps: device; host (its state then takes no device memory); or auto: on the device if the plan fits there, else on the host if it fits there (the policy records it)")
 	zero := fs.Int("zero", 1, "with --ranks above 1, the ZeRO stage: 0 every rank holds the whole optimizer state and gradients, 1 its share of the optimizer state, 2 of the gradients too")
 	return func(w io.Writer, asJSON bool) error {
 		if budget <= 0 {
@@ -40,14 +40,18 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if *ranks == 1 {
 			shard = 0
 		}
-		if *optState != "device" && *optState != "host" {
-			return fmt.Errorf("--optimizer-state %q: want device or host", *optState)
+		if *optState != "device" && *optState != "host" && *optState != "auto" {
+			return fmt.Errorf("--optimizer-state %q: want device, host or auto", *optState)
 		}
 		if *optState == "host" && *ranks > 1 {
 			return fmt.Errorf("--optimizer-state host plans one process: with --ranks, ZeRO (--zero) shares the optimizer state instead")
 		}
+		state := *optState
+		if state == "auto" {
+			state = "device" // first: the host only when nothing fits there
+		}
 		cfg := demo.DefaultConfig("meta")
-		cfg.OptimizerState = *optState
+		cfg.OptimizerState = state
 		f, err := sizes.family()
 		if err != nil {
 			return err
@@ -64,17 +68,24 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			return err
 		}
 		p, err := plan.Make(plan.Options{Model: demo.PlanModel(cfg), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
-			Ranks: *ranks, Shard: shard, OptimizerState: *optState})
+			Ranks: *ranks, Shard: shard, OptimizerState: state})
 		if err != nil {
 			return err
 		}
-		if !p.Fits && *optState == "device" && *ranks == 1 {
-			// Would the optimizer's state on the host make it fit?
+		chose := ""
+		if !p.Fits && state == "device" && *ranks == 1 {
+			// Would the optimizer's state on the host make it fit? With
+			// auto, that plan is the answer; else it is a suggestion.
 			hc := cfg
 			hc.OptimizerState = "host"
 			hp, err := plan.Make(plan.Options{Model: demo.PlanModel(hc), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof,
 				NoDisk: *noDisk, OptimizerState: "host"})
-			if err == nil && hp.Fits {
+			switch {
+			case err != nil || !hp.Fits:
+			case *optState == "auto":
+				p, cfg = hp, hc
+				chose = fmt.Sprintf("(--optimizer-state auto chose the host: with the state on the device nothing fits in %s)", device.FormatBytes(p.Budget))
+			default:
 				p.Suggestions = append(p.Suggestions, fmt.Sprintf("--optimizer-state host (the optimizer's state on the host: peak %s, step %.4g s predicted)",
 					device.FormatBytes(hp.Predicted.PeakBytes), hp.Predicted.StepSeconds))
 			}
@@ -98,6 +109,9 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 		} else {
 			printPlan(w, p, replay)
+			if chose != "" {
+				fmt.Fprintln(w, chose)
+			}
 			if written != "" {
 				fmt.Fprintf(w, "policy written to %s\n", written)
 			} else if p.Fits {

@@ -37,7 +37,7 @@ func TestPlanOptimizerStateHost(t *testing.T) {
 		}
 		return p, code
 	}
-	dev, _ := planned("--budget", "1GiB")
+	dev, _ := planned("--budget", "1GiB", "--optimizer-state", "device")
 	host, _ := planned("--budget", "1GiB", "--optimizer-state", "host")
 	if dev.OptimizerState != "device" || host.OptimizerState != "host" {
 		t.Fatalf("optimizer_state %q and %q", dev.OptimizerState, host.OptimizerState)
@@ -47,15 +47,21 @@ func TestPlanOptimizerStateHost(t *testing.T) {
 	if saved := dev.Unlimited.PeakBytes - host.Unlimited.PeakBytes; saved < 8*params {
 		t.Errorf("the host plan's peak is %d bytes below the device plan's, want at least the moments' %d", saved, 8*params)
 	}
-	// A budget between the two: only the host plan fits, and the device
-	// plan says so.
+	// A budget between the two: only the host plan fits; the device plan
+	// says so, and auto (the default) takes the host plan.
 	budget := itoa((dev.Unlimited.PeakBytes + host.Unlimited.PeakBytes) / 2)
-	noFit, code := planned("--budget", budget, "--no-disk", "--host-budget", "1")
+	noFit, code := planned("--budget", budget, "--no-disk", "--host-budget", "1", "--optimizer-state", "device")
 	if code == 0 || noFit.Fits {
 		t.Fatalf("the device plan fits %s: %+v", budget, noFit)
 	}
 	if len(noFit.Suggestions) == 0 || !strings.Contains(strings.Join(noFit.Suggestions, "\n"), "--optimizer-state host") {
 		t.Errorf("suggestions %q do not offer the host state", noFit.Suggestions)
+	}
+	if auto, code := planned("--budget", budget, "--no-disk", "--host-budget", "1"); code != 0 || !auto.Fits || auto.OptimizerState != "host" {
+		t.Errorf("auto at %s: exit %d, fits %v, state %q; want the host plan", budget, code, auto.Fits, auto.OptimizerState)
+	}
+	if auto, _ := planned("--budget", "1GiB"); auto.OptimizerState != "device" {
+		t.Errorf("auto where the device fits: state %q, want device", auto.OptimizerState)
 	}
 	path := filepath.Join(dir, "host.json")
 	hp, code := planned("--budget", budget, "--optimizer-state", "host", "--out", path)
@@ -96,7 +102,7 @@ func TestPlanOptimizerStateHost(t *testing.T) {
 		t.Errorf("train with --optimizer-state device: exit %d: %s", code, errOut)
 	}
 	_, errOut, code = runCLI(t, "plan", "--budget", "1GiB", "--optimizer-state", "gpu")
-	if code == 0 || !strings.Contains(errOut, "want device or host") {
+	if code == 0 || !strings.Contains(errOut, "want device, host or auto") {
 		t.Errorf("--optimizer-state gpu: exit %d: %s", code, errOut)
 	}
 }
