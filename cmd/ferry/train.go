@@ -11,8 +11,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"ferry/cmd/ferry/internal/demo"
@@ -430,6 +432,7 @@ func newRunDir(task string) (string, error) {
 	if err := os.MkdirAll(runsDir, 0o755); err != nil {
 		return "", fmt.Errorf("the run directory (where a run without --checkpoint-dir saves its model): %w; give --checkpoint-dir", err)
 	}
+	sweepDeadRunDirs()
 	base := filepath.Join(runsDir, task+"-"+time.Now().Format("20060102-150405"))
 	for i := 1; i < 1000; i++ {
 		dir := base
@@ -445,6 +448,45 @@ func newRunDir(task string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no free run directory %s-N: give --checkpoint-dir", base)
+}
+
+// runDirName is the name newRunDir gives: task-YYYYMMDD-HHMMSS[-N].
+var runDirName = regexp.MustCompile(`^[a-z0-9]+-[0-9]{8}-[0-9]{6}(-[0-9]+)?$`)
+
+// sweepDeadRunDirs removes what runs killed outright (kill -9) before
+// their first save left in runsDir: a run directory holding nothing but
+// its lock file, which no process holds (the kernel drops a flock when its
+// holder dies) and which is over a minute old (so a run that is starting,
+// between making its directory and locking it, is left alone). Anything
+// else is left as it is.
+func sweepDeadRunDirs() {
+	ents, err := os.ReadDir(runsDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || !runDirName.MatchString(e.Name()) {
+			continue
+		}
+		dir := filepath.Join(runsDir, e.Name())
+		inside, err := os.ReadDir(dir)
+		if err != nil || len(inside) != 1 || inside[0].Name() != ".lock" || !inside[0].Type().IsRegular() {
+			continue
+		}
+		lock := filepath.Join(dir, ".lock")
+		if st, err := os.Stat(lock); err != nil || time.Since(st.ModTime()) < time.Minute {
+			continue
+		}
+		f, err := os.OpenFile(lock, os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil { // no live holder
+			os.Remove(lock)
+			os.Remove(dir) // only if still empty
+		}
+		f.Close()
+	}
 }
 
 // madeRunsDir says this process made runs/ (removeRunDir may remove it).
