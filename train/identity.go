@@ -57,9 +57,31 @@ type Override struct {
 	Note string `json:"note,omitempty"`
 }
 
+// LocationsKey names, in an identity, the keys that say where something
+// was read from (a path), for people and for `ferry eval`: they are not
+// compared, since what was read is, through its content's hash (a moved
+// or renamed file resumes). Its value is a list of key names.
+const LocationsKey = "locations"
+
 // CompareIdentity lists every key in which saved (a checkpoint's identity)
 // and current (this run's) differ, sorted by key; none when they match.
+// The keys either names under LocationsKey are not compared.
 func CompareIdentity(saved, current map[string]any) []IdentityDiff {
+	skip := map[string]bool{LocationsKey: true}
+	for _, m := range []map[string]any{saved, current} {
+		switch l := m[LocationsKey].(type) {
+		case []any:
+			for _, k := range l {
+				if s, ok := k.(string); ok {
+					skip[s] = true
+				}
+			}
+		case []string:
+			for _, k := range l {
+				skip[k] = true
+			}
+		}
+	}
 	norm := func(m map[string]any) map[string]string {
 		out := map[string]string{}
 		for k, v := range m {
@@ -86,7 +108,7 @@ func CompareIdentity(saved, current map[string]any) []IdentityDiff {
 	sort.Strings(names)
 	var diffs []IdentityDiff
 	for _, k := range names {
-		if s[k] != c[k] {
+		if !skip[k] && s[k] != c[k] {
 			diffs = append(diffs, IdentityDiff{Key: k, Saved: s[k], Current: c[k]})
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -60,5 +61,35 @@ func TestTrainSweepsDeadRunDirs(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(d, ".lock")); err != nil {
 			t.Errorf("%s was touched: %v", filepath.Base(d), err)
 		}
+	}
+}
+
+// A resume reads the data by content, not by path: the same text moved
+// elsewhere resumes without --override; other text is refused, naming it.
+func TestResumeAfterMovingTheData(t *testing.T) {
+	dir := t.TempDir()
+	first := corpus(t)
+	ck := filepath.Join(dir, "ck")
+	if _, errOut, code := runCLI(t, smallText(first, "--steps", "4", "--stop-after", "2", "--checkpoint-dir", ck)...); code != 0 {
+		t.Fatalf("train: %s", errOut)
+	}
+	b, err := os.ReadFile(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(dir, "moved.txt")
+	if err := os.WriteFile(moved, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := runCLI(t, smallText(moved, "--steps", "4", "--stop-after", "1", "--checkpoint-dir", ck, "--resume")...); code != 0 {
+		t.Fatalf("resume with the text moved: %s", errOut)
+	}
+	other := filepath.Join(dir, "other.txt")
+	if err := os.WriteFile(other, append(b, []byte("and more text\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := runCLI(t, smallText(other, "--steps", "4", "--checkpoint-dir", ck, "--resume")...)
+	if code == 0 || !strings.Contains(errOut, "data is") {
+		t.Errorf("resume on other text: exit %d: %s", code, errOut)
 	}
 }

@@ -184,7 +184,10 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		task.Source = *data
 		task.DataID = train.HashBytes(txt.Train, txt.Val) // the text read, whatever the path's spelling
 		// What ferry eval needs to draw this run's validation batches again.
-		task.IdentityExtra = map[string]any{"text_source": absPath(*data), "max_bytes": *maxBytes, "val_batches": *valBatches}
+		// text_source is where it was read: not compared on resume (the
+		// content's hash, data, is), so a moved file resumes.
+		task.IdentityExtra = map[string]any{"text_source": absPath(*data), "max_bytes": *maxBytes, "val_batches": *valBatches,
+			train.LocationsKey: []string{"text_source", "init_from"}}
 		var initOptimizer func(optim.Stateful) error
 		if src != nil {
 			if err := src.Load(task.LM); err != nil {
