@@ -541,25 +541,9 @@ func (g *GPT) NamedParameters() []Named {
 // modules run in scopes named as PyTorch names them (transformer.h.3.attn),
 // so saved tensors carry those paths.
 func (g *GPT) Forward(tokens *ferry.Tensor) *ferry.Tensor {
-	s := tokens.Shape()
-	if len(s) != 2 {
-		panic(&ferry.Error{Op: "gpt", Msg: fmt.Sprintf("tokens must be [batch, seq], got %v", s)})
-	}
-	T := s[1]
-	if T > g.Config.Seq || T < 1 {
-		panic(&ferry.Error{Op: "gpt", Msg: fmt.Sprintf("sequence of %d tokens; this model takes 1 to %d", T, g.Config.Seq)})
-	}
+	T := tokenLength("gpt", tokens, g.Config.Seq)
 	tp := tokens.Tape()
-	push := func(name string) {
-		if tp != nil {
-			tp.PushModule(name)
-		}
-	}
-	pop := func() {
-		if tp != nil {
-			tp.PopModule()
-		}
-	}
+	push, pop := scopeFuncs(tp)
 	push("transformer")
 	tok := scoped(tokens, "wte", g.WTE.Forward)
 	wpe := g.WPE.Weight
@@ -574,22 +558,7 @@ func (g *GPT) Forward(tokens *ferry.Tensor) *ferry.Tensor {
 	tok.Release()
 	pos.Release()
 	x = releaseInto(x, g.Drop.Forward)
-	for i, b := range g.H {
-		push("h." + moduleName(i))
-		var y *ferry.Tensor
-		block := func(xs ...*ferry.Tensor) *ferry.Tensor { return b.Forward(xs[0]) }
-		switch {
-		case tp == nil:
-			y = b.Forward(x)
-		case g.CheckpointBlocks:
-			y = tp.Checkpoint(block, x)
-		default: // a segment: recomputed if the tape's SegmentHooks say so
-			y = tp.Segment(block, x)
-		}
-		pop()
-		x.Release()
-		x = y
-	}
+	x = runBlocks(tp, x, len(g.H), "h.", g.CheckpointBlocks, func(i int, xs ...*ferry.Tensor) *ferry.Tensor { return g.H[i].Forward(xs[0]) })
 	h := scoped(x, "ln_f", g.LNF.Forward)
 	x.Release()
 	pop()
@@ -598,6 +567,64 @@ func (g *GPT) Forward(tokens *ferry.Tensor) *ferry.Tensor {
 	pop()
 	h.Release()
 	return logits
+}
+
+// tokenLength checks that tokens are [batch, seq] with 1 ≤ seq ≤ max
+// (panicking with an *ferry.Error of op otherwise) and returns seq.
+func tokenLength(op string, tokens *ferry.Tensor, max int) int {
+	s := tokens.Shape()
+	if len(s) != 2 {
+		panic(&ferry.Error{Op: op, Msg: fmt.Sprintf("tokens must be [batch, seq], got %v", s)})
+	}
+	if T := s[1]; T > max || T < 1 {
+		panic(&ferry.Error{Op: op, Msg: fmt.Sprintf("sequence of %d tokens; this model takes 1 to %d", T, max)})
+	}
+	return s[1]
+}
+
+// scopeFuncs are push and pop of module scopes on tp, doing nothing
+// without a tape.
+func scopeFuncs(tp *ferry.Tape) (push func(name string), pop func()) {
+	push = func(name string) {
+		if tp != nil {
+			tp.PushModule(name)
+		}
+	}
+	pop = func() {
+		if tp != nil {
+			tp.PopModule()
+		}
+	}
+	return push, pop
+}
+
+// runBlocks runs x through n blocks in turn, block i (given x and then
+// extra, inputs every block takes) in module scope prefix+i: plainly
+// without a tape, as a checkpoint when checkpoint (recomputed in
+// backward), else as a segment, recomputed if the tape's SegmentHooks say
+// so. Each block's input is released once the block has run.
+func runBlocks(tp *ferry.Tape, x *ferry.Tensor, n int, prefix string, checkpoint bool,
+	block func(i int, xs ...*ferry.Tensor) *ferry.Tensor, extra ...*ferry.Tensor) *ferry.Tensor {
+	for i := range n {
+		in := append([]*ferry.Tensor{x}, extra...)
+		f := func(xs ...*ferry.Tensor) *ferry.Tensor { return block(i, xs...) }
+		var y *ferry.Tensor
+		switch {
+		case tp == nil:
+			y = f(in...)
+		case checkpoint:
+			tp.PushModule(prefix + moduleName(i))
+			y = tp.Checkpoint(f, in...)
+			tp.PopModule()
+		default:
+			tp.PushModule(prefix + moduleName(i))
+			y = tp.Segment(f, in...)
+			tp.PopModule()
+		}
+		x.Release()
+		x = y
+	}
+	return x
 }
 
 // scoped runs f(x) inside module scope name on x's tape.

@@ -411,25 +411,9 @@ func (m *Llama) SetRecompute(on bool) { m.CheckpointBlocks = on }
 // modules run in scopes named as Hugging Face names them
 // (model.layers.3.self_attn), so saved tensors carry those paths.
 func (m *Llama) Forward(tokens *ferry.Tensor) *ferry.Tensor {
-	s := tokens.Shape()
-	if len(s) != 2 {
-		panic(&ferry.Error{Op: "llama", Msg: fmt.Sprintf("tokens must be [batch, seq], got %v", s)})
-	}
-	T := s[1]
-	if T > m.Config.Seq || T < 1 {
-		panic(&ferry.Error{Op: "llama", Msg: fmt.Sprintf("sequence of %d tokens; this model takes 1 to %d", T, m.Config.Seq)})
-	}
+	T := tokenLength("llama", tokens, m.Config.Seq)
 	tp := tokens.Tape()
-	push := func(name string) {
-		if tp != nil {
-			tp.PushModule(name)
-		}
-	}
-	pop := func() {
-		if tp != nil {
-			tp.PopModule()
-		}
-	}
+	push, pop := scopeFuncs(tp)
 	// The rotary tables: constants of no tape, shared by every block; a
 	// checkpointed block takes them as inputs, so they live until its
 	// recomputation.
@@ -438,22 +422,9 @@ func (m *Llama) Forward(tokens *ferry.Tensor) *ferry.Tensor {
 	defer sin.Release()
 	push("model")
 	x := scoped(tokens, "embed_tokens", m.EmbedTokens.Forward)
-	for i, b := range m.Layers {
-		push("layers." + moduleName(i))
-		var y *ferry.Tensor
-		block := func(xs ...*ferry.Tensor) *ferry.Tensor { return b.ForwardRotary(xs[0], xs[1], xs[2]) }
-		switch {
-		case tp == nil:
-			y = b.ForwardRotary(x, cos, sin)
-		case m.CheckpointBlocks:
-			y = tp.Checkpoint(block, x, cos, sin)
-		default:
-			y = tp.Segment(block, x, cos, sin)
-		}
-		pop()
-		x.Release()
-		x = y
-	}
+	x = runBlocks(tp, x, len(m.Layers), "layers.", m.CheckpointBlocks, func(i int, xs ...*ferry.Tensor) *ferry.Tensor {
+		return m.Layers[i].ForwardRotary(xs[0], xs[1], xs[2])
+	}, cos, sin)
 	h := scoped(x, "norm", m.Norm.Forward)
 	x.Release()
 	pop()
