@@ -370,18 +370,25 @@ func rowMaxSum(x []float32, cols int64) (float32, float64) {
 func nll(k *launch) {
 	oneBlock(k)
 	dst, logp, target, rows, cols := mem[float32](k, 0), mem[float32](k, 1), mem[int32](k, 2), k.i64(3), k.i64(4)
+	dst[0] = nllMean(target, rows, func(r, t int64) float32 { return logp[r*cols+t] })
+}
+
+// nllMean is nll_mean of reduce.cu: the mean over rows of -lp(r,
+// target[r]), negative targets skipped, summed by a block's threads and
+// its tree; NaN when no row counts.
+func nllMean(target []int32, rows int64, lp func(r, t int64) float32) float32 {
 	var ssum, scount [block]float64
 	for t := int64(0); t < block; t++ {
 		var sum, count float64
 		for r := t; r < rows; r += block {
 			if tg := target[r]; tg >= 0 {
-				sum -= float64(logp[r*cols+int64(tg)])
+				sum -= float64(lp(r, int64(tg)))
 				count++
 			}
 		}
 		ssum[t], scount[t] = sum, count
 	}
-	dst[0] = float32(treeSum(&ssum) / treeSum(&scount))
+	return float32(treeSum(&ssum) / treeSum(&scount))
 }
 
 func nllGradScale(k *launch) {

@@ -26,19 +26,7 @@ func crossEntropyStats(k *launch) {
 func crossEntropyLoss(k *launch) {
 	oneBlock(k)
 	dst, stats, x, target, rows, cols := mem[float32](k, 0), mem[float32](k, 1), mem[float32](k, 2), mem[int32](k, 3), k.i64(4), k.i64(5)
-	var ssum, scount [block]float64
-	for t := int64(0); t < block; t++ {
-		var sum, count float64
-		for r := t; r < rows; r += block {
-			if tg := target[r]; tg >= 0 {
-				lp := x[r*cols+int64(tg)] - stats[2*r] - stats[2*r+1]
-				sum -= float64(lp)
-				count++
-			}
-		}
-		ssum[t], scount[t] = sum, count
-	}
-	dst[0] = float32(treeSum(&ssum) / treeSum(&scount))
+	dst[0] = nllMean(target, rows, func(r, t int64) float32 { return x[r*cols+t] - stats[2*r] - stats[2*r+1] })
 }
 
 func crossEntropyBackward(k *launch) {

@@ -143,16 +143,18 @@ extern "C" __global__ void ferry_softmax_backward(float* dst, const float* grad,
   }
 }
 
-// Mean over rows of -logp[r, target[r]], skipping negative targets; one
-// block. NaN when no row counts (0/0).
-extern "C" __global__ void ferry_nll(float* dst, const float* logp, const int* target, i64 rows, i64 cols) {
-  __shared__ double ssum[BLOCK];
-  __shared__ double scount[BLOCK];
+// dst[0] = the mean over rows of -lp(r, target[r]), skipping negative
+// targets, in one block with the block's scratch ssum and scount; NaN when
+// no row counts (0/0). NLL and the fused cross-entropy share it, and so
+// their bits.
+template <typename LogP>
+__device__ __forceinline__ void nll_mean(float* dst, const int* target, i64 rows, const LogP& lp, double* ssum,
+                                         double* scount) {
   double sum = 0, count = 0;
   for (i64 r = threadIdx.x; r < rows; r += BLOCK) {
     int t = target[r];
     if (t >= 0) {
-      sum -= (double)logp[r * cols + t];
+      sum -= (double)lp(r, t);
       count += 1;
     }
   }
@@ -161,6 +163,21 @@ extern "C" __global__ void ferry_nll(float* dst, const float* logp, const int* t
   block_sum(ssum);
   block_sum(scount);
   if (threadIdx.x == 0) dst[0] = (float)(ssum[0] / scount[0]);
+}
+
+// The log-probability logp[r, t] of a [rows, cols] matrix.
+struct LogPAt {
+  const float* logp;
+  i64 cols;
+  __device__ __forceinline__ float operator()(i64 r, int t) const { return logp[r * cols + t]; }
+};
+
+// Mean over rows of -logp[r, target[r]], skipping negative targets; one
+// block. NaN when no row counts (0/0).
+extern "C" __global__ void ferry_nll(float* dst, const float* logp, const int* target, i64 rows, i64 cols) {
+  __shared__ double ssum[BLOCK];
+  __shared__ double scount[BLOCK];
+  nll_mean(dst, target, rows, LogPAt{logp, cols}, ssum, scount);
 }
 
 // scale[0] = -grad[0] / (number of rows with a non-negative target); one
@@ -206,26 +223,24 @@ extern "C" __global__ void ferry_cross_entropy_stats(float* stats, const float* 
   }
 }
 
+// The log-probability of x[r, t] from its row's statistics, as
+// ferry_softmax's log case writes it: x - max - logsum.
+struct RowLogPAt {
+  const float* x;
+  const float* stats;
+  i64 cols;
+  __device__ __forceinline__ float operator()(i64 r, int t) const {
+    return x[r * cols + t] - stats[2 * r] - stats[2 * r + 1];
+  }
+};
+
 // dst[0] = the mean over rows with a non-negative target of
 // -(x[r, t] - max - logsum); one block. NaN when no row counts.
 extern "C" __global__ void ferry_cross_entropy_loss(float* dst, const float* stats, const float* x, const int* target,
                                                     i64 rows, i64 cols) {
   __shared__ double ssum[BLOCK];
   __shared__ double scount[BLOCK];
-  double sum = 0, count = 0;
-  for (i64 r = threadIdx.x; r < rows; r += BLOCK) {
-    int t = target[r];
-    if (t >= 0) {
-      float lp = x[r * cols + t] - stats[2 * r] - stats[2 * r + 1];
-      sum -= (double)lp;
-      count += 1;
-    }
-  }
-  ssum[threadIdx.x] = sum;
-  scount[threadIdx.x] = count;
-  block_sum(ssum);
-  block_sum(scount);
-  if (threadIdx.x == 0) dst[0] = (float)(ssum[0] / scount[0]);
+  nll_mean(dst, target, rows, RowLogPAt{x, stats, cols}, ssum, scount);
 }
 
 // dst[r, c] = g - exp(x[r, c] - max - logsum)·Σg, with g = scale[0] at the
