@@ -112,24 +112,10 @@ func addLayerNorm(k *launch) {
 	x, res, w, b := mem[float32](k, 4), mem[float32](k, 5), mem[float32](k, 6), mem[float32](k, 7)
 	rows, C, eps := k.i64(8), k.i64(9), k.f32(10)
 	rowsOf(k, rows, func(r int64) {
-		xr, y := sum[r*C:(r+1)*C], dst[r*C:(r+1)*C]
+		xr := sum[r*C : (r+1)*C]
 		for c := range xr {
 			xr[c] = x[r*C+int64(c)] + res[r*C+int64(c)]
 		}
-		m := threadSums(C, func(c int64) float64 { return float64(xr[c]) }) / float64(C)
-		ss := threadSums(C, func(c int64) float64 { e := float64(xr[c]) - m; return e * e })
-		inv := 1 / math.Sqrt(ss/float64(C)+float64(eps))
-		mf, invf := float32(m), float32(inv)
-		mean[r], rstd[r] = mf, invf
-		for c, v := range xr {
-			v = (v - mf) * invf
-			if w != nil {
-				v *= w[c]
-			}
-			if b != nil {
-				v += b[c]
-			}
-			y[c] = v
-		}
+		mean[r], rstd[r] = layerNormRow(dst[r*C:(r+1)*C], xr, w, b, eps)
 	})
 }

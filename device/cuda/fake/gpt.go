@@ -172,23 +172,30 @@ func layerNorm(k *launch) {
 	dst, mean, rstd, x := mem[float32](k, 0), mem[float32](k, 1), mem[float32](k, 2), mem[float32](k, 3)
 	w, b, rows, C, eps := mem[float32](k, 4), mem[float32](k, 5), k.i64(6), k.i64(7), k.f32(8)
 	rowsOf(k, rows, func(r int64) {
-		xr, y := x[r*C:(r+1)*C], dst[r*C:(r+1)*C]
-		m := threadSums(C, func(c int64) float64 { return float64(xr[c]) }) / float64(C)
-		ss := threadSums(C, func(c int64) float64 { e := float64(xr[c]) - m; return e * e })
-		inv := 1 / math.Sqrt(ss/float64(C)+float64(eps))
-		mf, invf := float32(m), float32(inv)
-		mean[r], rstd[r] = mf, invf
-		for c, v := range xr {
-			v = (v - mf) * invf
-			if w != nil {
-				v *= w[c]
-			}
-			if b != nil {
-				v += b[c]
-			}
-			y[c] = v
-		}
+		mean[r], rstd[r] = layerNormRow(dst[r*C:(r+1)*C], x[r*C:(r+1)*C], w, b, eps)
 	})
+}
+
+// layerNormRow is one row of ferry_layer_norm: y = (x - mean)·rstd·w + b
+// with the row's mean and rstd (returned) summed as a block's threads
+// sum them; w and b may be nil.
+func layerNormRow(y, xr, w, b []float32, eps float32) (mean, rstd float32) {
+	C := int64(len(xr))
+	m := threadSums(C, func(c int64) float64 { return float64(xr[c]) }) / float64(C)
+	ss := threadSums(C, func(c int64) float64 { e := float64(xr[c]) - m; return e * e })
+	inv := 1 / math.Sqrt(ss/float64(C)+float64(eps))
+	mf, invf := float32(m), float32(inv)
+	for c, v := range xr {
+		v = (v - mf) * invf
+		if w != nil {
+			v *= w[c]
+		}
+		if b != nil {
+			v += b[c]
+		}
+		y[c] = v
+	}
+	return mf, invf
 }
 
 func layerNormBackward(k *launch) {
