@@ -465,7 +465,7 @@ func (t *Tensor) Category() device.Category {
 }
 
 func (t *Tensor) view() device.View {
-	return device.View{Block: t.st.block, Off: t.offset, Shape: t.shape, Strides: t.strides}
+	return device.View{Block: t.st.block, Off: t.offset, Shape: t.shape, Strides: t.strides, DType: t.dtype}
 }
 
 // View returns how kernels see t. For device code and offloaders.

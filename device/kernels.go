@@ -8,8 +8,8 @@ type DType uint8
 const (
 	Float32  DType = iota
 	Int32          // class indices for losses
-	BFloat16       // reserved: no kernel takes it yet
-	Float16        // reserved
+	BFloat16       // bfloat16: Gemm's operands and ConvertKernels (Note [bfloat16])
+	Float16        // reserved: no kernel takes it
 )
 
 var dtypeNames = []string{"float32", "int32", "bfloat16", "float16"}
@@ -35,11 +35,17 @@ func (d DType) Size() int {
 // and a shape with strides in elements. Kernels write only contiguous
 // outputs (row-major, strides as Contiguous gives) unless a method says
 // otherwise; inputs may have any strides, 0 included (broadcast).
+//
+// DType is the element type; the zero value is Float32. Kernels take
+// float32 views (and Int32 where a method says so) unless a method says
+// otherwise: only ConvertKernels and Gemm (GemmParams' types) take
+// BFloat16 (Note [bfloat16]).
 type View struct {
 	Block   *Block
 	Off     int // elements from the start of the block
 	Shape   []int
 	Strides []int
+	DType   DType
 }
 
 // Numel is the number of elements the view covers.
@@ -101,6 +107,31 @@ type GemmParams struct {
 	LDA, LDB, LDC             int
 	Batch                     int
 	StrideA, StrideB, StrideC int
+	// TypeA, TypeB and TypeC are the element types of A, B and C; the zero
+	// value is Float32. A and B may be BFloat16 together (both or
+	// neither), with C Float32 or BFloat16: the products and their sums
+	// are float32 (bfloat16 operands multiply exactly in float32), and a
+	// BFloat16 C receives the float32 result Alpha·AB + Beta·C rounded to
+	// nearest even, C read as float32. A device without bfloat16 products
+	// returns an *UnsupportedError.
+	TypeA, TypeB, TypeC DType
+}
+
+// Mixed reports whether the product has an operand that is not float32.
+func (p GemmParams) Mixed() bool {
+	return p.TypeA != Float32 || p.TypeB != Float32 || p.TypeC != Float32
+}
+
+// CheckGemmTypes returns an *UnsupportedError for a combination of element
+// types no device multiplies (see GemmParams), naming device dev.
+func CheckGemmTypes(dev string, p GemmParams) error {
+	switch {
+	case !p.Mixed():
+		return nil
+	case p.TypeA == BFloat16 && p.TypeB == BFloat16 && (p.TypeC == Float32 || p.TypeC == BFloat16):
+		return nil
+	}
+	return &UnsupportedError{Op: "gemm", DType: fmt.Sprintf("%s×%s→%s", p.TypeA, p.TypeB, p.TypeC), Device: dev}
 }
 
 // SGDParams are PyTorch's SGD hyper-parameters for one step.
@@ -246,6 +277,53 @@ type MultiTensorOptimKernels interface {
 	// operations per element, so the same bits. The tensors of distinct
 	// entries do not overlap.
 	AdamWSteps(ts []AdamWTensors, p AdamWParams) error
+}
+
+// Note [bfloat16]. A bfloat16 tensor reaches a device's kernels in two
+// places only: as a matrix product's operand or result (GemmParams'
+// types, float32 accumulation) and in ConvertKernels, which copies and
+// converts between float32 and bfloat16. Every other kernel takes float32:
+// the tensor layer widens a bfloat16 input into a float32 temporary,
+// runs the float32 kernel, and rounds a bfloat16 result back, so that a
+// bfloat16 op computes in float32 exactly as PyTorch's bfloat16 CPU and
+// CUDA kernels do (load, widen, compute in float32, round the store), and
+// what autograd saves stays bfloat16. A device may later take bfloat16
+// in more kernels natively, with the same bits.
+
+// ConvertKernels is implemented by the Kernels of devices that hold
+// bfloat16 tensors. A device without it holds float32 only: the tensor
+// layer refuses bfloat16 there with an *UnsupportedError.
+type ConvertKernels interface {
+	// Convert writes src into dst, of one shape and any strides (dst's
+	// elements must not overlap one another), from src.DType to
+	// dst.DType: Float32 to BFloat16 rounds to nearest, ties to even, a
+	// NaN stays a NaN (ToBFloat16's bits); BFloat16 to Float32 is exact;
+	// equal types copy (Int32 to Int32 too). Other pairs return an
+	// *UnsupportedError.
+	Convert(dst, src View) error
+}
+
+// UnsupportedError says a device has no kernel for an op on an element
+// type: ferry never reinterprets one type's bits as another's.
+type UnsupportedError struct {
+	Op     string // the kernel or op ("gemm", "convert", "layer_norm")
+	DType  string // the element type or combination ("bfloat16", "float32→int32")
+	Device string
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("%s: %s is not supported on %s", e.Op, e.DType, e.Device)
+}
+
+// CheckConvertTypes returns an *UnsupportedError for a pair of element
+// types Convert does not take, naming device dev.
+func CheckConvertTypes(dev string, dst, src DType) error {
+	ok := dst == src && dst != Float16 ||
+		dst == BFloat16 && src == Float32 || dst == Float32 && src == BFloat16
+	if ok {
+		return nil
+	}
+	return &UnsupportedError{Op: "convert", DType: fmt.Sprintf("%s→%s", src, dst), Device: dev}
 }
 
 // DataLess is implemented by devices whose memory holds no data (the meta

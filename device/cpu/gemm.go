@@ -17,6 +17,9 @@ import (
 // one thread] says how it is threaded), and through the pure-Go kernel of
 // package gemm otherwise.
 func (k *kernels) Gemm(p device.GemmParams) error {
+	if p.Mixed() { // bfloat16 products: not yet on this device
+		return &device.UnsupportedError{Op: "gemm", DType: p.TypeA.String(), Device: "cpu"}
+	}
 	a, b, c := floats(device.View{Block: p.A, Off: p.OffA}), floats(device.View{Block: p.B, Off: p.OffB}), floats(device.View{Block: p.C, Off: p.OffC})
 	for i := 0; i < p.Batch; i++ {
 		sgemm(p.TransA, p.TransB, p.M, p.N, p.K, p.Alpha, a[i*p.StrideA:], p.LDA, b[i*p.StrideB:], p.LDB, p.Beta, c[i*p.StrideC:], p.LDC)

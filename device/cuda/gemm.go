@@ -14,6 +14,9 @@ import (
 // swaps A and B (and M and N), each keeping its own transpose flag and
 // leading dimension. Without cuBLAS, ferry_gemm computes it directly.
 func (k *kernels) Gemm(p device.GemmParams) error {
+	if p.Mixed() { // bfloat16 products: not yet on this device
+		return &device.UnsupportedError{Op: "gemm", DType: p.TypeA.String(), Device: "cuda"}
+	}
 	if p.M == 0 || p.N == 0 || p.Batch == 0 {
 		return nil
 	}

@@ -20,6 +20,9 @@ func (k kernels) cost(flops, bytes float64) {
 func (k kernels) elementwise(n int, in, out int) { k.cost(0, float64(n*4*(in+out))) }
 
 func (k kernels) Gemm(p device.GemmParams) error {
+	if p.Mixed() { // bfloat16 products: not yet on this device
+		return &device.UnsupportedError{Op: "gemm", DType: p.TypeA.String(), Device: "meta"}
+	}
 	k.cost(2*float64(p.M)*float64(p.N)*float64(p.K)*float64(p.Batch),
 		4*float64(p.Batch)*float64(p.M*p.K+p.K*p.N+p.M*p.N))
 	return nil
