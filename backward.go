@@ -195,6 +195,10 @@ func (b *backward) Saved(i int) *Tensor {
 		}
 		t = u
 	}
+	if s.widen {
+		s.widened = widenTemp(t)
+		t = s.widened
+	}
 	s.unpack = t
 	return t
 }
@@ -208,13 +212,19 @@ func (b *backward) Accumulate(i int, g *Tensor) {
 		return
 	}
 	var shape []int
+	var dt device.DType
 	if e.node != nil {
-		shape = e.node.outShape
+		shape, dt = e.node.outShape, e.node.outType
 	} else {
-		shape = e.leaf.shape
+		shape, dt = e.leaf.shape, e.leaf.dtype
 	}
 	if !slices.Equal(g.shape, shape) {
 		r := sumTo(g, shape)
+		g.Release()
+		g = r
+	}
+	if g.dtype != dt { // a gradient has its tensor's type
+		r := Cast(g, dt)
 		g.Release()
 		g = r
 	}
@@ -277,6 +287,20 @@ func accumulateLeaf(leaf *Tensor, g *Tensor) {
 // addInto adds g into dst (contiguous, same shape) in place.
 func addInto(dst, g *Tensor) {
 	if dst.st.block == nil { // no elements
+		return
+	}
+	if dst.dtype != device.Float32 || g.dtype != device.Float32 {
+		dev := dst.st.dev
+		d := widenTemp(dst)
+		defer d.Release()
+		gv := g.view()
+		if g.dtype != device.Float32 {
+			w := widenTemp(g)
+			defer w.Release()
+			gv = w.view()
+		}
+		check("accumulate_grad", dev.Kernels().Binary(device.Add, d.view(), d.view(), gv))
+		convertInto("accumulate_grad", dst.view(), d.view(), dev)
 		return
 	}
 	check("accumulate_grad", dst.st.dev.Kernels().Binary(device.Add, dst.view(), dst.view(), g.view()))

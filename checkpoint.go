@@ -3,6 +3,8 @@ package ferry
 import (
 	"fmt"
 	"slices"
+
+	"ferry/device"
 )
 
 // Activation checkpointing: a segment of forward keeps only its inputs and
@@ -36,6 +38,7 @@ type segment struct {
 	shapes    [][]int // slot k's shape in forward
 	done      bool    // inputs released
 	recomputd bool
+	autocast  device.DType // the tape's autocast type in forward, which the recomputation runs in
 }
 
 // checkpointSlot is what autograd keeps for a tensor saved inside a
@@ -105,7 +108,7 @@ func (tp *Tape) Checkpoint(f func(xs ...*Tensor) *Tensor, xs ...*Tensor) *Tensor
 	if !tp.recording() {
 		return f(xs...)
 	}
-	g := &segment{tape: tp, f: f}
+	g := &segment{tape: tp, f: f, autocast: tp.autocast}
 	// The inputs, through the hooks around the segment.
 	seq := len(tp.nodes)
 	if n := len(tp.hooks); n > 0 {
@@ -166,6 +169,7 @@ func (g *segment) recompute() error {
 	g.recomputd = true
 	sub := NewTape()
 	defer sub.Close()
+	sub.autocast = g.autocast
 	inputs := make([]*Tensor, len(g.packed))
 	for i, p := range g.packed {
 		var u *Tensor

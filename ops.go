@@ -51,7 +51,7 @@ func kernels(t *Tensor) device.Kernels { return t.st.dev.Kernels() }
 func (t *Tensor) contiguousCopy(tp *Tape) *Tensor {
 	c := newOutputOf(tp, t.st.dev, t.dtype, t.shape)
 	if c.st.block != nil {
-		check("copy", kernels(t).Copy(c.view(), t.view()))
+		copyInto("copy", t.st.dev, c.view(), t.view())
 	}
 	return c
 }
@@ -83,7 +83,7 @@ func broadcastShapes(op string, a, b []int) []int {
 // broadcastView returns t's view stretched to shape: leading dimensions
 // added and size-1 dimensions given stride 0.
 func (t *Tensor) broadcastView(shape []int) device.View {
-	v := device.View{Block: t.st.block, Off: t.offset, Shape: shape, Strides: make([]int, len(shape))}
+	v := device.View{Block: t.st.block, Off: t.offset, Shape: shape, Strides: make([]int, len(shape)), DType: t.dtype}
 	lead := len(shape) - len(t.shape)
 	for i := range t.shape {
 		if t.shape[i] != 1 {
@@ -94,8 +94,15 @@ func (t *Tensor) broadcastView(shape []int) device.View {
 }
 
 // sumTo sums g down to shape (the shape of an input that was broadcast to
-// g's), returning a new tensor on g's tape.
+// g's), returning a new float32 tensor on g's tape (a bfloat16 g is summed
+// in float32).
 func sumTo(g *Tensor, shape []int) *Tensor {
+	tp := g.tape
+	if g.dtype == device.BFloat16 {
+		w := widenTemp(g)
+		defer w.Release()
+		g = w
+	}
 	lead := len(g.shape) - len(shape)
 	keep := make([]int, len(g.shape)) // g's rank, 1 where summed
 	for i := range g.shape {
@@ -105,7 +112,7 @@ func sumTo(g *Tensor, shape []int) *Tensor {
 			keep[i] = g.shape[i]
 		}
 	}
-	out := newOutput(g.tape, g.st.dev, shape)
+	out := newOutput(tp, g.st.dev, shape)
 	switch {
 	case out.st.block == nil:
 	case g.st.block == nil: // broadcast over an empty axis: nothing to add

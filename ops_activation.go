@@ -13,6 +13,9 @@ import (
 
 // ReLU returns max(x, 0).
 func ReLU(x *Tensor) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return ReLU(w[0]) }, x)
+	}
 	out, tp := unary("relu", device.ReLU, x, 0)
 	record(tp, "relu", out, []*Tensor{x}, []*Tensor{out}, func(bk *backward) {
 		bk.Accumulate(0, binaryNoBroadcast("relu_backward", device.ReLUGrad, bk.Grad(), bk.Saved(0)))
@@ -22,6 +25,9 @@ func ReLU(x *Tensor) *Tensor {
 
 // GELU returns x·Φ(x) with the exact normal CDF (PyTorch: gelu(x)).
 func GELU(x *Tensor) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return GELU(w[0]) }, x)
+	}
 	out, tp := unary("gelu", device.GELU, x, 0)
 	record(tp, "gelu", out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
 		bk.Accumulate(0, binaryNoBroadcast("gelu_backward", device.GELUGrad, bk.Grad(), bk.Saved(0)))
@@ -32,6 +38,9 @@ func GELU(x *Tensor) *Tensor {
 // GELUTanh returns GELU with the tanh approximation (PyTorch:
 // gelu(x, approximate="tanh")).
 func GELUTanh(x *Tensor) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return GELUTanh(w[0]) }, x)
+	}
 	out, tp := unary("gelu_tanh", device.GELUTanh, x, 0)
 	record(tp, "gelu_tanh", out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
 		bk.Accumulate(0, binaryNoBroadcast("gelu_tanh_backward", device.GELUTanhGrad, bk.Grad(), bk.Saved(0)))
@@ -41,6 +50,9 @@ func GELUTanh(x *Tensor) *Tensor {
 
 // Tanh returns tanh x.
 func Tanh(x *Tensor) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return Tanh(w[0]) }, x)
+	}
 	out, tp := unary("tanh", device.Tanh, x, 0)
 	record(tp, "tanh", out, []*Tensor{x}, []*Tensor{out}, func(bk *backward) {
 		y2 := Square(bk.Saved(0))
@@ -55,6 +67,9 @@ func Tanh(x *Tensor) *Tensor {
 
 // Sigmoid returns 1/(1+e⁻ˣ).
 func Sigmoid(x *Tensor) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return Sigmoid(w[0]) }, x)
+	}
 	out, tp := unary("sigmoid", device.Sigmoid, x, 0)
 	record(tp, "sigmoid", out, []*Tensor{x}, []*Tensor{out}, func(bk *backward) {
 		y := bk.Saved(0)
@@ -76,6 +91,9 @@ func Softmax(x *Tensor) *Tensor { return softmax("softmax", x, false) }
 func LogSoftmax(x *Tensor) *Tensor { return softmax("log_softmax", x, true) }
 
 func softmax(op string, x *Tensor, log bool) *Tensor {
+	if isBF16(x) {
+		return inFloat32(false, func(w []*Tensor) *Tensor { return softmax(op, w[0], log) }, x)
+	}
 	tp := tapeOf(op, x)
 	floats32(op, x)
 	if x.Rank() == 0 {

@@ -36,6 +36,9 @@ type AttentionOptions struct {
 // 3·4·B·H·T² more. Without the kernels it is composed from MatMul, a mask
 // and Softmax, which saves the T×T weights as eager PyTorch does.
 func ScaledDotProductAttention(q, k, v *Tensor, opts AttentionOptions) *Tensor {
+	if isBF16(q, k, v) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return ScaledDotProductAttention(w[0], w[1], w[2], opts) }, q, k, v)
+	}
 	const op = "attention"
 	tp := tapeOf(op, q, k, v)
 	dev := sameDevice(op, q, k, v)

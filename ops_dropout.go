@@ -19,6 +19,9 @@ type DropoutKey = device.DropoutKey
 // training). It saves nothing: backward draws the same mask again from the
 // key. p = 0 returns a new handle to x's values; p = 1 returns zeros.
 func Dropout(x *Tensor, p float32, key DropoutKey) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return Dropout(w[0], p, key) }, x)
+	}
 	const op = "dropout"
 	tp := tapeOf(op, x)
 	floats32(op, x)

@@ -39,6 +39,9 @@ func binary(op string, kop device.BinaryOp, a, b *Tensor) (*Tensor, *Tape) {
 
 // Add returns a + b.
 func Add(a, b *Tensor) *Tensor {
+	if isBF16(a, b) {
+		return inFloat32(allBF16(a, b), func(w []*Tensor) *Tensor { return Add(w[0], w[1]) }, a, b)
+	}
 	out, tp := binary("add", device.Add, a, b)
 	record(tp, "add", out, []*Tensor{a, b}, nil, func(bk *backward) {
 		bk.Pass(0, bk.Grad())
@@ -49,6 +52,9 @@ func Add(a, b *Tensor) *Tensor {
 
 // Sub returns a - b.
 func Sub(a, b *Tensor) *Tensor {
+	if isBF16(a, b) {
+		return inFloat32(allBF16(a, b), func(w []*Tensor) *Tensor { return Sub(w[0], w[1]) }, a, b)
+	}
 	out, tp := binary("sub", device.Sub, a, b)
 	record(tp, "sub", out, []*Tensor{a, b}, nil, func(bk *backward) {
 		bk.Pass(0, bk.Grad())
@@ -61,6 +67,9 @@ func Sub(a, b *Tensor) *Tensor {
 
 // Mul returns a · b, elementwise.
 func Mul(a, b *Tensor) *Tensor {
+	if isBF16(a, b) {
+		return inFloat32(allBF16(a, b), func(w []*Tensor) *Tensor { return Mul(w[0], w[1]) }, a, b)
+	}
 	out, tp := binary("mul", device.Mul, a, b)
 	record(tp, "mul", out, []*Tensor{a, b}, []*Tensor{a, b}, func(bk *backward) {
 		g := bk.Grad()
@@ -76,6 +85,9 @@ func Mul(a, b *Tensor) *Tensor {
 
 // Div returns a / b, elementwise.
 func Div(a, b *Tensor) *Tensor {
+	if isBF16(a, b) {
+		return inFloat32(allBF16(a, b), func(w []*Tensor) *Tensor { return Div(w[0], w[1]) }, a, b)
+	}
 	out, tp := binary("div", device.Div, a, b)
 	record(tp, "div", out, []*Tensor{a, b}, []*Tensor{a, b}, func(bk *backward) {
 		g, x, y := bk.Grad(), bk.Saved(0), bk.Saved(1)
@@ -109,6 +121,9 @@ func unary(op string, kop device.UnaryOp, x *Tensor, alpha float32) (*Tensor, *T
 
 // Scale returns alpha · x.
 func Scale(x *Tensor, alpha float32) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return Scale(w[0], alpha) }, x)
+	}
 	out, tp := unary("scale", device.Scale, x, alpha)
 	record(tp, "scale", out, []*Tensor{x}, nil, func(bk *backward) {
 		bk.Accumulate(0, Scale(bk.Grad(), alpha))
@@ -118,6 +133,9 @@ func Scale(x *Tensor, alpha float32) *Tensor {
 
 // Neg returns -x.
 func Neg(x *Tensor) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return Neg(w[0]) }, x)
+	}
 	out, tp := unary("neg", device.Neg, x, 0)
 	record(tp, "neg", out, []*Tensor{x}, nil, func(bk *backward) {
 		bk.Accumulate(0, Neg(bk.Grad()))
@@ -127,6 +145,9 @@ func Neg(x *Tensor) *Tensor {
 
 // AddScalar returns x + c.
 func AddScalar(x *Tensor, c float32) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return AddScalar(w[0], c) }, x)
+	}
 	out, tp := unary("add_scalar", device.AddScalar, x, c)
 	record(tp, "add_scalar", out, []*Tensor{x}, nil, func(bk *backward) { bk.Pass(0, bk.Grad()) })
 	return out
@@ -134,6 +155,9 @@ func AddScalar(x *Tensor, c float32) *Tensor {
 
 // Exp returns eˣ.
 func Exp(x *Tensor) *Tensor {
+	if isBF16(x) {
+		return inFloat32(false, func(w []*Tensor) *Tensor { return Exp(w[0]) }, x)
+	}
 	out, tp := unary("exp", device.Exp, x, 0)
 	record(tp, "exp", out, []*Tensor{x}, []*Tensor{out}, func(bk *backward) {
 		bk.Accumulate(0, Mul(bk.Grad(), bk.Saved(0)))
@@ -143,6 +167,9 @@ func Exp(x *Tensor) *Tensor {
 
 // Log returns ln x.
 func Log(x *Tensor) *Tensor {
+	if isBF16(x) {
+		return inFloat32(false, func(w []*Tensor) *Tensor { return Log(w[0]) }, x)
+	}
 	out, tp := unary("log", device.Log, x, 0)
 	record(tp, "log", out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
 		bk.Accumulate(0, Div(bk.Grad(), bk.Saved(0)))
@@ -152,6 +179,9 @@ func Log(x *Tensor) *Tensor {
 
 // Sqrt returns √x.
 func Sqrt(x *Tensor) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return Sqrt(w[0]) }, x)
+	}
 	out, tp := unary("sqrt", device.Sqrt, x, 0)
 	record(tp, "sqrt", out, []*Tensor{x}, []*Tensor{out}, func(bk *backward) {
 		q := Div(bk.Grad(), bk.Saved(0))
@@ -163,6 +193,9 @@ func Sqrt(x *Tensor) *Tensor {
 
 // Square returns x².
 func Square(x *Tensor) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return Square(w[0]) }, x)
+	}
 	out, tp := unary("square", device.Square, x, 0)
 	record(tp, "square", out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
 		p := Mul(bk.Grad(), bk.Saved(0))
@@ -241,7 +274,7 @@ func (t *Tensor) CopyFrom(src *Tensor) {
 		panicf("copy_", "copy of %v into %v (must be the same shape, destination contiguous)", src.shape, t.shape)
 	}
 	if t.st.block != nil {
-		check("copy_", kernels(t).Copy(t.view(), src.view()))
+		copyInto("copy_", t.st.dev, t.view(), src.view())
 	}
 	t.st.bumpVersion("copy_")
 }

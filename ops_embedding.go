@@ -36,6 +36,9 @@ func contiguousInput(t *Tensor) (*Tensor, func()) {
 // output row's gradient into its weight row, in index order, so repeated
 // indices sum deterministically.
 func Embedding(weight, indices *Tensor) *Tensor {
+	if isBF16(weight, indices) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return Embedding(w[0], w[1]) }, weight, indices)
+	}
 	const op = "embedding"
 	tp := tapeOf(op, weight, indices)
 	dev := sameDevice(op, weight, indices)

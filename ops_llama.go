@@ -32,6 +32,9 @@ func composite(tp *Tape, f func() *Tensor) *Tensor {
 
 // SiLU returns x·σ(x) (PyTorch: nn.functional.silu), saving x.
 func SiLU(x *Tensor) *Tensor {
+	if isBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return SiLU(w[0]) }, x)
+	}
 	const op = "silu"
 	out, tp := unary(op, device.SiLU, x, 0)
 	record(tp, op, out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
@@ -54,6 +57,9 @@ func SiLU(x *Tensor) *Tensor {
 // [C], or nil for none. It saves x and each row's √(mean(x²) + eps): as
 // LayerNorm's fused kernel does, never the normalised tensor.
 func RMSNorm(x, weight *Tensor, eps float32) *Tensor {
+	if isBF16(x, weight) {
+		return inFloat32(false, func(w []*Tensor) *Tensor { return RMSNorm(w[0], w[1], eps) }, x, weight)
+	}
 	const op = "rms_norm"
 	tp := tapeOf(op, x, weight)
 	sameDevice(op, x, weight)
@@ -131,6 +137,9 @@ func RMSNorm(x, weight *Tensor, eps float32) *Tensor {
 // this convention. cos and sin are constants: no gradient flows to them.
 // It saves cos and sin only.
 func RotaryEmbedding(x, cos, sin *Tensor) *Tensor {
+	if isBF16(x, cos, sin) {
+		return inFloat32(x.dtype == device.BFloat16, func(w []*Tensor) *Tensor { return RotaryEmbedding(w[0], w[1], w[2]) }, x, cos, sin)
+	}
 	const op = "rotary_embedding"
 	tp := tapeOf(op, x, cos, sin)
 	sameDevice(op, x, cos, sin)

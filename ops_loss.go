@@ -12,6 +12,9 @@ import (
 // MSELoss returns the mean of (x - target)² over all elements (PyTorch:
 // nn.functional.mse_loss). It saves x and target for backward.
 func MSELoss(x, target *Tensor) *Tensor {
+	if isBF16(x, target) {
+		return inFloat32(false, func(w []*Tensor) *Tensor { return MSELoss(w[0], w[1]) }, x, target)
+	}
 	tp := tapeOf("mse_loss", x, target)
 	dev := sameDevice("mse_loss", x, target)
 	floats32("mse_loss", x, target)
@@ -63,6 +66,9 @@ func onesLike(shape []int) []int {
 // and any other target outside [0, classes) is an *Error. It saves the
 // target.
 func NLLLoss(logp, target *Tensor) *Tensor {
+	if isBF16(logp, target) {
+		return inFloat32(false, func(w []*Tensor) *Tensor { return NLLLoss(w[0], w[1]) }, logp, target)
+	}
 	tp := tapeOf("nll_loss", logp, target)
 	dev := sameDevice("nll_loss", logp, target)
 	floats32("nll_loss", logp)
@@ -115,6 +121,9 @@ func NLLLoss(logp, target *Tensor) *Tensor {
 // [0, classes) is an *Error. The log-probabilities are freed when the loss
 // is computed, except for the reference log-softmax saved for backward.
 func CrossEntropy(logits, target *Tensor) *Tensor {
+	if isBF16(logits, target) {
+		return inFloat32(false, func(w []*Tensor) *Tensor { return CrossEntropy(w[0], w[1]) }, logits, target)
+	}
 	if logits.Rank() > 2 || (logits.Rank() == 2 && target.Rank() != 1) {
 		V := logits.shape[logits.Rank()-1]
 		if device.Numel(target.shape)*V != logits.Numel() || !slices.Equal(target.shape, logits.shape[:logits.Rank()-1]) {

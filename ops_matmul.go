@@ -13,9 +13,19 @@ import (
 func MatMul(a, b *Tensor) *Tensor {
 	tp := tapeOf("matmul", a, b)
 	dev := sameDevice("matmul", a, b)
-	floats32("matmul", a, b)
+	floatType("matmul", a, b)
 	if a.Rank() < 2 || b.Rank() < 2 {
 		panicf("matmul", "operands need two axes or more, got %v and %v", a.shape, b.shape)
+	}
+	if tp.lowPrecision() && !allBF16(a, b) {
+		ab, ra := tp.castOperand(a)
+		defer ra()
+		bb, rb := tp.castOperand(b)
+		defer rb()
+		return MatMul(ab, bb)
+	}
+	if isBF16(a, b) && !allBF16(a, b) { // mixed operands: float32
+		return inFloat32(false, func(w []*Tensor) *Tensor { return MatMul(w[0], w[1]) }, a, b)
 	}
 	m, k := a.shape[a.Rank()-2], a.shape[a.Rank()-1]
 	k2, n := b.shape[b.Rank()-2], b.shape[b.Rank()-1]
@@ -23,7 +33,7 @@ func MatMul(a, b *Tensor) *Tensor {
 		panicf("matmul", "inner dimensions differ: %v @ %v", a.shape, b.shape)
 	}
 	batch := broadcastShapes("matmul", a.shape[:a.Rank()-2], b.shape[:b.Rank()-2])
-	out := newOutput(tp, dev, append(cloneShape(batch), m, n))
+	out := newOutputOf(tp, dev, a.dtype, append(cloneShape(batch), m, n))
 	matmulInto("matmul", out, a, b, 0)
 	record(tp, "matmul", out, []*Tensor{a, b}, []*Tensor{a, b}, func(bk *backward) {
 		g, x, y := bk.Grad(), bk.Saved(0), bk.Saved(1)
@@ -68,15 +78,12 @@ func matmulInto(op string, out, a, b *Tensor, beta float32) {
 		M: m, N: n, K: k, Alpha: 1, Beta: beta,
 		A: a.st.block, B: b.st.block, C: out.st.block,
 		LDC: n, Batch: 1,
+		TypeA: a.dtype, TypeB: b.dtype, TypeC: out.dtype,
 	}
 	p.TransA, p.LDA = matrixLayout(a)
 	p.TransB, p.LDB = matrixLayout(b)
 	if k == 0 { // an empty sum: C = beta·C
-		if beta == 0 {
-			check(op, kernels(out).Fill(out.view(), 0))
-		} else if beta != 1 {
-			check(op, kernels(out).Unary(device.Scale, out.view(), out.view(), beta))
-		}
+		scaleView(op, out.st.dev, out.view(), beta)
 		return
 	}
 	batch := out.shape[:out.Rank()-2]
@@ -189,7 +196,10 @@ func uniformStride(s, batch []int) (int, bool) {
 // temporary is made. It saves x and weight for backward.
 func Linear(x, weight, bias *Tensor) *Tensor {
 	tp, dev, rows, in, outF := linearArgs("linear", x, weight, bias)
-	out := newOutput(tp, dev, append(cloneShape(x.shape[:x.Rank()-1]), outF))
+	if y, ok := linearInPrecision(tp, x, weight, bias, Linear); ok {
+		return y
+	}
+	out := newOutputOf(tp, dev, x.dtype, append(cloneShape(x.shape[:x.Rank()-1]), outF))
 	linearForward(dev, out, x, weight, bias, rows, in, outF, true)
 	record(tp, "linear", out, []*Tensor{x, weight, bias}, []*Tensor{x, weight}, linearBackward(dev, rows, in, outF, nil))
 	return out
@@ -247,6 +257,17 @@ func LinearEpilogue(x, weight, bias *Tensor, e Epilogue, epilogueScope string) (
 // reluModule (see LinearEpilogue).
 func linearReLU(x, weight, bias *Tensor, reluModule string) *Tensor {
 	tp, dev, rows, in, outF := linearArgs("linear", x, weight, bias)
+	if y, ok := linearInPrecision(tp, x, weight, bias, func(x, w, b *Tensor) *Tensor { return linearReLU(x, w, b, reluModule) }); ok {
+		return y
+	}
+	if x.dtype == device.BFloat16 { // the two ops: the ReLU widens and rounds
+		z := Linear(x, weight, bias)
+		restore := enterEpilogueScope(tp, reluModule)
+		y := ReLU(z)
+		restore()
+		z.Release()
+		return y
+	}
 	shape := append(cloneShape(x.shape[:x.Rank()-1]), outF)
 	z := newOutput(tp, dev, shape) // the pre-activation, without the bias yet
 	linearForward(dev, z, x, weight, bias, rows, in, outF, false)
@@ -337,6 +358,17 @@ func LinearGELUTanh(x, weight, bias *Tensor) *Tensor { return linearGELUTanh(x, 
 // scope geluScope (see LinearEpilogue).
 func linearGELUTanh(x, weight, bias *Tensor, geluScope string) *Tensor {
 	tp, dev, rows, in, outF := linearArgs("linear", x, weight, bias)
+	if y, ok := linearInPrecision(tp, x, weight, bias, func(x, w, b *Tensor) *Tensor { return linearGELUTanh(x, w, b, geluScope) }); ok {
+		return y
+	}
+	if x.dtype == device.BFloat16 { // the two ops: the GELU widens and rounds
+		z := Linear(x, weight, bias)
+		restore := enterEpilogueScope(tp, geluScope)
+		y := GELUTanh(z)
+		restore()
+		z.Release()
+		return y
+	}
 	shape := append(cloneShape(x.shape[:x.Rank()-1]), outF)
 	fk, fused := dev.Kernels().(device.FusedGELUKernels)
 	fuseBias := fused && bias != nil && bias.IsContiguous()
@@ -402,7 +434,7 @@ func linearGELUTanh(x, weight, bias *Tensor, geluScope string) *Tensor {
 func linearArgs(op string, x, weight, bias *Tensor) (tp *Tape, dev device.Device, rows, in, outF int) {
 	tp = tapeOf(op, x, weight, bias)
 	dev = sameDevice(op, x, weight, bias)
-	floats32(op, x, weight, bias)
+	floatType(op, x, weight, bias)
 	if weight.Rank() != 2 || x.Rank() < 1 || x.shape[x.Rank()-1] != weight.shape[1] {
 		panicf(op, "input %v does not fit weight %v (want [..., %d])", x.shape, weight.shape, weight.shape[min(1, weight.Rank()-1)])
 	}
@@ -423,11 +455,11 @@ func linearForward(dev device.Device, out, x, weight, bias *Tensor, rows, in, ou
 	defer releaseX()
 	w, releaseW := flatMatrix(weight, outF, in)
 	defer releaseW()
-	o := matrix{block: out.st.block, off: out.offset, rows: rows, cols: outF, rs: outF, cs: 1}
+	o := matrix{block: out.st.block, off: out.offset, rows: rows, cols: outF, rs: outF, cs: 1, dtype: out.dtype}
 	beta := float32(0)
 	if withBias && bias != nil {
 		ov := matView(out, rows, outF)
-		check("linear", dev.Kernels().Copy(ov, bias.broadcastView(ov.Shape)))
+		copyInto("linear", dev, ov, bias.broadcastView(ov.Shape))
 		beta = 1
 	}
 	gemm("linear", dev, o, xm, w.t(), beta)
@@ -441,10 +473,10 @@ func linearBackward(dev device.Device, rows, in, outF int, db **Tensor) func(*ba
 		gm, releaseG := flatMatrix(g, rows, outF)
 		defer releaseG()
 		if bk.Needs(0) { // dx = g·W
-			dx := newOutput(bk.tape, dev, bk.Saved(0).shape)
+			dx := newOutputOf(bk.tape, dev, bk.Saved(0).dtype, bk.Saved(0).shape)
 			if dx.st.block != nil {
 				wm, releaseW := flatMatrix(bk.Saved(1), outF, in)
-				d := matrix{block: dx.st.block, off: dx.offset, rows: rows, cols: in, rs: in, cs: 1}
+				d := matrix{block: dx.st.block, off: dx.offset, rows: rows, cols: in, rs: in, cs: 1, dtype: dx.dtype}
 				gemm("linear_backward", dev, d, gm, wm, 0)
 				releaseW()
 			}
@@ -452,9 +484,9 @@ func linearBackward(dev device.Device, rows, in, outF int, db **Tensor) func(*ba
 		}
 		if bk.Needs(1) { // dW = gᵀ·x
 			xm, releaseX := flatMatrix(bk.Saved(0), rows, in)
-			dw := newOutput(bk.tape, dev, []int{outF, in})
+			dw := newOutputOf(bk.tape, dev, bk.Saved(1).dtype, []int{outF, in})
 			if dw.st.block != nil {
-				d := matrix{block: dw.st.block, off: dw.offset, rows: outF, cols: in, rs: in, cs: 1}
+				d := matrix{block: dw.st.block, off: dw.offset, rows: outF, cols: in, rs: in, cs: 1, dtype: dw.dtype}
 				gemm("linear_backward", dev, d, gm.t(), xm, 0)
 			}
 			releaseX()
@@ -466,7 +498,7 @@ func linearBackward(dev device.Device, rows, in, outF int, db **Tensor) func(*ba
 				*db = nil
 				return
 			}
-			bk.Accumulate(2, sumTo(g, []int{outF}))
+			bk.Accumulate(2, sumTo(g, []int{outF})) // float32 for a bfloat16 g (sumTo)
 		}
 	}
 }
@@ -487,18 +519,19 @@ type matrix struct {
 	off        int
 	rows, cols int
 	rs, cs     int
+	dtype      device.DType
 }
 
 // t is the transpose, a view.
 func (m matrix) t() matrix {
-	return matrix{block: m.block, off: m.off, rows: m.cols, cols: m.rows, rs: m.cs, cs: m.rs}
+	return matrix{block: m.block, off: m.off, rows: m.cols, cols: m.rows, rs: m.cs, cs: m.rs, dtype: m.dtype}
 }
 
 // flatMatrix reads t as a rows × cols matrix (its last axis the columns):
 // t's own layout when it is a matrix or contiguous, else a contiguous copy,
 // which the returned function releases.
 func flatMatrix(t *Tensor, rows, cols int) (matrix, func()) {
-	m := matrix{block: t.st.block, off: t.offset, rows: rows, cols: cols, rs: cols, cs: 1}
+	m := matrix{block: t.st.block, off: t.offset, rows: rows, cols: cols, rs: cols, cs: 1, dtype: t.dtype}
 	switch {
 	case t.Rank() == 2:
 		m.rs, m.cs = t.strides[0], t.strides[1]
@@ -522,18 +555,15 @@ func gemm(op string, dev device.Device, c, a, b matrix, beta float32) {
 		return
 	}
 	if a.cols == 0 { // an empty sum: C = beta·C
-		v := device.View{Block: c.block, Off: c.off, Shape: []int{c.rows, c.cols}, Strides: []int{c.cols, 1}}
-		if beta == 0 {
-			check(op, dev.Kernels().Fill(v, 0))
-		} else if beta != 1 {
-			check(op, dev.Kernels().Unary(device.Scale, v, v, beta))
-		}
+		v := device.View{Block: c.block, Off: c.off, Shape: []int{c.rows, c.cols}, Strides: []int{c.cols, 1}, DType: c.dtype}
+		scaleView(op, dev, v, beta)
 		return
 	}
 	p := device.GemmParams{
 		M: c.rows, N: c.cols, K: a.cols, Alpha: 1, Beta: beta,
 		A: a.block, B: b.block, C: c.block, OffA: a.off, OffB: b.off, OffC: c.off,
 		LDC: c.cols, Batch: 1,
+		TypeA: a.dtype, TypeB: b.dtype, TypeC: c.dtype,
 	}
 	p.TransA, p.LDA = layoutOf(a.rows, a.cols, a.rs, a.cs)
 	p.TransB, p.LDB = layoutOf(b.rows, b.cols, b.rs, b.cs)

@@ -14,6 +14,9 @@ import (
 // never the normalised tensor, as PyTorch and llm.c do. Elsewhere it is
 // composed from elementwise ops and reductions (which save more).
 func LayerNorm(x, weight, bias *Tensor, eps float32) *Tensor {
+	if isBF16(x, weight, bias) {
+		return inFloat32(false, func(w []*Tensor) *Tensor { return LayerNorm(w[0], w[1], w[2], eps) }, x, weight, bias)
+	}
 	return layerNorm(x, weight, bias, eps, nil)
 }
 

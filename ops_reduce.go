@@ -19,6 +19,9 @@ func Mean(x *Tensor, axes ...int) *Tensor { return reduce("mean", x, axes, false
 func MeanKeepDim(x *Tensor, axes ...int) *Tensor { return reduce("mean", x, axes, true, true) }
 
 func reduce(op string, x *Tensor, axes []int, keep, mean bool) *Tensor {
+	if isBF16(x) {
+		return inFloat32(false, func(w []*Tensor) *Tensor { return reduce(op, w[0], axes, keep, mean) }, x)
+	}
 	tp := tapeOf(op, x)
 	floats32(op, x)
 	summed := make([]bool, x.Rank())

@@ -156,6 +156,10 @@ func copyRegion(op string, dev device.Device, dst, src device.View) {
 	if dst.Numel() == 0 {
 		return
 	}
+	if !plainCopy(dst.DType) || dst.DType != src.DType {
+		convertInto(op, dst, src, dev)
+		return
+	}
 	if sk, ok := dev.Kernels().(device.StridedCopyKernels); ok {
 		check(op, sk.CopyStrided(dst, src))
 		return

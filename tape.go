@@ -38,6 +38,10 @@ type Tape struct {
 	inBackward bool
 	// checkpointing is set while a Checkpoint segment runs its forward.
 	checkpointing bool
+	// autocast is the element type of matrix products (Autocast);
+	// casts holds the bfloat16 copies of parameters made under it.
+	autocast device.DType
+	casts    map[castKey]castEntry
 }
 
 // NewTape returns an empty tape. Most code uses Step instead, which closes
@@ -286,7 +290,8 @@ type node struct {
 	backward func(*backward)
 	grad     *Tensor // gradient of the output, accumulated during backward
 	outShape []int
-	ran      bool // backward ran and freed its saved tensors
+	outType  device.DType // the output's element type, which its gradient has
+	ran      bool         // backward ran and freed its saved tensors
 
 	// Room for the inputs and saved tensors of most ops, so that recording
 	// one is one allocation.
@@ -311,6 +316,11 @@ type savedTensor struct {
 	leaf    *Tensor // a saved leaf is kept as itself (its handle is the caller's)
 	dropped bool
 	unpack  *Tensor // the tensor Unpack returned, while the node runs
+	// widen: the op saved a float32 widening of a bfloat16 tensor, and
+	// packed is the bfloat16 tensor (Note in ops_precision.go); Saved
+	// widens it again into widened, freed with the saved tensors.
+	widen   bool
+	widened *Tensor
 }
 
 // record makes out the output of op on its tape, recording the op if any
@@ -327,7 +337,7 @@ func (tp *Tape) record(op string, out *Tensor, inputs []*Tensor, save []*Tensor,
 	if !needs {
 		return
 	}
-	n := &node{op: op, seq: len(tp.nodes), backward: bw, outShape: out.shape}
+	n := &node{op: op, seq: len(tp.nodes), backward: bw, outShape: out.shape, outType: out.dtype}
 	if len(inputs) <= len(n.inputsBuf) {
 		n.inputs = n.inputsBuf[:len(inputs)]
 	} else {
@@ -355,7 +365,11 @@ func (tp *Tape) record(op string, out *Tensor, inputs []*Tensor, save []*Tensor,
 }
 
 func (tp *Tape) pack(n *node, slot int, t *Tensor) savedTensor {
-	s := savedTensor{st: t.st, version: t.st.version}
+	widened := false
+	if t.widenedFrom != nil && !t.widenedFrom.released {
+		t, widened = t.widenedFrom, true
+	}
+	s := savedTensor{st: t.st, version: t.st.version, widen: widened}
 	if len(tp.hooks) == 0 {
 		if t.node == nil && t.requiresGrad && t.tape == nil {
 			// A leaf of no tape (a parameter) is saved as itself: the caller
@@ -385,6 +399,10 @@ func (n *node) releaseSaved() error {
 		}
 		s.dropped = true
 		s.unpack = nil
+		if s.widened != nil {
+			s.widened.Release()
+			s.widened = nil
+		}
 		if r, ok := s.packed.(Releaser); ok {
 			func() {
 				defer func() {

@@ -51,6 +51,7 @@ type Tensor struct {
 	grad         *Tensor // leaves: the accumulated gradient (PyTorch's .grad)
 	name         string
 	releasedAt   stackTrace
+	widenedFrom  *Tensor      // the bfloat16 tensor this float32 one widens, while an op runs (ops_precision.go)
 	dtype        device.DType // the small fields together: no padding between them
 	requiresGrad bool
 	released     bool
@@ -512,7 +513,7 @@ func (t *Tensor) contiguousData(op string) *Tensor {
 		return t
 	}
 	c := allocate(t.st.dev, t.dtype, device.Temporary, t.shape)
-	check(op, t.st.dev.Kernels().Copy(c.view(), t.view()))
+	copyInto(op, t.st.dev, c.view(), t.view())
 	return c
 }
 

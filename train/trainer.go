@@ -165,6 +165,11 @@ type Config struct {
 	// (SGD, AdamW). Results equal Shard 0's bit for bit; checkpoints hold
 	// the whole state (gathered to rank 0) and load at any rank count.
 	Shard int
+	// Precision is the element type of the model's matrix products in
+	// forward (ferry.Tape.Autocast): device.Float32 (the zero value) or
+	// device.BFloat16, mixed precision with float32 parameters, gradients
+	// and optimizer state. It is part of the run's identity.
+	Precision device.DType
 }
 
 // Sharder is a Task that can give one rank's shard of a step's global
@@ -322,6 +327,15 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 	}
 	if cfg.Unit == "" {
 		cfg.Unit = "items"
+	}
+	switch cfg.Precision {
+	case device.Float32:
+	case device.BFloat16:
+		if _, ok := dev.Kernels().(device.ConvertKernels); !ok {
+			return nil, configErr("Precision", "%s has no bfloat16 tensors; train in float32 on it", dev.Name())
+		}
+	default:
+		return nil, configErr("Precision", "%s is not supported: want float32 or bfloat16", cfg.Precision)
 	}
 	for name, v := range map[string]int{"Accum": cfg.Accum, "EvalEvery": cfg.EvalEvery, "LogEvery": cfg.LogEvery,
 		"CheckpointEvery": cfg.CheckpointEvery, "StopAfter": cfg.StopAfter} {
@@ -850,7 +864,9 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 				h.ForwardStart(step, micro)
 			}
 			var out *ferry.Tensor
-			forward := func() { out = task.Forward(tape, xin, t.mem.Recompute()) }
+			forward := func() {
+				tape.Autocast(cfg.Precision, func() { out = task.Forward(tape, xin, t.mem.Recompute()) })
+			}
 			var l *ferry.Tensor
 			if t.mem.HooksOverLoss() {
 				// The hooks see the loss's saves too, as the planner
@@ -994,6 +1010,9 @@ func (t *Trainer) identity() map[string]any {
 		}
 	}
 	id["steps"], id["accum"], id["clip"], id["seed"] = cfg.Steps, cfg.Accum, cfg.Clip, cfg.Seed
+	if cfg.Precision != device.Float32 { // (absent in float32, as in checkpoints from before it existed)
+		id["precision"] = cfg.Precision.String()
+	}
 	switch s := cfg.Schedule.(type) {
 	case nil:
 		id["lr"] = cfg.Optimizer.LR()
