@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -26,7 +28,9 @@ type CalibrateOptions struct {
 
 // Calibrate measures dev and returns a profile for the meta device's cost
 // model: the matrix-product rate at a Linear(Width) layer's three shapes
-// at batch Batch, the fixed cost of a kernel, copies to and from the host
+// at batch Batch, in float32 and, where the device multiplies bfloat16,
+// with bfloat16 operands (else matmul_bf16_flops stays 0 and the Source
+// says why), the fixed cost of a kernel, copies to and from the host
 // on a side stream, and disk writes and reads as the offloader's disk tier
 // makes them (through the page cache, without fsync). The rate of
 // elementwise work is then fitted: a few training steps of the origin
@@ -121,6 +125,16 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	flops := 3 * 2 * float64(b) * float64(w) * float64(w)
 	bytes := 3 * 4 * float64(b*w+w*w+b*w)
 	p.MatmulFLOPS = flops / max(gemm-3*kern-bytes/p.MemoryBytesPerSec, 1e-9)
+	bf16Note := "bfloat16 products at the same shapes"
+	var skipped *device.UnsupportedError
+	switch rate, err := calibrateBF16(dev, o, kern, p.MemoryBytesPerSec); {
+	case errors.As(err, &skipped):
+		bf16Note = "bfloat16 products not measured (" + skipped.Error() + ")"
+	case err != nil:
+		return nil, err
+	default:
+		p.MatmulBF16FLOPS = rate
+	}
 
 	// Host link: 64 MiB each way on a side stream.
 	const linkBytes = 64 << 20
@@ -165,9 +179,68 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	if fitOn == "" {
 		fitOn = "training steps of 8 such layers"
 	}
-	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, 64 MiB host copies, a 256 MiB file; "+
-		"elementwise rate and copy share fitted to %s", dev.Name(), w, b, fitOn)
+	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, %s, 64 MiB host copies, a 256 MiB file; "+
+		"elementwise rate and copy share fitted to %s", dev.Name(), w, b, bf16Note, fitOn)
 	return p, p.Validate()
+}
+
+// calibrateBF16 times a Linear(o.Width) layer's three products at batch
+// o.Batch with bfloat16 operands and results (float32 accumulation), as a
+// bfloat16 model makes them, and returns the rate at which the meta
+// device's cost model (kern per kernel, bytes at mem) predicts that time.
+// A device that multiplies no bfloat16 returns its *device.UnsupportedError
+// from the first product: the caller leaves the rate unmeasured (0: the
+// fp32 rate).
+func calibrateBF16(dev device.Device, o CalibrateOptions, kern, mem float64) (float64, error) {
+	w, b := o.Width, o.Batch
+	k := dev.Kernels()
+	// Inputs x, Wᵀ and the output's gradient g, all 0.01, never written;
+	// outputs y, dx and dW apart, so that no product grows its inputs.
+	var x, wt, g, y, dx, gw *device.Block
+	for _, m := range []struct {
+		dst **device.Block
+		n   int
+		in  bool
+	}{{&x, b * w, true}, {&wt, w * w, true}, {&g, b * w, true}, {&y, b * w, false}, {&dx, b * w, false}, {&gw, w * w, false}} {
+		blk, err := dev.Allocator().Alloc(int64(2*m.n), device.Temporary)
+		if err != nil {
+			return 0, err
+		}
+		defer dev.Allocator().Free(blk)
+		*m.dst = blk
+		if m.in {
+			vals := make([]byte, 2*m.n)
+			h := device.ToBFloat16(0.01)
+			for i := 0; i < m.n; i++ {
+				binary.NativeEndian.PutUint16(vals[2*i:], h)
+			}
+			if err := k.Upload(device.View{Block: blk, Shape: []int{m.n}, Strides: []int{1}, DType: device.BFloat16}, vals); err != nil {
+				return 0, err
+			}
+		}
+	}
+	bf := device.BFloat16
+	shapes := []device.GemmParams{
+		{M: b, N: w, K: w, TransB: true, A: x, B: wt, C: y, LDA: w, LDB: w, LDC: w}, // y = x·Wᵀ
+		{M: b, N: w, K: w, A: g, B: wt, C: dx, LDA: w, LDB: w, LDC: w},              // dx = g·W
+		{M: w, N: w, K: b, TransA: true, A: g, B: x, C: gw, LDA: w, LDB: w, LDC: w}, // dW = gᵀ·x
+	}
+	t, err := repeat(o.Seconds, func() error {
+		for _, s := range shapes {
+			s.Alpha, s.Batch = 1, 1
+			s.TypeA, s.TypeB, s.TypeC = bf, bf, bf
+			if err := k.Gemm(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, dev.Compute().Synchronize, 1)
+	if err != nil {
+		return 0, err
+	}
+	flops := 3 * 2 * float64(b) * float64(w) * float64(w)
+	bytes := 3 * 2 * float64(b*w+w*w+b*w)
+	return flops / max(t-3*kern-bytes/mem, 1e-9), nil
 }
 
 // repeat times batch calls of f (then done) until budget seconds have

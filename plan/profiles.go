@@ -13,7 +13,11 @@ import (
 
 // Built-in hardware profiles. The GPU figures are datasheet peaks scaled by
 // the share of peak that well-tuned code reaches in practice; each says
-// which. They are predictions' inputs, not measurements: `ferry calibrate`
+// which. Their matmul_flops is the FP32 (CUDA core) peak, as ferry's CUDA
+// device multiplies float32 without TF32 by default; matmul_bf16_flops is
+// the dense (not the 2:4-sparse) BF16 tensor-core peak, derated alike: it
+// assumes bfloat16 products go to cuBLAS with float32 accumulation, and
+// is about 2× the dense TF32 figure, 15 to 16× the FP32 one. They are predictions' inputs, not measurements: `ferry calibrate`
 // measures the machine it runs on, and a measured profile (JSON) always
 // beats these.
 var builtin = map[string]meta.Profile{
@@ -22,8 +26,10 @@ var builtin = map[string]meta.Profile{
 		Source: "NVIDIA H200 datasheet: FP32 67 TFLOP/s, HBM3e 4.8 TB/s, 141 GB; PCIe Gen5 x16 64 GB/s per direction. " +
 			"Assumed reached: 75% of FP32 peak for large SGEMM, 80% of memory bandwidth, 80% of the link (51 GB/s pinned), " +
 			"a PCIe Gen4 NVMe drive at 5 GB/s write and 7 GB/s read, 5 µs per kernel; attention at ferry's tiled kernels' " +
-			"FP32 bound with --fmad=false, 60% reached (20.1 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
-		MatmulFLOPS: 0.75 * 67e12, MemoryBytesPerSec: 0.8 * 4.8e12, KernelSeconds: 5e-6,
+			"FP32 bound with --fmad=false, 60% reached (20.1 TFLOP/s, docs/gpu-estimate.md); " +
+			"bfloat16 products on the tensor cores through cuBLAS (float32 accumulation) at the datasheet's dense BF16 989 TFLOP/s " +
+			"(1,979 with sparsity; dense TF32 495), 75% reached, as FP32. Not measured here.",
+		MatmulFLOPS: 0.75 * 67e12, MatmulBF16FLOPS: 0.75 * 989e12, MemoryBytesPerSec: 0.8 * 4.8e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(67e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,
@@ -33,8 +39,10 @@ var builtin = map[string]meta.Profile{
 		Name: "h100-pcie5",
 		Source: "NVIDIA H100 PCIe datasheet: FP32 51 TFLOP/s, HBM2e 2.0 TB/s, 80 GB; PCIe Gen5 x16 64 GB/s per direction. " +
 			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link, NVMe 5/7 GB/s, 5 µs per kernel; " +
-			"attention at ferry's tiled kernels' FP32 bound with --fmad=false, 60% reached (15.3 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
-		MatmulFLOPS: 0.75 * 51e12, MemoryBytesPerSec: 0.8 * 2.0e12, KernelSeconds: 5e-6,
+			"attention at ferry's tiled kernels' FP32 bound with --fmad=false, 60% reached (15.3 TFLOP/s, docs/gpu-estimate.md); " +
+			"bfloat16 products on the tensor cores through cuBLAS (float32 accumulation) at the datasheet's dense BF16 756 TFLOP/s " +
+			"(1,513 with sparsity; dense TF32 378), 75% reached, as FP32. Not measured here.",
+		MatmulFLOPS: 0.75 * 51e12, MatmulBF16FLOPS: 0.75 * 756e12, MemoryBytesPerSec: 0.8 * 2.0e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(51e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,
@@ -44,8 +52,10 @@ var builtin = map[string]meta.Profile{
 		Name: "a100-pcie4",
 		Source: "NVIDIA A100 80GB PCIe datasheet: FP32 19.5 TFLOP/s, HBM2e 1.935 TB/s; PCIe Gen4 x16 32 GB/s per direction. " +
 			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link (25.6 GB/s), NVMe 5/7 GB/s, 5 µs per kernel; " +
-			"attention at ferry's tiled kernels' FP32 bound with --fmad=false, 60% reached (5.9 TFLOP/s, docs/gpu-estimate.md). Not measured here.",
-		MatmulFLOPS: 0.75 * 19.5e12, MemoryBytesPerSec: 0.8 * 1.935e12, KernelSeconds: 5e-6,
+			"attention at ferry's tiled kernels' FP32 bound with --fmad=false, 60% reached (5.9 TFLOP/s, docs/gpu-estimate.md); " +
+			"bfloat16 products on the tensor cores through cuBLAS (float32 accumulation) at the datasheet's dense BF16 312 TFLOP/s " +
+			"(624 with sparsity; dense TF32 156), 75% reached, as FP32. Not measured here.",
+		MatmulFLOPS: 0.75 * 19.5e12, MatmulBF16FLOPS: 0.75 * 312e12, MemoryBytesPerSec: 0.8 * 1.935e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(19.5e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 32e9, D2HBytesPerSec: 0.8 * 32e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,

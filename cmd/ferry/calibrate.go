@@ -102,6 +102,14 @@ func calibrate(out io.Writer, asJSON bool, dev, save string, opts plan.Calibrate
 		}
 		fmt.Fprintf(out, "%s\n", p.Name)
 		fmt.Fprintf(out, "  matrix products   %8.1f GFLOP/s\n", p.MatmulFLOPS/1e9)
+		if p.MatmulBF16FLOPS > 0 {
+			fmt.Fprintf(out, "  bfloat16 products %8.1f GFLOP/s\n", p.MatmulBF16FLOPS/1e9)
+		} else {
+			// The Source below says why; --json says it there too, and
+			// leaves matmul_bf16_flops out (the planner then uses the
+			// fp32 rate).
+			fmt.Fprintf(out, "  bfloat16 products not measured: %s has no bfloat16 products (the fp32 rate applies)\n", dev)
+		}
 		fmt.Fprintf(out, "  elementwise       %8.1f GB/s\n", p.MemoryBytesPerSec/1e9)
 		fmt.Fprintf(out, "  per kernel        %8.2f µs\n", p.KernelSeconds*1e6)
 		fmt.Fprintf(out, "  to host           %8.1f GB/s\n", p.D2HBytesPerSec/1e9)

@@ -3,28 +3,50 @@ package meta
 import "ferry/device"
 
 // kernels compute nothing; with a profile they advance the compute clock
-// by what the kernel would cost: FLOPs at the matmul rate for products,
-// bytes moved at the memory rate for the rest.
+// by what the kernel would cost: FLOPs at the matmul rate for products
+// (the bfloat16 rate for bfloat16 ones), bytes moved at the memory rate
+// for the rest.
 type kernels struct{ d *Device }
 
-func (k kernels) cost(flops, bytes float64) {
+func (k kernels) cost(flops, bytes float64) { k.costAt(false, flops, bytes) }
+
+// costAt is cost with the products at the bfloat16 rate when bf16 is set.
+func (k kernels) costAt(bf16 bool, flops, bytes float64) {
 	p := k.d.sim.profile
 	if p == nil {
 		return
 	}
-	k.d.comp.run(p.KernelSeconds + flops/p.MatmulFLOPS + bytes/p.MemoryBytesPerSec)
+	rate := p.MatmulFLOPS
+	if bf16 && p.MatmulBF16FLOPS != 0 {
+		rate = p.MatmulBF16FLOPS
+	}
+	k.d.comp.run(p.KernelSeconds + flops/rate + bytes/p.MemoryBytesPerSec)
 }
 
 // elementwise accounts a kernel that reads in tensors of n elements and
 // writes out.
 func (k kernels) elementwise(n int, in, out int) { k.cost(0, float64(n*4*(in+out))) }
 
+// Gemm accounts a product's FLOPs, at the bfloat16 rate when its operands
+// are bfloat16, and its operands' bytes, each at its element's size.
 func (k kernels) Gemm(p device.GemmParams) error {
-	if p.Mixed() { // bfloat16 products: not yet on this device
-		return &device.UnsupportedError{Op: "gemm", DType: p.TypeA.String(), Device: "meta"}
+	if err := device.CheckGemmTypes("meta", p); err != nil {
+		return err
 	}
-	k.cost(2*float64(p.M)*float64(p.N)*float64(p.K)*float64(p.Batch),
-		4*float64(p.Batch)*float64(p.M*p.K+p.K*p.N+p.M*p.N))
+	k.costAt(p.Mixed(), 2*float64(p.M)*float64(p.N)*float64(p.K)*float64(p.Batch),
+		float64(p.Batch)*float64(p.M*p.K*p.TypeA.Size()+p.K*p.N*p.TypeB.Size()+p.M*p.N*p.TypeC.Size()))
+	return nil
+}
+
+var _ device.ConvertKernels = kernels{}
+
+// Convert accounts a copy that reads src's elements and writes dst's, each
+// at its element's size.
+func (k kernels) Convert(dst, src device.View) error {
+	if err := device.CheckConvertTypes("meta", dst.DType, src.DType); err != nil {
+		return err
+	}
+	k.cost(0, float64(dst.Numel()*(src.DType.Size()+dst.DType.Size())))
 	return nil
 }
 

@@ -40,6 +40,11 @@ type Profile struct {
 	Source string `json:"source,omitempty"` // where the figures come from
 	// MatmulFLOPS is the fp32 matrix-product rate.
 	MatmulFLOPS float64 `json:"matmul_flops"`
+	// MatmulBF16FLOPS is the rate of matrix products with bfloat16
+	// operands (float32 accumulation; a GPU's tensor cores); 0 means
+	// MatmulFLOPS, right where no faster bfloat16 path is known (a CPU
+	// without a measured figure).
+	MatmulBF16FLOPS float64 `json:"matmul_bf16_flops,omitempty"`
 	// AttentionFLOPS is the rate the attention kernels reach on their
 	// products (q·kᵀ and weights·v, and backward's); 0 means MatmulFLOPS,
 	// which is right where attention runs on the matrix-product kernel
@@ -88,7 +93,8 @@ const (
 )
 
 // Validate checks every field against its range (rates finite and within
-// [1e3, 1e16] bytes/s, matmul_flops within [1e6, 1e19], kernel_seconds
+// [1e3, 1e16] bytes/s, matmul_flops within [1e6, 1e19] and so
+// matmul_bf16_flops and attention_flops where not 0, kernel_seconds
 // within [0, 1], copy_compute_share within [0, 10], memory_bytes within
 // [0, device.MaxBytes]) and names every field out of range.
 func (p *Profile) Validate() error {
@@ -106,6 +112,9 @@ func (p *Profile) Validate() error {
 		{"d2h_bytes_per_sec", p.D2HBytesPerSec}, {"disk_write_bytes_per_sec", p.DiskWriteBytesPerSec},
 		{"disk_read_bytes_per_sec", p.DiskReadBytesPerSec}} {
 		check(r.name, r.v, minRate, maxRate, " (bytes per second, e.g. 2.5e10)")
+	}
+	if p.MatmulBF16FLOPS != 0 {
+		check("matmul_bf16_flops", p.MatmulBF16FLOPS, minFLOPS, maxFLOPS, " (floating-point operations per second; 0 or absent: matmul_flops)")
 	}
 	if p.AttentionFLOPS != 0 {
 		check("attention_flops", p.AttentionFLOPS, minFLOPS, maxFLOPS, " (floating-point operations per second; 0 or absent: matmul_flops)")

@@ -1,6 +1,7 @@
 package meta_test
 
 import (
+	"errors"
 	"testing"
 
 	"ferry/device"
@@ -136,5 +137,102 @@ func TestSimulateHostWork(t *testing.T) {
 			t.Errorf("host rate %g: %v s, want %v", rate, d.Now(), want)
 		}
 		d.Close()
+	}
+}
+
+// A bfloat16 product runs at MatmulBF16FLOPS when the profile gives it
+// (else at MatmulFLOPS) and moves each operand at its element's size; a
+// conversion moves its source's and destination's bytes; combinations no
+// device takes are refused with an *UnsupportedError and cost nothing.
+func TestBFloat16Cost(t *testing.T) {
+	const M, N, K, batch = 256, 128, 512, 3
+	flops := 2.0 * M * N * K * batch
+	for _, c := range []struct {
+		name          string
+		bf16Rate      float64
+		typeAB, typeC device.DType
+		want          float64
+	}{
+		{"fp32", 4e12, device.Float32, device.Float32, flops/1e12 + batch*4*(M*K+K*N+M*N)/1e11},
+		{"bf16 → fp32", 4e12, device.BFloat16, device.Float32, flops/4e12 + batch*(2*M*K+2*K*N+4*M*N)/1e11},
+		{"bf16 → bf16", 4e12, device.BFloat16, device.BFloat16, flops/4e12 + batch*2*(M*K+K*N+M*N)/1e11},
+		{"bf16 at the fp32 rate", 0, device.BFloat16, device.BFloat16, flops/1e12 + batch*2*(M*K+K*N+M*N)/1e11},
+	} {
+		p := &meta.Profile{Name: "test", MatmulFLOPS: 1e12, MemoryBytesPerSec: 1e11, H2DBytesPerSec: 1e10,
+			D2HBytesPerSec: 1e10, DiskWriteBytesPerSec: 1e9, DiskReadBytesPerSec: 2e9, MatmulBF16FLOPS: c.bf16Rate}
+		if err := p.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		d := meta.New(device.Options{}, p)
+		b, _ := d.Allocator().Alloc(1<<20, device.Activation)
+		err := d.Kernels().Gemm(device.GemmParams{M: M, N: N, K: K, Batch: batch, A: b, B: b, C: b, LDA: K, LDB: N, LDC: N, Alpha: 1,
+			TypeA: c.typeAB, TypeB: c.typeAB, TypeC: c.typeC})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := d.Now(); abs(got-c.want) > 1e-9*c.want {
+			t.Errorf("%s: %v s, want %v", c.name, got, c.want)
+		}
+		d.Close()
+	}
+
+	p := &meta.Profile{Name: "test", MatmulFLOPS: 1e12, MemoryBytesPerSec: 1e11, H2DBytesPerSec: 1e10,
+		D2HBytesPerSec: 1e10, DiskWriteBytesPerSec: 1e9, DiskReadBytesPerSec: 2e9, MatmulBF16FLOPS: 4e12, KernelSeconds: 1e-6}
+	d := meta.New(device.Options{}, p)
+	defer d.Close()
+	b, _ := d.Allocator().Alloc(1<<20, device.Activation)
+	ck, ok := d.Kernels().(device.ConvertKernels)
+	if !ok {
+		t.Fatal("the meta device has no ConvertKernels")
+	}
+	view := func(dt device.DType) device.View {
+		return device.View{Block: b, Shape: []int{100, 30}, Strides: []int{1, 100}, DType: dt}
+	}
+	for _, c := range []struct {
+		dst, src device.DType
+		bytes    float64
+	}{
+		{device.BFloat16, device.Float32, 6}, {device.Float32, device.BFloat16, 6},
+		{device.BFloat16, device.BFloat16, 4}, {device.Float32, device.Float32, 8}, {device.Int32, device.Int32, 8},
+	} {
+		start := d.Now()
+		if err := ck.Convert(view(c.dst), view(c.src)); err != nil {
+			t.Fatalf("Convert %v→%v: %v", c.src, c.dst, err)
+		}
+		if got, want := d.Now()-start, 1e-6+3000*c.bytes/1e11; abs(got-want) > 1e-9*want {
+			t.Errorf("Convert %v→%v: %v s, want %v", c.src, c.dst, got, want)
+		}
+	}
+
+	start := d.Now()
+	for _, c := range []struct{ dst, src device.DType }{
+		{device.Int32, device.Float32}, {device.Float32, device.Int32}, {device.BFloat16, device.Int32},
+		{device.Float16, device.Float16}, {device.Float16, device.Float32}, {device.Float32, device.Float16},
+	} {
+		var u *device.UnsupportedError
+		if err := ck.Convert(view(c.dst), view(c.src)); !errors.As(err, &u) || u.Device != "meta" || u.Op != "convert" {
+			t.Errorf("Convert %v→%v: %v, want an *UnsupportedError naming meta", c.src, c.dst, err)
+		}
+	}
+	for _, c := range [][3]device.DType{
+		{device.BFloat16, device.Float32, device.Float32}, {device.Float32, device.BFloat16, device.BFloat16},
+		{device.Float32, device.Float32, device.BFloat16}, {device.BFloat16, device.BFloat16, device.Int32},
+		{device.Float16, device.Float16, device.Float32},
+	} {
+		var u *device.UnsupportedError
+		err := d.Kernels().Gemm(device.GemmParams{M: 4, N: 4, K: 4, Batch: 1, A: b, B: b, C: b, LDA: 4, LDB: 4, LDC: 4, Alpha: 1,
+			TypeA: c[0], TypeB: c[1], TypeC: c[2]})
+		if !errors.As(err, &u) || u.Device != "meta" || u.Op != "gemm" {
+			t.Errorf("Gemm %v×%v→%v: %v, want an *UnsupportedError naming meta", c[0], c[1], c[2], err)
+		}
+	}
+	if d.Now() != start {
+		t.Errorf("refused kernels cost %v s", d.Now()-start)
+	}
+
+	bad := *p
+	bad.MatmulBF16FLOPS = -1
+	if err := bad.Validate(); err == nil {
+		t.Error("a negative matmul_bf16_flops was accepted")
 	}
 }
