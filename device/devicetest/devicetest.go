@@ -17,7 +17,8 @@
 // and out-of-memory errors, RecordStream, poisoning), streams and events,
 // copies between the device and its host, every Kernels method against a
 // reference written here, the optional kernel families the device
-// implements, and, given Caps.Reference, every required kernel against
+// implements, bfloat16 conversions and products where the device has
+// them (bit for bit against device.ToBFloat16 and FromBFloat16), and, given Caps.Reference, every required kernel against
 // another device (the CPU device) on large random inputs. It works on
 // blocks, views and spans directly: it tests devices, not tensors.
 package devicetest

@@ -91,45 +91,62 @@ func refGemm(p device.GemmParams, a, b, c []float32) []float64 {
 	return out
 }
 
+// gemmShape is one product of the Gemm tests.
+type gemmShape struct {
+	m, n, k, batch         int
+	alpha, beta            float32
+	broadcastA, broadcastB bool // stride 0
+}
+
+var gemmShapes = []gemmShape{
+	{m: 3, n: 4, k: 5, batch: 1, alpha: 1, beta: 0},                        // C full of NaN, not read
+	{m: 3, n: 4, k: 5, batch: 3, alpha: 0.5, beta: 1, broadcastB: true},    // accumulate; one B for the batch
+	{m: 2, n: 5, k: 3, batch: 2, alpha: 2, beta: 0.5, broadcastA: true},    // one A for the batch
+	{m: 1, n: 1, k: 7, batch: 2, alpha: 1, beta: 0},                        // dot products
+	{m: 37, n: 29, k: 45, batch: 2, alpha: 1, beta: 0, broadcastB: true},   // past one register tile
+	{m: 70, n: 65, k: 130, batch: 1, alpha: -1, beta: 1, broadcastB: true}, // past one cache block of k
+}
+
+var gemmTransposes = [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}}
+
+// gemmLayout returns the parameters of sh with transposes tr (blocks
+// unset), with leading dimensions padded past the row and offsets, and
+// the elements each of A, B and C's storages needs.
+func gemmLayout(sh gemmShape, tr [2]bool) (p device.GemmParams, na, nb, nc int) {
+	p = device.GemmParams{TransA: tr[0], TransB: tr[1], M: sh.m, N: sh.n, K: sh.k, Alpha: sh.alpha, Beta: sh.beta, Batch: sh.batch}
+	// Stored shapes, with leading dimensions padded past the row.
+	ar, ac := sh.m, sh.k
+	if p.TransA {
+		ar, ac = sh.k, sh.m
+	}
+	br, bc := sh.k, sh.n
+	if p.TransB {
+		br, bc = sh.n, sh.k
+	}
+	p.LDA, p.LDB, p.LDC = ac+1, bc+2, sh.n+3
+	p.OffA, p.OffB, p.OffC = 2, 1, 3
+	p.StrideA, p.StrideB, p.StrideC = ar*p.LDA, br*p.LDB, sh.m*p.LDC
+	if sh.broadcastA {
+		p.StrideA = 0
+	}
+	if sh.broadcastB {
+		p.StrideB = 0
+	}
+	na = p.OffA + max(1, (sh.batch-1)*p.StrideA+ar*p.LDA)
+	nb = p.OffB + max(1, (sh.batch-1)*p.StrideB+br*p.LDB)
+	nc = p.OffC + sh.batch*p.StrideC
+	return p, na, nb, nc
+}
+
+func (sh gemmShape) name(tr [2]bool) string {
+	return fmt.Sprintf("%dx%dx%d batch %d transA=%v transB=%v beta=%v", sh.m, sh.n, sh.k, sh.batch, tr[0], tr[1], sh.beta)
+}
+
 func testGemm(e *env) {
-	type shape struct {
-		m, n, k, batch         int
-		alpha, beta            float32
-		broadcastA, broadcastB bool // stride 0
-	}
-	shapes := []shape{
-		{m: 3, n: 4, k: 5, batch: 1, alpha: 1, beta: 0},                        // C full of NaN, not read
-		{m: 3, n: 4, k: 5, batch: 3, alpha: 0.5, beta: 1, broadcastB: true},    // accumulate; one B for the batch
-		{m: 2, n: 5, k: 3, batch: 2, alpha: 2, beta: 0.5, broadcastA: true},    // one A for the batch
-		{m: 1, n: 1, k: 7, batch: 2, alpha: 1, beta: 0},                        // dot products
-		{m: 37, n: 29, k: 45, batch: 2, alpha: 1, beta: 0, broadcastB: true},   // past one register tile
-		{m: 70, n: 65, k: 130, batch: 1, alpha: -1, beta: 1, broadcastB: true}, // past one cache block of k
-	}
-	for _, sh := range shapes {
-		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-			name := fmt.Sprintf("%dx%dx%d batch %d transA=%v transB=%v beta=%v", sh.m, sh.n, sh.k, sh.batch, tr[0], tr[1], sh.beta)
-			p := device.GemmParams{TransA: tr[0], TransB: tr[1], M: sh.m, N: sh.n, K: sh.k, Alpha: sh.alpha, Beta: sh.beta, Batch: sh.batch}
-			// Stored shapes, with leading dimensions padded past the row.
-			ar, ac := sh.m, sh.k
-			if p.TransA {
-				ar, ac = sh.k, sh.m
-			}
-			br, bc := sh.k, sh.n
-			if p.TransB {
-				br, bc = sh.n, sh.k
-			}
-			p.LDA, p.LDB, p.LDC = ac+1, bc+2, sh.n+3
-			p.OffA, p.OffB, p.OffC = 2, 1, 3
-			p.StrideA, p.StrideB, p.StrideC = ar*p.LDA, br*p.LDB, sh.m*p.LDC
-			if sh.broadcastA {
-				p.StrideA = 0
-			}
-			if sh.broadcastB {
-				p.StrideB = 0
-			}
-			na := p.OffA + max(1, (sh.batch-1)*p.StrideA+ar*p.LDA)
-			nb := p.OffB + max(1, (sh.batch-1)*p.StrideB+br*p.LDB)
-			nc := p.OffC + sh.batch*p.StrideC
+	for _, sh := range gemmShapes {
+		for _, tr := range gemmTransposes {
+			name := sh.name(tr)
+			p, na, nb, nc := gemmLayout(sh, tr)
 			a, b := seq(na, -1, 1), seq(nb, -1.5, 0.5)
 			c := seq(nc, -2, 2)
 			if sh.beta == 0 {
