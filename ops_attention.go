@@ -36,13 +36,25 @@ type AttentionOptions struct {
 // 3·4·B·H·T² more. Without the kernels it is composed from MatMul, a mask
 // and Softmax, which saves the T×T weights as eager PyTorch does.
 func ScaledDotProductAttention(q, k, v *Tensor, opts AttentionOptions) *Tensor {
+	if tp := tapeOf("attention", q, k, v); tp.lowPrecision() && !allBF16(q, k, v) {
+		qb, rq := tp.castOperand(q)
+		defer rq()
+		kb, rk := tp.castOperand(k)
+		defer rk()
+		vb, rv := tp.castOperand(v)
+		defer rv()
+		return ScaledDotProductAttention(qb, kb, vb, opts)
+	}
 	if isBF16(q, k, v) {
-		return inFloat32(true, func(w []*Tensor) *Tensor { return ScaledDotProductAttention(w[0], w[1], w[2], opts) }, q, k, v)
+		_, fused := sameDevice("attention", q, k, v).Kernels().(device.AttentionKernels)
+		if !allBF16(q, k, v) || !fused {
+			return inFloat32(allBF16(q, k, v), func(w []*Tensor) *Tensor { return ScaledDotProductAttention(w[0], w[1], w[2], opts) }, q, k, v)
+		}
 	}
 	const op = "attention"
 	tp := tapeOf(op, q, k, v)
 	dev := sameDevice(op, q, k, v)
-	floats32(op, q, k, v)
+	floatType(op, q, k, v)
 	if q.Rank() != 4 || !slices.Equal(q.shape, k.shape) || !slices.Equal(q.shape, v.shape) {
 		panicf(op, "q, k and v must be [batch, heads, seq, head_dim] of one shape, got %v, %v, %v", q.shape, k.shape, v.shape)
 	}
@@ -61,6 +73,9 @@ func ScaledDotProductAttention(q, k, v *Tensor, opts AttentionOptions) *Tensor {
 		return attentionComposite(q, k, v, opts)
 	}
 	p := device.AttentionParams{Causal: opts.Causal, Scale: opts.Scale, Dropout: opts.Dropout, Key: opts.Key}
+	if q.dtype == device.BFloat16 {
+		return attentionBF16(tp, dev, ak, q, k, v, p)
+	}
 	out := newOutput(tp, dev, q.shape)
 	lse := newOutput(tp, dev, q.shape[:3])
 	if out.st.block != nil {
@@ -157,4 +172,51 @@ func causalMask(dev device.Device, T int) *Tensor {
 	}
 	m.upload(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(vals))), 4*len(vals)))
 	return m
+}
+
+// attentionBF16 is the fused attention of bfloat16 q, k and v: the
+// kernels run in float32 on widened copies, the output is rounded to
+// bfloat16, and what is saved (q, k, v and the output) stays bfloat16, as
+// in FlashAttention's bfloat16 kernels, whose backward reads the rounded
+// output too. The log-sum-exp stays float32.
+func attentionBF16(tp *Tape, dev device.Device, ak device.AttentionKernels, q, k, v *Tensor, p device.AttentionParams) *Tensor {
+	const op = "attention"
+	shape := q.shape
+	out := newOutputOf(tp, dev, device.BFloat16, shape)
+	lse := newOutput(tp, dev, shape[:3])
+	if out.st.block != nil {
+		qs, ks, vs := widenTemp(q), widenTemp(k), widenTemp(v)
+		o := temporary(dev, shape)
+		check(op, ak.Attention(o.view(), lse.view(), qs.view(), ks.view(), vs.view(), p))
+		qs.Release()
+		ks.Release()
+		vs.Release()
+		convertInto(op, out.view(), o.view(), dev)
+		o.Release()
+	}
+	record(tp, op, out, []*Tensor{q, k, v}, []*Tensor{q, k, v, out, lse}, func(bk *backward) {
+		dq := newOutputOf(bk.tape, dev, device.BFloat16, shape)
+		dk := newOutputOf(bk.tape, dev, device.BFloat16, shape)
+		dv := newOutputOf(bk.tape, dev, device.BFloat16, shape)
+		if dq.st.block != nil {
+			g := widenTemp(bk.Grad())
+			qs, ks, vs, o := widenTemp(bk.Saved(0)), widenTemp(bk.Saved(1)), widenTemp(bk.Saved(2)), widenTemp(bk.Saved(3))
+			dq32, dk32, dv32 := temporary(dev, shape), temporary(dev, shape), temporary(dev, shape)
+			check(op+"_backward", ak.AttentionBackward(dq32.view(), dk32.view(), dv32.view(), g.view(), qs.view(), ks.view(), vs.view(), o.view(), bk.Saved(4).view(), p))
+			for _, t := range []*Tensor{g, qs, ks, vs, o} {
+				t.Release()
+			}
+			convertInto(op+"_backward", dq.view(), dq32.view(), dev)
+			convertInto(op+"_backward", dk.view(), dk32.view(), dev)
+			convertInto(op+"_backward", dv.view(), dv32.view(), dev)
+			dq32.Release()
+			dk32.Release()
+			dv32.Release()
+		}
+		bk.Accumulate(0, dq)
+		bk.Accumulate(1, dk)
+		bk.Accumulate(2, dv)
+	})
+	lse.Release() // lives on only as a saved tensor
+	return out
 }

@@ -43,6 +43,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	traceDir := fs.String("trace", "", "write each mode's last step as a Chrome trace and an SVG memory chart into this directory")
 	inBackward := fs.Bool("optimizer-in-backward", false, "update each parameter inside backward and free its gradient at once")
 	optState := fs.String("optimizer-state", "device", "where the optimizer keeps its state and steps, in every mode: device, or host (default: the policy's, else device)")
+	precision := fs.String("precision", "fp32", precisionUsage)
 	profile := fs.String("profile", "", "meta device only: hardware profile for predicted times ("+strings.Join(plan.Profiles(), ", ")+" or a JSON file)")
 	return func(out io.Writer, asJSON bool) error {
 		set := setFlags(fs)
@@ -53,6 +54,11 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			return fmt.Errorf("--keep-last must be 0 or more, got %d", *keepLast)
 		}
 		cfg := demo.DefaultConfig(*dev)
+		prec, err := parsePrecision(*precision)
+		if err != nil {
+			return err
+		}
+		cfg.Precision = prec
 		f, err := sizes.family()
 		if err != nil {
 			return err

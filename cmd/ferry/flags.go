@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"ferry/device"
 	"ferry/train"
 )
 
@@ -143,4 +144,28 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		}
 		fmt.Fprintln(w, b.String())
 	})
+}
+
+// precisionUsage is the --precision flag's help, shared by the commands.
+const precisionUsage = "element type of the model's matrix products: fp32, or bf16 (mixed precision: bfloat16 products and saved activations, float32 parameters, gradients and optimizer state)"
+
+// parsePrecision reads --precision: fp32 or bf16 (and their long names).
+func parsePrecision(s string) (device.DType, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "fp32", "float32", "f32":
+		return device.Float32, nil
+	case "bf16", "bfloat16":
+		return device.BFloat16, nil
+	case "fp16", "float16", "f16", "half":
+		return 0, fmt.Errorf("--precision %s: float16 is not supported; bf16 needs no loss scaling and trains as well (--precision bf16)", s)
+	}
+	return 0, fmt.Errorf("--precision %q: want fp32 or bf16", s)
+}
+
+// precisionName is the flag's spelling of dt.
+func precisionName(dt device.DType) string {
+	if dt == device.BFloat16 {
+		return "bf16"
+	}
+	return "fp32"
 }

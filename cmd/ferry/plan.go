@@ -25,6 +25,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	out := fs.String("out", "", "write the policy file here (for ferry demo/train --policy); without it nothing is written")
 	ranks := fs.Int("ranks", 1, "plan one rank of data-parallel training over this many ranks (the rank holding the most sharded state)")
 	optState := fs.String("optimizer-state", "auto", "where the optimizer keeps its state and steps: device; host (its state then takes no device memory); or auto: on the device if the plan fits there, else on the host if it fits there (the policy records it)")
+	precision := fs.String("precision", "fp32", precisionUsage)
 	zero := fs.Int("zero", 1, "with --ranks above 1, the ZeRO stage: 0 every rank holds the whole optimizer state and gradients, 1 its share of the optimizer state, 2 of the gradients too")
 	return func(w io.Writer, asJSON bool) error {
 		if budget <= 0 {
@@ -52,6 +53,10 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		cfg := demo.DefaultConfig("meta")
 		cfg.OptimizerState = state
+		var err error
+		if cfg.Precision, err = parsePrecision(*precision); err != nil {
+			return err
+		}
 		f, err := sizes.family()
 		if err != nil {
 			return err

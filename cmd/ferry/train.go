@@ -41,6 +41,8 @@ type trainOptions struct {
 	lr, minLR, clip               float64
 	weightDecay, momentum         float64
 	optimizer, optimizerState     string
+	precision                     string
+	precisionType                 device.DType
 	logPath, plotDir              string
 	checkpointDir                 string
 	checkpointEvery, keep         int
@@ -96,6 +98,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 	fs.Float64Var(&o.clip, "clip", 0, "clip gradients to this global L2 norm (0: no clipping)")
 	fs.StringVar(&o.optimizer, "optimizer", optimizer, "sgd or adamw")
 	fs.StringVar(&o.optimizerState, "optimizer-state", "device", "where the optimizer keeps its state and steps: device, or host (host memory, updated on the CPU cores: no optimizer state on the device)")
+	fs.StringVar(&o.precision, "precision", "fp32", precisionUsage)
 	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "weight decay (default: 0 for sgd, 0.1 for adamw)")
 	fs.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initialisation, the data order and dropout")
@@ -149,6 +152,11 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	if o.optimizerState != "device" && o.optimizerState != "host" {
 		return fmt.Errorf("--optimizer-state %q: want device or host", o.optimizerState)
 	}
+	prec, err := parsePrecision(o.precision)
+	if err != nil {
+		return err
+	}
+	o.precisionType = prec
 	if o.policy != "" {
 		pol, err := offload.LoadPolicy(o.policy)
 		if err != nil {
@@ -221,6 +229,7 @@ type trainSummary struct {
 	Device         string             `json:"device"`
 	Mode           string             `json:"mode"`
 	OptimizerState string             `json:"optimizer_state"` // device or host (--optimizer-state)
+	Precision      string             `json:"precision"`       // fp32 or bf16 (--precision)
 	Model          string             `json:"model"`
 	WorldSize      int                `json:"world_size"` // data-parallel ranks (mpirun -np N)
 	ParameterCount int64              `json:"parameter_count"`
@@ -273,7 +282,7 @@ func (p plannedTask) PlanModel() plan.Model { return p.planModel() }
 
 // runTrainer runs r under the shared flags o and returns the summary.
 func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (_ *trainSummary, retErr error) {
-	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, OptimizerState: o.optimizerState, Model: r.describe, WorldSize: 1}
+	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, OptimizerState: o.optimizerState, Precision: precisionName(o.precisionType), Model: r.describe, WorldSize: 1}
 	if o.comm != nil {
 		sum.WorldSize = o.comm.Size()
 	}
@@ -350,6 +359,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath, PlotDir: o.plotDir,
 		CheckpointDir: ckptDir, CheckpointEvery: ckptEvery, Keep: o.keep, Resume: o.resume,
 		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit, Comm: o.comm, CheckEvery: o.checkEvery, Shard: o.zero,
+		Precision: o.precisionType,
 		Overrides: overrides, OverrideNote: "--override " + o.override + " on resume",
 		Hooks: train.Hooks{
 			Start:   func(first, total int) { p.phase("train", total, first-1) },

@@ -92,6 +92,10 @@ type Config struct {
 	// OptimizerState places the optimizer's state: "" or "device", or
 	// "host" (optim.OnHost), for every mode alike (it changes no value).
 	OptimizerState string
+	// Precision is the element type of the model's matrix products
+	// (train.Config.Precision): device.Float32 (the zero value) or
+	// device.BFloat16.
+	Precision device.DType
 	// TraceDir, if set, receives for each mode a Chrome trace
 	// (<mode>.trace.json) and a chart (<mode>.memory.svg) of the last
 	// step's memory by category and its phases.
@@ -459,7 +463,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			}
 		},
 	}
-	tr, err := train.New(dev, task, train.Config{Steps: last, Optimizer: opt, Memory: setup, Hooks: hooks})
+	tr, err := train.New(dev, task, train.Config{Steps: last, Optimizer: opt, Memory: setup, Hooks: hooks, Precision: cfg.Precision})
 	if err != nil {
 		return nil, err
 	}

@@ -71,10 +71,14 @@ func (m planModel) String() string {
 		return m.cfg.Family.Name()
 	}
 	defer w.Release()
-	if m.ranks > 1 {
-		return fmt.Sprintf("%s · rank %d of %d, ZeRO-%d", w.Describe(), m.rank, m.ranks, m.shard)
+	d := w.Describe()
+	if m.cfg.Precision == device.BFloat16 {
+		d += " · bf16"
 	}
-	return w.Describe()
+	if m.ranks > 1 {
+		return fmt.Sprintf("%s · rank %d of %d, ZeRO-%d", d, m.rank, m.ranks, m.shard)
+	}
+	return d
 }
 
 func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error) {
@@ -110,7 +114,8 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 	}
 	run := func(tape *ferry.Tape) error {
 		x := tape.Input(input)
-		y := w.Forward(tape, x, false)
+		var y *ferry.Tensor
+		tape.Autocast(m.cfg.Precision, func() { y = w.Forward(tape, x, false) })
 		l := w.Loss(y, tape.Adopt(target.To(dev)))
 		y.Release() // as the Trainer does: the loss keeps what it saved
 		if rk != nil {
