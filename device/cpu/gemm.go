@@ -15,10 +15,15 @@ import (
 // Gemm runs each matrix product of the batch through OpenBLAS when the
 // rule of useBLAS picks it (FERRY_BLAS=off forbids it; Note [OpenBLAS on
 // one thread] says how it is threaded), and through the pure-Go kernel of
-// package gemm otherwise.
+// package gemm otherwise. Products of bfloat16 run in package gemm
+// (gemmBF16).
 func (k *kernels) Gemm(p device.GemmParams) error {
-	if p.Mixed() { // bfloat16 products: not yet on this device
-		return &device.UnsupportedError{Op: "gemm", DType: p.TypeA.String(), Device: "cpu"}
+	if p.Mixed() {
+		if err := device.CheckGemmTypes("cpu", p); err != nil {
+			return err
+		}
+		gemmBF16(p)
+		return nil
 	}
 	a, b, c := floats(device.View{Block: p.A, Off: p.OffA}), floats(device.View{Block: p.B, Off: p.OffB}), floats(device.View{Block: p.C, Off: p.OffC})
 	for i := 0; i < p.Batch; i++ {

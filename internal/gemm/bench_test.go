@@ -96,7 +96,7 @@ func BenchmarkPack(b *testing.B) {
 	src := randSlice(r, 1024*ld)
 	for _, kern := range allKernels() {
 		for _, tr := range []bool{false, true} {
-			p := &problem{k: kern, a: src, b: src, lda: ld, ldb: ld, transA: tr, transB: tr}
+			p := &problem{args: args{k: kern, a: src, b: src, lda: ld, ldb: ld, transA: tr, transB: tr}}
 			mc, kc, nc := kern.mc, kern.kc, 512
 			dst := make([]float32, max(mc, nc)*kc)
 			name := map[bool]string{false: "N", true: "T"}[tr]

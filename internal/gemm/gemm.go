@@ -57,6 +57,10 @@ type kernelInfo struct {
 	mr, nr     int
 	mc, kc, nc int     // maximum block sizes; mc is a multiple of mr, nc of nr
 	cost       float64 // relative time per padded multiply-add, for variant choice
+	// pairs marks a bfloat16 kernel (VDPBF16PS): its packed panels hold
+	// pairs of k-steps in 32-bit slots and its kc counts pairs
+	// (pack_bf16.go); kc above counts k-steps and is even.
+	pairs bool
 
 	packCopy, packGather packFunc
 }
@@ -169,8 +173,8 @@ func SgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, l
 	sgemm(active.pick(m, n), 1, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
-// checkArgs validates dimensions and slice lengths.
-func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+// checkArgs validates dimensions and the lengths of A, B and C.
+func checkArgs(transA, transB bool, m, n, k int, lenA, lda, lenB, ldb, lenC, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
 	}
@@ -182,18 +186,18 @@ func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float
 	if transB {
 		br, bc = n, k
 	}
-	check := func(name string, s []float32, rows, cols, ld int) {
+	check := func(name string, length, rows, cols, ld int) {
 		if ld < max(1, cols) {
 			panic(fmt.Sprintf("gemm: ld%s = %d < %d", name, ld, max(1, cols)))
 		}
-		if rows > 0 && cols > 0 && len(s) < (rows-1)*ld+cols {
+		if rows > 0 && cols > 0 && length < (rows-1)*ld+cols {
 			panic(fmt.Sprintf("gemm: len(%s) = %d < %d needed for a %d×%d matrix with ld%s %d",
-				name, len(s), (rows-1)*ld+cols, rows, cols, name, ld))
+				name, length, (rows-1)*ld+cols, rows, cols, name, ld))
 		}
 	}
-	check("c", c, m, n, ldc)
-	check("a", a, ar, ac, lda)
-	check("b", b, br, bc, ldb)
+	check("c", lenC, m, n, ldc)
+	check("a", lenA, ar, ac, lda)
+	check("b", lenB, br, bc, ldb)
 }
 
 // scaleC sets C = beta*C (C = 0 without reading it when beta == 0).
@@ -212,15 +216,21 @@ func scaleC(m, n int, beta float32, c []float32, ldc int) {
 	}
 }
 
-// problem is one Sgemm call.
-type problem struct {
+// args are one product's operands and blocking.
+type args struct {
 	k              *kernelInfo
 	transA, transB bool
 	m, n, kk       int
 	alpha, beta    float32
 	a, b, c        []float32
+	a16, b16       []uint16 // bfloat16 A and B (GemmBF16), a and b unused
 	lda, ldb, ldc  int
 	kcBlk          int // balanced KC for this call
+}
+
+// problem is one Sgemm call.
+type problem struct {
+	args
 
 	// Parallel calls only: a pm×pn grid of blocks of C, claimed through
 	// next; done counts finished blocks.
@@ -242,41 +252,42 @@ var (
 const blocksPerWorker = 3
 
 func sgemm(kern *kernelInfo, nw int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	checkArgs(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	solve(args{
+		k: kern, transA: transA, transB: transB, m: m, n: n, kk: k,
+		alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc,
+	}, nw)
+}
+
+// solve computes the product that a describes (its arguments checked) on
+// up to nw goroutines.
+func solve(a args, nw int) {
+	kern := a.k
+	m, n, k := a.m, a.n, a.kk
 	if m == 0 || n == 0 {
 		return
 	}
-	if k == 0 || alpha == 0 {
-		scaleC(m, n, beta, c, ldc)
+	if k == 0 || a.alpha == 0 {
+		scaleC(m, n, a.beta, a.c, a.ldc)
 		return
 	}
-	if beta == 0 {
-		beta = 0 // normalise -0 so the kernels can test the bit pattern
+	if a.beta == 0 {
+		a.beta = 0 // normalise -0 so the kernels can test the bit pattern
 	}
-	// Balanced KC: equal-sized k blocks no larger than kern.kc.
-	nkb := (k + kern.kc - 1) / kern.kc
-	kcBlk := (k + nkb - 1) / nkb
+	a.kcBlk = balancedKC(kern, k)
 
 	work := float64(m) * float64(n) * float64(k)
 	mt := (m + kern.mr - 1) / kern.mr // row tiles
 	nt := (n + kern.nr - 1) / kern.nr // column tiles
 	if nw <= 1 || work < parallelThreshold || mt*nt == 1 {
-		p := problem{
-			k: kern, transA: transA, transB: transB, m: m, n: n, kk: k,
-			alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc,
-			kcBlk: kcBlk,
-		}
+		p := problem{args: a}
 		p.run(0, m, 0, n)
 		return
 	}
 	// The problem is shared with pool goroutines that may look at it after
 	// this call returns (a late helper finding no work left), so it is
 	// heap-allocated rather than pooled.
-	p := &problem{
-		k: kern, transA: transA, transB: transB, m: m, n: n, kk: k,
-		alpha: alpha, beta: beta, a: a, b: b, c: c, lda: lda, ldb: ldb, ldc: ldc,
-		kcBlk: kcBlk, mt: mt, nt: nt,
-	}
+	p := &problem{args: a, mt: mt, nt: nt}
 	blocks := min(nw*blocksPerWorker, max(nw, int(work/minBlockWork)))
 	p.pm, p.pn = partition(nw, blocks, mt, nt, kern)
 	nb := p.pm * p.pn
@@ -284,6 +295,18 @@ func sgemm(kern *kernelInfo, nw int, transA, transB bool, m, n, k int, alpha flo
 	submit(p, min(nw, nb)-1)
 	p.work()
 	p.done.wait()
+}
+
+// balancedKC is the depth of the k blocks of a product of depth k: equal
+// blocks no deeper than kern.kc (even for a pairs kernel, so that only the
+// last block may end on half a pair).
+func balancedKC(kern *kernelInfo, k int) int {
+	nkb := (k + kern.kc - 1) / kern.kc
+	kc := (k + nkb - 1) / nkb
+	if kern.pairs {
+		kc = roundUp(kc, 2)
+	}
+	return kc
 }
 
 // work claims and computes blocks of the grid until none is left.
@@ -388,8 +411,8 @@ func (p *problem) run(m0, m1, n0, n1 int) {
 	nnb := (nB + kern.nc - 1) / kern.nc
 	ncBlk := roundUp((nB+nnb-1)/nnb, nr)
 	kcBlk := p.kcBlk
-	packA := aligned(&buf.rawA, mcBlk*kcBlk)
-	packB := aligned(&buf.rawB, kcBlk*ncBlk)
+	packA := aligned(&buf.rawA, mcBlk*kern.slots(kcBlk))
+	packB := aligned(&buf.rawB, kern.slots(kcBlk)*ncBlk)
 
 	for jc := n0; jc < n1; jc += ncBlk {
 		nc := min(ncBlk, n1-jc)
@@ -411,12 +434,22 @@ func (p *problem) run(m0, m1, n0, n1 int) {
 
 func roundUp(x, m int) int { return (x + m - 1) / m * m }
 
+// slots is the depth of a packed panel of kc k-steps: kc, or the number
+// of pairs for a pairs kernel.
+func (k *kernelInfo) slots(kc int) int {
+	if k.pairs {
+		return (kc + 1) / 2
+	}
+	return kc
+}
+
 // macro runs the micro-kernel over an mc×nc block of C at (ic, jc).
 func (p *problem) macro(buf *buffers, packA, packB []float32, ic, jc, mc, nc, kc int, beta float32) {
 	kern := p.k
 	mr, nr := kern.mr, kern.nr
 	alpha := p.alpha
 	ldc := p.ldc
+	kc = kern.slots(kc)
 	for jr := 0; jr < nc; jr += nr {
 		nrr := min(nr, nc-jr)
 		bp := &packB[jr*kc]

@@ -15,6 +15,14 @@ func kernAVX512x6x64(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 //go:noescape
 func kernAVX2x6x16(kc int, a, b, c *float32, ldc int, alpha, beta float32)
 
+// The VDPBF16PS kernels take panels of bfloat16 pairs (pack_bf16.go).
+
+//go:noescape
+func kernBF16x14x32(kc int, a, b, c *float32, ldc int, alpha, beta float32)
+
+//go:noescape
+func kernBF16x6x64(kc int, a, b, c *float32, ldc int, alpha, beta float32)
+
 func registerArch() {
 	if isa.AVX512 {
 		// 6×64 first: it is the default; 14×32 for narrow products.
@@ -22,6 +30,13 @@ func registerArch() {
 			mc: 192, kc: 256, nc: 2048, packCopy: packCopy512, packGather: packGather512})
 		register("avx512", &kernelInfo{name: "avx512/14x32", fn: kernAVX512x14x32, mr: 14, nr: 32,
 			mc: 168, kc: 256, nc: 2048, cost: 1.05, packCopy: packCopy512, packGather: packGather512})
+	}
+	if isa.AVX512BF16 {
+		// kc counts k-steps: 512 bfloat16 steps fill a panel as 256 floats do.
+		bf16Dot = &family{name: "avx512bf16", variants: []*kernelInfo{
+			{name: "avx512bf16/6x64", fn: kernBF16x6x64, mr: 6, nr: 64, mc: 192, kc: 512, nc: 2048, cost: 1, pairs: true},
+			{name: "avx512bf16/14x32", fn: kernBF16x14x32, mr: 14, nr: 32, mc: 168, kc: 512, nc: 2048, cost: 1.05, pairs: true},
+		}}
 	}
 	if isa.AVX2 {
 		register("avx2", &kernelInfo{name: "avx2/6x16", fn: kernAVX2x6x16, mr: 6, nr: 16,

@@ -85,6 +85,14 @@ func newCase(r *rand.Rand, ta, tb bool, s shape, alpha, beta float32) *testCase 
 			tc.c[i] = float32(math.NaN())
 		}
 	}
+	tc.reference()
+	return tc
+}
+
+// reference computes the float64 result of tc's operands and its error
+// bound.
+func (tc *testCase) reference() {
+	ta, tb, m, n, k, alpha, beta := tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, tc.beta
 	// Reference in float64; error bound 1e-5*sqrt(k) relative to
 	// Σ|alpha a b| + |beta c|.
 	tol := 1e-5 * math.Sqrt(float64(k)+1)
@@ -125,7 +133,6 @@ func newCase(r *rand.Rand, ta, tb bool, s shape, alpha, beta float32) *testCase 
 			tc.bound[i*n+j] = tol*mag + 1e-30
 		}
 	}
-	return tc
 }
 
 func (tc *testCase) name() string {

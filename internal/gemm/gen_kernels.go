@@ -14,7 +14,14 @@
 //	c[i][j]   = alpha*acc[i][j] + beta*c[i][j] (products rounded separately, then added;
 //	                                            c is not read when beta's bits are all zero)
 //
-// a and b are packed panels (see pack.go). The store rounds alpha*acc and
+// a and b are packed panels (see pack.go). The bfloat16 kernels
+// (kernBF16*, AVX512_BF16) take panels of bfloat16 pairs instead, one pair
+// of k-steps in each 32-bit slot (pack_bf16.go), kc counting pairs, and
+// accumulate with VDPBF16PS (Note [VDPBF16PS] in bf16.go):
+//
+//	acc[i][j] = dp(acc[i][j], a[p*MR+i], b[p*NR+j])    (p = 0..kc-1, in order)
+//
+// The store rounds alpha*acc and
 // beta*c separately (no FMA) so that the scalar edge path in Go produces
 // bitwise-identical values.
 package main
@@ -36,6 +43,7 @@ type kernelSpec struct {
 	width  int    // floats per vector: 16 (zmm) or 8 (ymm)
 	reg    string // "Z" or "Y"
 	unroll int
+	dot    bool // bfloat16 pairs and VDPBF16PS (zmm only)
 }
 
 func (s kernelSpec) nr() int { return s.nv * s.width }
@@ -57,6 +65,10 @@ func (g *gen) step(s kernelSpec, u int) {
 		t := s.tReg(i)
 		g.f("\tVBROADCASTSS %d(AX), %s", (u*s.mr+i)*4, t)
 		for v := 0; v < s.nv; v++ {
+			if s.dot {
+				g.f("\t%s // VDPBF16PS %s, %s, %s", vdpbf16ps(s.acc(i, v), s.bReg(v), t), s.acc(i, v), s.bReg(v), t)
+				continue
+			}
 			g.f("\tVFMADD231PS %s, %s, %s", s.bReg(v), t, s.acc(i, v))
 		}
 	}
@@ -156,6 +168,31 @@ func (g *gen) kernel(s kernelSpec) {
 	g.f("")
 }
 
+// vdpbf16ps encodes VDPBF16PS zmm(dst), zmm(src1), zmm(src2) (Intel's
+// operand order: dst += src1·src2 pairwise), which Go's assembler does not
+// know: EVEX.512.F3.0F38.W0 52 /r, no mask, registers only. The EVEX
+// prefix is 62 P0 P1 P2 with P0 = R̄ X̄ B̄ R̄' 0 mmm (mmm = 010, map 0F38;
+// R, R' extend ModRM.reg to dst, B, X ModRM.rm to src2), P1 = W v̄v̄v̄v̄ 1 pp
+// (W 0, vvvv src1, pp = 10 for F3), P2 = z L'L b V̄' aaa (L'L = 10, 512
+// bits; V' src1's fifth bit); then the opcode and ModRM (mod 11).
+func vdpbf16ps(dst, src1, src2 string) string {
+	d, s1, s2 := zreg(dst), zreg(src1), zreg(src2)
+	inv := func(x int) int { return ^x & 1 }
+	p0 := inv(d>>3)<<7 | inv(s2>>4)<<6 | inv(s2>>3)<<5 | inv(d>>4)<<4 | 0x02
+	p1 := (^s1&15)<<3 | 1<<2 | 0x02
+	p2 := 0x40 | inv(s1>>4)<<3
+	modrm := 0xC0 | (d&7)<<3 | s2&7
+	return fmt.Sprintf("BYTE $0x62; BYTE $0x%02X; BYTE $0x%02X; BYTE $0x%02X; BYTE $0x52; BYTE $0x%02X", p0, p1, p2, modrm)
+}
+
+func zreg(r string) int {
+	var n int
+	if _, err := fmt.Sscanf(r, "Z%d", &n); err != nil || n > 31 {
+		panic("not a zmm register: " + r)
+	}
+	return n
+}
+
 func log2(n int) int {
 	r := 0
 	for 1<<r < n {
@@ -171,6 +208,8 @@ var kernels = []kernelSpec{
 	{name: "kernAVX512x14x32", mr: 14, nv: 2, width: 16, reg: "Z", unroll: 4},
 	{name: "kernAVX512x6x64", mr: 6, nv: 4, width: 16, reg: "Z", unroll: 4},
 	{name: "kernAVX2x6x16", mr: 6, nv: 2, width: 8, reg: "Y", unroll: 4},
+	{name: "kernBF16x14x32", mr: 14, nv: 2, width: 16, reg: "Z", unroll: 4, dot: true},
+	{name: "kernBF16x6x64", mr: 6, nv: 4, width: 16, reg: "Z", unroll: 4, dot: true},
 }
 
 // transpose emits the AVX-512 packing helpers.

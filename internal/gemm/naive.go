@@ -6,7 +6,7 @@ package gemm
 // accurate than Sgemm. Conventions are those of Sgemm, including not reading
 // C when beta == 0 and not reading A and B when alpha == 0.
 func Naive(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	checkArgs(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
 	for i := 0; i < m; i++ {
 		for j := 0; j < n; j++ {
 			var s float64

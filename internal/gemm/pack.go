@@ -25,6 +25,10 @@ import "unsafe"
 
 // packA packs op(A)[ic:ic+mc, pc:pc+kc] into dst.
 func (p *problem) packA(dst []float32, ic, pc, mc, kc int) {
+	if p.a16 != nil {
+		p.packA16(dst, ic, pc, mc, kc)
+		return
+	}
 	if p.transA {
 		p.k.packCopy(dst, p.k.mr, p.a, p.lda, pc, ic, kc, mc)
 	} else {
@@ -34,6 +38,10 @@ func (p *problem) packA(dst []float32, ic, pc, mc, kc int) {
 
 // packB packs op(B)[pc:pc+kc, jc:jc+nc] into dst.
 func (p *problem) packB(dst []float32, pc, jc, kc, nc int) {
+	if p.b16 != nil {
+		p.packB16(dst, pc, jc, kc, nc)
+		return
+	}
 	if p.transB {
 		p.k.packGather(dst, p.k.nr, p.b, p.ldb, jc, pc, kc, nc)
 	} else {
