@@ -31,6 +31,10 @@ type Policy struct {
 	// is: "" or "device", or "host" (optim.OnHost), which a run must then
 	// do for the predicted peak to hold.
 	OptimizerState string `json:"optimizer_state,omitempty"`
+	// Precision records the precision of the step the plan recorded:
+	// "" or "fp32", or "bf16" (mixed precision, ferry.Tape.Autocast), which
+	// a run must then use: saved tensors are half the bytes in bf16.
+	Precision string `json:"precision,omitempty"`
 	// Comment says where the policy came from (ferry plan writes the
 	// budget and predicted figures here).
 	Comment string `json:"comment,omitempty"`
@@ -225,6 +229,9 @@ func ParsePolicy(b []byte) (*Policy, error) {
 	}
 	if s := p.OptimizerState; s != "" && s != "device" && s != "host" {
 		return nil, fmt.Errorf("optimizer_state %q: want device or host", s)
+	}
+	if s := p.Precision; s != "" && s != "fp32" && s != "bf16" {
+		return nil, fmt.Errorf("precision %q: want fp32 or bf16", s)
 	}
 	if err := p.checkConflicts(); err != nil {
 		return nil, err

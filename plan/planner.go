@@ -57,6 +57,10 @@ type Options struct {
 	// the planner records it in the plan and its policy, so that a run
 	// applies it too.
 	OptimizerState string
+	// Precision says the precision the Model's step runs in, "fp32" (""
+	// too) or "bf16", as the Model builds it: recorded in the plan and its
+	// policy, which a run must then match.
+	Precision string
 }
 
 // Outcome is a step replayed on the meta device.
@@ -101,6 +105,7 @@ type Plan struct {
 	KeepsEverything     bool    `json:"keeps_everything"`
 	OptimizerInBackward bool    `json:"optimizer_in_backward"`
 	OptimizerState      string  `json:"optimizer_state"` // device or host
+	Precision           string  `json:"precision"`       // fp32 or bf16
 	Counts              Counts  `json:"placements"`
 	Predicted           Outcome `json:"predicted"`
 	// ModelPeakBytes and ModelStepSeconds are the cost model's figures
@@ -204,6 +209,13 @@ func makePlan(opts Options) (*Plan, error) {
 	default:
 		return nil, fmt.Errorf("plan: optimizer state %q: want device or host", opts.OptimizerState)
 	}
+	switch opts.Precision {
+	case "":
+		opts.Precision = "fp32"
+	case "fp32", "bf16":
+	default:
+		return nil, fmt.Errorf("plan: precision %q: want fp32 or bf16", opts.Precision)
+	}
 	if opts.Ranks < 0 || opts.Shard < 0 || opts.Shard > 2 || (opts.Shard > 0 && opts.Ranks < 2) {
 		return nil, fmt.Errorf("plan: %d ranks at ZeRO stage %d: stages 1 and 2 need 2 ranks or more, and there are only stages 0, 1, 2", opts.Ranks, opts.Shard)
 	}
@@ -223,7 +235,7 @@ func makePlan(opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p := &Plan{Model: opts.Model.String(), Profile: opts.Profile.Name, Budget: opts.Budget, HostBudget: opts.HostBudget,
-		OptimizerState: opts.OptimizerState, info: pl.plain[0].modelInfo()}
+		OptimizerState: opts.OptimizerState, Precision: opts.Precision, info: pl.plain[0].modelInfo()}
 	if opts.Ranks > 1 {
 		p.Ranks, p.Shard = opts.Ranks, opts.Shard
 	}
@@ -561,6 +573,9 @@ func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offlo
 	pol := &offload.Policy{Version: 2, Default: offload.Keep, OptimizerInBackward: ib}
 	if pl.opts.OptimizerState == "host" {
 		pol.OptimizerState = "host"
+	}
+	if pl.opts.Precision == "bf16" {
+		pol.Precision = "bf16"
 	}
 	where := map[*storage]offload.Placement{}
 	for u, pu := range rec.units {

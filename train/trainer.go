@@ -508,6 +508,13 @@ func (t *Trainer) checkPolicy(pol *offload.Policy) error {
 	if err := pol.Validate(info, t.cfg.Memory.DiskDir != ""); err != nil {
 		return err
 	}
+	want := "fp32"
+	if t.cfg.Precision == device.BFloat16 {
+		want = "bf16"
+	}
+	if s := pol.Precision; s != "" && s != want {
+		return fmt.Errorf("it was planned at precision %s and the run is %s; plan again at %s, or train at %s", s, want, want, s)
+	}
 	if pol.OptimizerInBackward && (t.cfg.Clip > 0 || t.cfg.Accum > 1) {
 		return fmt.Errorf("it updates each parameter inside backward, which leaves no moment for clipping or accumulation; " +
 			"drop those, or plan for a larger budget")

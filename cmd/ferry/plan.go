@@ -73,7 +73,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			return err
 		}
 		p, err := plan.Make(plan.Options{Model: demo.PlanModel(cfg), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
-			Ranks: *ranks, Shard: shard, OptimizerState: state})
+			Ranks: *ranks, Shard: shard, OptimizerState: state, Precision: precisionName(cfg.Precision)})
 		if err != nil {
 			return err
 		}
@@ -84,7 +84,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			hc := cfg
 			hc.OptimizerState = "host"
 			hp, err := plan.Make(plan.Options{Model: demo.PlanModel(hc), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof,
-				NoDisk: *noDisk, OptimizerState: "host"})
+				NoDisk: *noDisk, OptimizerState: "host", Precision: precisionName(cfg.Precision)})
 			switch {
 			case err != nil || !hp.Fits:
 			case *optState == "auto":

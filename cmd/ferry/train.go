@@ -170,6 +170,13 @@ func (o *trainOptions) validate(set map[string]bool) error {
 			}
 			o.optimizerState = s
 		}
+		if s := pol.Precision; s != "" {
+			pp, _ := parsePrecision(s)
+			if set["precision"] && pp != o.precisionType {
+				return fmt.Errorf("--policy %s was planned at --precision %s; drop --precision %s, or plan again with it", o.policy, s, o.precision)
+			}
+			o.precisionType = pp
+		}
 		o.pol = pol
 	}
 	if !set["min-lr"] {
