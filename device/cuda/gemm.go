@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -13,23 +14,32 @@ import (
 // row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: the call
 // swaps A and B (and M and N), each keeping its own transpose flag and
 // leading dimension. Without cuBLAS, ferry_gemm computes it directly.
+//
+// A bfloat16 product (GemmParams' types) goes through
+// cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F, so float32 products
+// and sums, and a bfloat16 C rounded to nearest even by cuBLAS. It needs
+// cuBLAS: without it, or with a cuBLAS or GPU that cannot, the product is
+// refused with a *device.UnsupportedError that says why.
 func (k *kernels) Gemm(p device.GemmParams) error {
-	if p.Mixed() { // bfloat16 products: not yet on this device
-		return &device.UnsupportedError{Op: "gemm", DType: p.TypeA.String(), Device: "cuda"}
+	d := k.d
+	if err := device.CheckGemmTypes(d.name, p); err != nil {
+		return err
 	}
 	if p.M == 0 || p.N == 0 || p.Batch == 0 {
 		return nil
 	}
-	d := k.d
-	a, err := d.ptr(device.View{Block: p.A, Off: p.OffA})
+	if p.Mixed() && d.blasErr != nil {
+		return fmt.Errorf("%s: gemm needs cuBLAS for bfloat16 operands (%v): %w", d.name, d.blasErr, gemmUnsupported(d, p))
+	}
+	a, err := d.ptr(device.View{Block: p.A, Off: p.OffA, DType: p.TypeA})
 	if err != nil {
 		return err
 	}
-	b, err := d.ptr(device.View{Block: p.B, Off: p.OffB})
+	b, err := d.ptr(device.View{Block: p.B, Off: p.OffB, DType: p.TypeB})
 	if err != nil {
 		return err
 	}
-	c, err := d.ptr(device.View{Block: p.C, Off: p.OffC})
+	c, err := d.ptr(device.View{Block: p.C, Off: p.OffC, DType: p.TypeC})
 	if err != nil {
 		return err
 	}
@@ -44,6 +54,9 @@ func (k *kernels) Gemm(p device.GemmParams) error {
 	if err := d.ensureWorkspace(); err != nil {
 		return err
 	}
+	if p.Mixed() {
+		return k.gemmEx(p, a, b, c)
+	}
 	err = d.ctx.SgemmStridedBatched(d.blas, p.TransB, p.TransA, p.N, p.M, p.K, p.Alpha,
 		b, p.LDB, int64(p.StrideB), a, p.LDA, int64(p.StrideA),
 		p.Beta, c, p.LDC, int64(p.StrideC), p.Batch)
@@ -51,6 +64,40 @@ func (k *kernels) Gemm(p device.GemmParams) error {
 		return fmt.Errorf("%s: gemm %dx%dx%d (batch %d): %w", d.name, p.M, p.N, p.K, p.Batch, err)
 	}
 	return nil
+}
+
+// gemmEx runs a product with bfloat16 operands through
+// cublasGemmStridedBatchedEx, swapped as Gemm swaps them. A cuBLAS
+// without the call, or one that cannot run it on this GPU (bfloat16
+// needs compute capability 8.0 for tensor cores; cuBLAS answers
+// NOT_SUPPORTED or ARCH_MISMATCH where it has no kernel at all), is
+// refused with a *device.UnsupportedError wrapping cuBLAS's answer.
+func (k *kernels) gemmEx(p device.GemmParams, a, b, c cu.DevicePtr) error {
+	d := k.d
+	err := d.ctx.GemmStridedBatchedEx(d.blas, p.TransB, p.TransA, p.N, p.M, p.K, p.Alpha,
+		b, dataType(p.TypeB), p.LDB, int64(p.StrideB), a, dataType(p.TypeA), p.LDA, int64(p.StrideA),
+		p.Beta, c, dataType(p.TypeC), p.LDC, int64(p.StrideC), p.Batch)
+	if err == nil {
+		return nil
+	}
+	var e *cu.Error
+	if errors.As(err, &e) && (e.Code == int32(cu.BLASNotSupported) || e.Code == int32(cu.BLASArchMismatch)) {
+		return fmt.Errorf("%s: gemm %dx%dx%d: %v: %w", d.name, p.M, p.N, p.K, err, gemmUnsupported(d, p))
+	}
+	return fmt.Errorf("%s: gemm %dx%dx%d (batch %d, %s×%s→%s): %w", d.name, p.M, p.N, p.K, p.Batch, p.TypeA, p.TypeB, p.TypeC, err)
+}
+
+func gemmUnsupported(d *Device, p device.GemmParams) *device.UnsupportedError {
+	return &device.UnsupportedError{Op: "gemm", DType: fmt.Sprintf("%s×%s→%s", p.TypeA, p.TypeB, p.TypeC), Device: d.name}
+}
+
+// dataType is cuBLAS's name for an element type CheckGemmTypes lets
+// through.
+func dataType(t device.DType) cu.DataType {
+	if t == device.BFloat16 {
+		return cu.R16BF
+	}
+	return cu.R32F
 }
 
 // ensureWorkspace gives cuBLAS its workspace from the device's allocator at

@@ -13,25 +13,27 @@ import (
 // its .cu counterpart.
 
 var kernelsByName = map[string]kernelFunc{
-	"ferry_copy_strided32":   copyStrided[int32],
-	"ferry_copy_strided64":   copyStrided[int64],
-	"ferry_unary_contig":     unaryContig,
-	"ferry_unary_strided32":  unaryStrided[int32],
-	"ferry_unary_strided64":  unaryStrided[int64],
-	"ferry_binary_contig":    binaryContig,
-	"ferry_binary_strided32": binaryStrided[int32],
-	"ferry_binary_strided64": binaryStrided[int64],
-	"ferry_sum_blocks":       sumBlocks,
-	"ferry_sum_threads":      sumThreads,
-	"ferry_sum_finish":       sumFinish,
-	"ferry_softmax":          softmax,
-	"ferry_softmax_backward": softmaxBackward,
-	"ferry_nll":              nll,
-	"ferry_nll_grad_scale":   nllGradScale,
-	"ferry_nll_backward":     nllBackward,
-	"ferry_sgd_step":         sgdStep,
-	"ferry_adamw_step":       adamwStep,
-	"ferry_gemm":             gemm,
+	"ferry_copy_strided32":    copyStrided[int32],
+	"ferry_copy_strided64":    copyStrided[int64],
+	"ferry_convert_strided32": convertStrided[int32],
+	"ferry_convert_strided64": convertStrided[int64],
+	"ferry_unary_contig":      unaryContig,
+	"ferry_unary_strided32":   unaryStrided[int32],
+	"ferry_unary_strided64":   unaryStrided[int64],
+	"ferry_binary_contig":     binaryContig,
+	"ferry_binary_strided32":  binaryStrided[int32],
+	"ferry_binary_strided64":  binaryStrided[int64],
+	"ferry_sum_blocks":        sumBlocks,
+	"ferry_sum_threads":       sumThreads,
+	"ferry_sum_finish":        sumFinish,
+	"ferry_softmax":           softmax,
+	"ferry_softmax_backward":  softmaxBackward,
+	"ferry_nll":               nll,
+	"ferry_nll_grad_scale":    nllGradScale,
+	"ferry_nll_backward":      nllBackward,
+	"ferry_sgd_step":          sgdStep,
+	"ferry_adamw_step":        adamwStep,
+	"ferry_gemm":              gemm,
 }
 
 const block = 256 // BLOCK in reduce.cu; the 1-D launches' block size
@@ -140,6 +142,44 @@ func copyStrided[I index](k *launch) {
 		offsets(l, i, off)
 		dst[off[0]] = src[off[1]]
 	})
+}
+
+// convertStrided is ferry_convert_strided: mode 0 rounds float32 to
+// bfloat16 (f32ToBF16), 1 widens bfloat16 to float32, 2 copies 2-byte
+// elements; an unknown mode writes nothing. Each operand's offsets count
+// its own elements.
+func convertStrided[I index](k *launch) {
+	mode, n, l := k.i32(0), k.i64(3), k.strided(4)
+	off := make([]I, 2)
+	switch mode {
+	case 0:
+		dst, src := mem[uint16](k, 1), mem[uint32](k, 2)
+		gridStride(k, n, func(i I) {
+			offsets(l, i, off)
+			dst[off[0]] = f32ToBF16(src[off[1]])
+		})
+	case 1:
+		dst, src := mem[uint32](k, 1), mem[uint16](k, 2)
+		gridStride(k, n, func(i I) {
+			offsets(l, i, off)
+			dst[off[0]] = uint32(src[off[1]]) << 16
+		})
+	case 2:
+		dst, src := mem[uint16](k, 1), mem[uint16](k, 2)
+		gridStride(k, n, func(i I) {
+			offsets(l, i, off)
+			dst[off[0]] = src[off[1]]
+		})
+	}
+}
+
+// f32ToBF16 is f32_to_bf16 of elementwise.cu (device.ToBFloat16's bits,
+// the fake keeping its own copy of the kernel's integer operations).
+func f32ToBF16(u uint32) uint16 {
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16) | 0x0040
+	}
+	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
 }
 
 func nan32() float32 { return math.Float32frombits(0x7fc00000) }
