@@ -86,3 +86,33 @@ func TestGemmBFloat16Unsupported(t *testing.T) {
 		}
 	})
 }
+
+// bfloat16 on a real GPU (FERRY_CUDA_REAL=1; scripts/gpu-check.sh runs it
+// in its conformance step): Convert's kernel bit for bit against
+// device.ToBFloat16, and products through cuBLAS's
+// cublasGemmStridedBatchedEx against a float64 product (cuBLAS sums in its
+// own order, so not bit for bit). Without cuBLAS, or on a GPU it has no
+// bfloat16 kernel for, the product must be refused with an
+// *UnsupportedError, which the test reports as a skip of that part.
+func TestRealBFloat16(t *testing.T) {
+	d := openReal(t, device.Options{})
+	t.Logf("%s (%s)", d.Props().Name, d.MatmulBackend())
+	t.Run("Convert", func(t *testing.T) { bf16check.Convert(t, d) })
+	t.Run("Gemm", func(t *testing.T) {
+		b, err := d.Allocator().Alloc(64, device.Activation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Allocator().Free(b)
+		err = d.Kernels().Gemm(device.GemmParams{M: 2, N: 2, K: 2, Alpha: 1, A: b, B: b, C: b, LDA: 2, LDB: 2, LDC: 2, Batch: 1,
+			TypeA: device.BFloat16, TypeB: device.BFloat16, TypeC: device.Float32})
+		var u *device.UnsupportedError
+		if errors.As(err, &u) {
+			t.Skipf("bfloat16 products refused: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		bf16check.Gemm(t, d, false)
+	})
+}
