@@ -17,9 +17,9 @@ import (
 //
 // A bfloat16 product (GemmParams' types) goes through
 // cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F, so float32 products
-// and sums, and a bfloat16 C rounded to nearest even by cuBLAS. It needs
-// cuBLAS: without it, or with a cuBLAS or GPU that cannot, the product is
-// refused with a *device.UnsupportedError that says why.
+// and sums, and a bfloat16 C rounded to nearest even by cuBLAS. Without
+// cuBLAS, or where cuBLAS lacks that call or answers that it has no
+// kernel for this GPU, ferry_gemm_bf16 computes it.
 func (k *kernels) Gemm(p device.GemmParams) error {
 	d := k.d
 	if err := device.CheckGemmTypes(d.name, p); err != nil {
@@ -27,9 +27,6 @@ func (k *kernels) Gemm(p device.GemmParams) error {
 	}
 	if p.M == 0 || p.N == 0 || p.Batch == 0 {
 		return nil
-	}
-	if p.Mixed() && d.blasErr != nil {
-		return fmt.Errorf("%s: gemm needs cuBLAS for bfloat16 operands (%v): %w", d.name, d.blasErr, gemmUnsupported(d, p))
 	}
 	a, err := d.ptr(device.View{Block: p.A, Off: p.OffA, DType: p.TypeA})
 	if err != nil {
@@ -67,11 +64,10 @@ func (k *kernels) Gemm(p device.GemmParams) error {
 }
 
 // gemmEx runs a product with bfloat16 operands through
-// cublasGemmStridedBatchedEx, swapped as Gemm swaps them. A cuBLAS
-// without the call, or one that cannot run it on this GPU (bfloat16
-// needs compute capability 8.0 for tensor cores; cuBLAS answers
-// NOT_SUPPORTED or ARCH_MISMATCH where it has no kernel at all), is
-// refused with a *device.UnsupportedError wrapping cuBLAS's answer.
+// cublasGemmStridedBatchedEx, swapped as Gemm swaps them. Where cuBLAS
+// cannot (a library without the call answers NOT_SUPPORTED, as cuBLAS
+// does, with ARCH_MISMATCH, for a GPU it has no bfloat16 kernel for),
+// ferry_gemm_bf16 computes it: the call fails before any work is queued.
 func (k *kernels) gemmEx(p device.GemmParams, a, b, c cu.DevicePtr) error {
 	d := k.d
 	err := d.ctx.GemmStridedBatchedEx(d.blas, p.TransB, p.TransA, p.N, p.M, p.K, p.Alpha,
@@ -82,13 +78,9 @@ func (k *kernels) gemmEx(p device.GemmParams, a, b, c cu.DevicePtr) error {
 	}
 	var e *cu.Error
 	if errors.As(err, &e) && (e.Code == int32(cu.BLASNotSupported) || e.Code == int32(cu.BLASArchMismatch)) {
-		return fmt.Errorf("%s: gemm %dx%dx%d: %v: %w", d.name, p.M, p.N, p.K, err, gemmUnsupported(d, p))
+		return k.gemmKernel(p, a, b, c)
 	}
 	return fmt.Errorf("%s: gemm %dx%dx%d (batch %d, %s×%s→%s): %w", d.name, p.M, p.N, p.K, p.Batch, p.TypeA, p.TypeB, p.TypeC, err)
-}
-
-func gemmUnsupported(d *Device, p device.GemmParams) *device.UnsupportedError {
-	return &device.UnsupportedError{Op: "gemm", DType: fmt.Sprintf("%s×%s→%s", p.TypeA, p.TypeB, p.TypeC), Device: d.name}
 }
 
 // dataType is cuBLAS's name for an element type CheckGemmTypes lets
@@ -124,19 +116,29 @@ func (d *Device) ensureWorkspace() error {
 	return nil
 }
 
-// gemmKernel runs ferry_gemm: 16×16 threads per 16×16 tile of C, the batch
-// along the grid's z (looping past 65535).
+// gemmKernel runs ferry_gemm, or ferry_gemm_bf16 for bfloat16 operands:
+// 16×16 threads per 16×16 tile of C, the batch along the grid's z
+// (looping past 65535).
 func (k *kernels) gemmKernel(p device.GemmParams, a, b, c cu.DevicePtr) error {
 	const tile = 16
 	gy := (p.M + tile - 1) / tile
 	if gy > 65535 {
-		return fmt.Errorf("%s: gemm with M = %d is too tall for ferry's fallback kernel (cuBLAS is not loaded: %v): %w",
-			k.d.name, p.M, k.d.blasErr, device.ErrNotSupported)
+		why := "cuBLAS has no bfloat16 kernel here"
+		if k.d.blasErr != nil {
+			why = "cuBLAS is not loaded: " + k.d.blasErr.Error()
+		}
+		return fmt.Errorf("%s: gemm with M = %d is too tall for ferry's fallback kernel (%s): %w",
+			k.d.name, p.M, why, device.ErrNotSupported)
 	}
 	grid := cu.Dim3{X: uint32((p.N + tile - 1) / tile), Y: uint32(gy), Z: uint32(min(p.Batch, 65535))}
-	args := newArgs().I32(b2i(p.TransA)).I32(b2i(p.TransB)).I64(int64(p.M)).I64(int64(p.N)).I64(int64(p.K)).F32(p.Alpha).
+	name, args := "ferry_gemm", newArgs()
+	if p.Mixed() {
+		name = "ferry_gemm_bf16"
+		args.I32(b2i(p.TypeC == device.BFloat16))
+	}
+	args.I32(b2i(p.TransA)).I32(b2i(p.TransB)).I64(int64(p.M)).I64(int64(p.N)).I64(int64(p.K)).F32(p.Alpha).
 		Ptr(a).I64(int64(p.LDA)).I64(int64(p.StrideA)).
 		Ptr(b).I64(int64(p.LDB)).I64(int64(p.StrideB)).
 		F32(p.Beta).Ptr(c).I64(int64(p.LDC)).I64(int64(p.StrideC)).I64(int64(p.Batch))
-	return k.launch("ferry_gemm", grid, cu.Dim3{X: tile, Y: tile, Z: 1}, args)
+	return k.launch(name, grid, cu.Dim3{X: tile, Y: tile, Z: 1}, args)
 }

@@ -34,6 +34,7 @@ var kernelsByName = map[string]kernelFunc{
 	"ferry_sgd_step":          sgdStep,
 	"ferry_adamw_step":        adamwStep,
 	"ferry_gemm":              gemm,
+	"ferry_gemm_bf16":         gemmBF16,
 }
 
 const block = 256 // BLOCK in reduce.cu; the 1-D launches' block size
@@ -501,39 +502,56 @@ func adamwStep(k *launch) {
 // ---- gemm.cu ----
 
 func gemm(k *launch) {
+	gemmTiles(k, 0, matrixMem{f: mem[float32](k, 6)}, matrixMem{f: mem[float32](k, 9)}, matrixMem{f: mem[float32](k, 13)})
+}
+
+// gemmBF16 is ferry_gemm_bf16: ferry_gemm's parameters after c_bf16, A
+// and B bfloat16, C bfloat16 (c_bf16) or float32.
+func gemmBF16(k *launch) {
+	var c matrixMem
+	if k.i32(0) != 0 {
+		c.h = mem[uint16](k, 14)
+	} else {
+		c.f = mem[float32](k, 14)
+	}
+	gemmTiles(k, 1, matrixMem{h: mem[uint16](k, 7)}, matrixMem{h: mem[uint16](k, 10)}, c)
+}
+
+// gemmTiles is gemm_tiles of gemm.cu, its parameters from index o on.
+func gemmTiles(k *launch, o int, A, B, C matrixMem) {
 	const tile = 16
 	k.requireBlock(tile, tile)
-	transA, transB := k.i32(0) != 0, k.i32(1) != 0
-	M, N, K, alpha := k.i64(2), k.i64(3), k.i64(4), k.f32(5)
-	A, lda, strideA := mem[float32](k, 6), k.i64(7), k.i64(8)
-	B, ldb, strideB := mem[float32](k, 9), k.i64(10), k.i64(11)
-	beta, C, ldc, strideC, batch := k.f32(12), mem[float32](k, 13), k.i64(14), k.i64(15), k.i64(16)
+	transA, transB := k.i32(o) != 0, k.i32(o+1) != 0
+	M, N, K, alpha := k.i64(o+2), k.i64(o+3), k.i64(o+4), k.f32(o+5)
+	lda, strideA := k.i64(o+7), k.i64(o+8)
+	ldb, strideB := k.i64(o+10), k.i64(o+11)
+	beta, ldc, strideC, batch := k.f32(o+12), k.i64(o+14), k.i64(o+15), k.i64(o+16)
 	rows, cols := int64(k.grid.Y)*tile, int64(k.grid.X)*tile
 	for bz := int64(0); bz < int64(k.grid.Z); bz++ {
 		for z := bz; z < batch; z += int64(k.grid.Z) {
-			a, b, c := A[z*strideA:], B[z*strideB:], C[z*strideC:]
+			a, b, c := A.at(z*strideA), B.at(z*strideB), C.at(z*strideC)
 			for row := int64(0); row < min(rows, M); row++ {
 				for col := int64(0); col < min(cols, N); col++ {
 					var acc float32
 					for kk := int64(0); kk < K; kk++ {
 						var x, y float32
 						if transA {
-							x = a[kk*lda+row]
+							x = a.get(int(kk*lda + row))
 						} else {
-							x = a[row*lda+kk]
+							x = a.get(int(row*lda + kk))
 						}
 						if transB {
-							y = b[col*ldb+kk]
+							y = b.get(int(col*ldb + kk))
 						} else {
-							y = b[kk*ldb+col]
+							y = b.get(int(kk*ldb + col))
 						}
 						acc += float32(x * y)
 					}
 					r := alpha * acc
 					if beta != 0 {
-						r += beta * c[row*ldc+col]
+						r += beta * c.get(int(row*ldc+col))
 					}
-					c[row*ldc+col] = r
+					c.set(int(row*ldc+col), r)
 				}
 			}
 		}

@@ -83,16 +83,6 @@ extern "C" __global__ void ferry_copy_strided64(unsigned* dst, const unsigned* s
 #define CONVERT_BF16_F32 1
 #define CONVERT_COPY16 2
 
-// f32_to_bf16 is device.ToBFloat16, in integer operations so that it does
-// not depend on cuda_bf16.h: round to nearest, ties to even (add half an
-// ulp less one plus the kept part's lowest bit; an overflow carries into
-// the exponent, to infinity); a NaN stays a NaN, quiet, its sign and the
-// top of its payload kept.
-__device__ __forceinline__ unsigned short f32_to_bf16(unsigned u) {
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x0040u);
-  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 // Each operand's offsets count its own elements: 2 bytes for bfloat16, 4
 // for float32.
 template <int MODE, typename I>

@@ -417,6 +417,12 @@ func gemmDriver(p *kpair) {
 	}
 }
 
+// gemmBF16Driver: bf16check's products (every transposition, a shared A,
+// padded leading dimensions, odd offsets, C float32 and bfloat16, beta 0
+// and not), bit for bit against the float32 sum in order; the CPU device
+// has no bfloat16 product to compare with.
+func gemmBF16Driver(p *kpair) { bf16check.Gemm(p.T, p.dev, true) }
+
 func sgdDriver(p *kpair) {
 	w, g, buf := p.rand([]int{nElems}, -1, 1), p.rand([]int{nElems}, -1, 1), p.tensor([]int{nElems}, make([]float32, nElems))
 	for i, sp := range []device.SGDParams{
@@ -646,6 +652,7 @@ var kernelCases = map[string]kernelCase{
 	"ferry_binary_strided32":  {nil, binaryStrided},
 	"ferry_binary_strided64":  {index64, binaryStrided},
 	"ferry_gemm":              {noBLAS, gemmDriver},
+	"ferry_gemm_bf16":         {noBLAS, gemmBF16Driver},
 	"ferry_sgd_step":          {nil, sgdDriver},
 	"ferry_adamw_step":        {nil, adamwDriver},
 	// ferry_sum_blocks: rows of 5000 (one block per row, split in three);
