@@ -256,7 +256,10 @@ func copyDriver(p *kpair) {
 // bfloat16 pattern, strided and offset views of 40000+ elements, each
 // pair of types). The CPU device holds no bfloat16 to compare with: the
 // references are device.ToBFloat16 and FromBFloat16, bit for bit.
-func convertDriver(p *kpair) { bf16check.Convert(p.T, p.dev) }
+func convertDriver(p *kpair) {
+	bf16check.Convert(p.T, p.dev)
+	p.worstOp = "no CPU comparison: bit for bit against ToBFloat16 and FromBFloat16"
+}
 
 func unaryContig(p *kpair) {
 	for _, op := range unaryOps {
@@ -421,7 +424,10 @@ func gemmDriver(p *kpair) {
 // padded leading dimensions, odd offsets, C float32 and bfloat16, beta 0
 // and not), bit for bit against the float32 sum in order; the CPU device
 // has no bfloat16 product to compare with.
-func gemmBF16Driver(p *kpair) { bf16check.Gemm(p.T, p.dev, true) }
+func gemmBF16Driver(p *kpair) {
+	bf16check.Gemm(p.T, p.dev, true)
+	p.worstOp = "no CPU comparison: bit for bit against the float32 sum in order"
+}
 
 func sgdDriver(p *kpair) {
 	w, g, buf := p.rand([]int{nElems}, -1, 1), p.rand([]int{nElems}, -1, 1), p.tensor([]int{nElems}, make([]float32, nElems))

@@ -49,7 +49,8 @@ func Gemm(t *testing.T, dev device.Device, exact bool) {
 }
 
 func gemmCase(t *testing.T, dev device.Device, rng *rand.Rand, ta, tb bool, tc device.DType, beta float32, exact bool) {
-	const M, N, K, batch = 13, 11, 37, 3
+	// Partial 16×16 tiles of ferry_gemm_bf16 in every dimension.
+	const M, N, K, batch = 37, 29, 41, 3
 	// Stored shapes: A is M×K (K×M transposed), B K×N (N×K); each row
 	// padded by 3 elements.
 	rA, cA := M, K
