@@ -6,7 +6,9 @@
 #   scripts/gpu-check.sh run     on the GPU machine (no Go needed), in one go:
 #     probe         nvidia-smi, cuBLAS, `ferry doctor --json`
 #     conformance   the device conformance suite on the GPU (FP32, then the
-#                   matrix products in TF32), a training step against the CPU
+#                   matrix products in TF32), a training step against the CPU,
+#                   bfloat16 (Convert bit for bit, products through cuBLAS's
+#                   cublasGemmStridedBatchedEx against float64)
 #     mlp-demo      ferry demo at the origin configuration (40 x 4096 x 1024),
 #                   every mode, text and --json
 #     gpt-demo      ferry demo --model gpt, GPT-2 124M at batch 8 x 1024,
@@ -117,7 +119,7 @@ run() {
     echo "== no cuBLAS for ferry: the demos time $mlp_steps step per mode"
   fi
 
-  step conformance "$bin/cuda.test" -test.run '^(TestProbeReal|TestRealGPUConformance|TestRealTraining)$' -test.v -test.timeout "$(($(limit conformance) * 9 / 10))s"
+  step conformance "$bin/cuda.test" -test.run '^(TestProbeReal|TestRealGPUConformance|TestRealTraining|TestRealBFloat16)$' -test.v -test.timeout "$(($(limit conformance) * 9 / 10))s"
   local mlp=(--device cuda --layers 40 --width 4096 --batch 1024 --steps "$mlp_steps")
   step mlp-demo "$bin/ferry" demo "${mlp[@]}"
   step mlp-demo-json "$bin/ferry" demo "${mlp[@]}" --json

@@ -193,7 +193,7 @@ func TestGPUCheckScriptWithStubs(t *testing.T) {
 		t.Errorf("%d stub calls, want one per step (%d):\n%s", n, len(allSteps), calls)
 	}
 	for _, want := range []string{"--layers 40 --width 4096 --batch 1024", "--model gpt --layers 12 --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch 8",
-		"recompute-offload", "-test.run ^(TestProbeReal|TestRealGPUConformance|TestRealTraining)$", "torch_gpu.py --model gpt", "recompute_offload"} {
+		"recompute-offload", "-test.run ^(TestProbeReal|TestRealGPUConformance|TestRealTraining|TestRealBFloat16)$", "torch_gpu.py --model gpt", "recompute_offload"} {
 		if !strings.Contains(string(calls), want) {
 			t.Errorf("no step was called with %q:\n%s", want, calls)
 		}

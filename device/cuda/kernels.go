@@ -62,7 +62,18 @@ func (k *kernels) ptrs(vs ...device.View) ([]cu.DevicePtr, error) {
 	return out, nil
 }
 
+// Copy copies 4-byte elements (float32, int32); a bfloat16 view, which
+// Copy does not take (device.Kernels), goes through Convert rather than
+// be copied as 4-byte words past its end.
 func (k *kernels) Copy(dst, src device.View) error {
+	if dst.DType.Size() != 4 || src.DType.Size() != 4 {
+		return k.Convert(dst, src)
+	}
+	return k.copy32(dst, src)
+}
+
+// copy32 copies src into dst, 4-byte elements of any strides.
+func (k *kernels) copy32(dst, src device.View) error {
 	n := int64(dst.Numel())
 	if n == 0 {
 		return nil
@@ -353,7 +364,7 @@ func (k *kernels) transfer(v device.View, n int, what string) (cu.DevicePtr, err
 	if v.Block == nil {
 		return 0, fmt.Errorf("%s: %s of %d bytes into no memory", k.d.name, what, n)
 	}
-	if room := v.Block.Size() - int64(v.Off)*4; int64(n) > room {
+	if room := v.Block.Size() - int64(v.Off)*int64(v.DType.Size()); int64(n) > room {
 		return 0, fmt.Errorf("%s: %s of %d bytes into %d", k.d.name, what, n, room)
 	}
 	return p, nil

@@ -114,7 +114,7 @@ func (d *Device) locate(b *device.Block, off, n int64) (place, error) {
 }
 
 // ptr is the device address of a view's first element (nil block: 0, for
-// views with no elements).
+// views with no elements): Off counts elements of the view's DType.
 func (d *Device) ptr(v device.View) (cu.DevicePtr, error) {
 	if v.Block == nil {
 		return 0, nil
@@ -123,7 +123,7 @@ func (d *Device) ptr(v device.View) (cu.DevicePtr, error) {
 	if !ok || s.d != d {
 		return 0, fmt.Errorf("%s: kernel operand is not %s memory (%T)", d.name, d.name, v.Block.Segment())
 	}
-	return s.ptr + cu.DevicePtr(v.Block.Offset()+int64(v.Off)*4), nil
+	return s.ptr + cu.DevicePtr(v.Block.Offset()+int64(v.Off)*int64(v.DType.Size())), nil
 }
 
 // Copy enqueues on s a copy between spans of this device's memory and its

@@ -16,6 +16,7 @@ type blasLib struct {
 
 	create, destroy, setStream, setMathMode, sgemmStridedBatched uintptr
 	setWorkspace                                                 uintptr // 0 before cuBLAS 11.? (optional)
+	gemmStridedBatchedEx                                         uintptr // 0 when absent (optional: bfloat16 products)
 }
 
 // blasNames is where cuBLAS is looked for, newest first, for a driver of
@@ -64,6 +65,9 @@ func loadBLAS(driverVersion int) (*blasLib, string) {
 	}
 	if p, err := purego.Dlsym(h, "cublasSetWorkspace_v2"); err == nil {
 		b.setWorkspace = p
+	}
+	if p, err := purego.Dlsym(h, "cublasGemmStridedBatchedEx"); err == nil {
+		b.gemmStridedBatchedEx = p
 	}
 	if p, err := purego.Dlsym(h, "cublasGetProperty"); err == nil && p != 0 {
 		var v [3]int32 // MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
@@ -168,6 +172,35 @@ func (c *context) SgemmStridedBatched(h BLASHandle, transA, transB bool, m, n, k
 		uintptr(unsafe.Pointer(&s.alpha)), uintptr(a), uintptr(lda), uintptr(strideA),
 		uintptr(b), uintptr(ldb), uintptr(strideB),
 		uintptr(unsafe.Pointer(&s.beta)), uintptr(cp), uintptr(ldc), uintptr(strideC), uintptr(batch))
+	scalarPool.Put(s)
+	return err
+}
+
+// GemmStridedBatchedEx calls cublasGemmStridedBatchedEx(handle, transa,
+// transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB,
+// beta, C, Ctype, ldc, strideC, batchCount, computeType, algo).
+func (c *context) GemmStridedBatchedEx(h BLASHandle, transA, transB bool, m, n, k int, alpha float32,
+	a DevicePtr, typeA DataType, lda int, strideA int64, b DevicePtr, typeB DataType, ldb int, strideB int64,
+	beta float32, cp DevicePtr, typeC DataType, ldc int, strideC int64, batch int) error {
+	const call = "cublasGemmStridedBatchedEx"
+	bl, err := c.blas(call)
+	if err != nil {
+		return err
+	}
+	if bl.gemmStridedBatchedEx == 0 {
+		e := BLASError(call, BLASNotSupported)
+		e.Detail = bl.path + " has no symbol " + call
+		return e
+	}
+	algo := int32(GemmDefault) // a C int: negative, sign-extended in its slot
+	s := scalarPool.Get().(*scalars)
+	s.alpha, s.beta = alpha, beta
+	err = c.blasCall(call, bl.gemmStridedBatchedEx, uintptr(h),
+		blasOp(transA), blasOp(transB), uintptr(m), uintptr(n), uintptr(k),
+		uintptr(unsafe.Pointer(&s.alpha)), uintptr(a), uintptr(typeA), uintptr(lda), uintptr(strideA),
+		uintptr(b), uintptr(typeB), uintptr(ldb), uintptr(strideB),
+		uintptr(unsafe.Pointer(&s.beta)), uintptr(cp), uintptr(typeC), uintptr(ldc), uintptr(strideC), uintptr(batch),
+		uintptr(Compute32F), uintptr(algo))
 	scalarPool.Put(s)
 	return err
 }

@@ -101,6 +101,26 @@ const (
 	TF32Math MathMode = 3
 )
 
+// DataType is a cudaDataType_t: the element type of a cuBLAS Ex call's
+// matrix (library_types.h).
+type DataType int32
+
+const (
+	R32F  DataType = 0  // CUDA_R_32F: float32
+	R16BF DataType = 14 // CUDA_R_16BF: bfloat16
+)
+
+// ComputeType is a cublasComputeType_t (cublas_api.h).
+type ComputeType int32
+
+// Compute32F: products and sums in float32 (CUBLAS_COMPUTE_32F); alpha
+// and beta are float32.
+const Compute32F ComputeType = 68
+
+// GemmDefault is CUBLAS_GEMM_DEFAULT, the cublasGemmAlgo_t that lets
+// cuBLAS choose (tensor cores included, for bfloat16 operands).
+const GemmDefault = -1
+
 // Error is a failed driver or cuBLAS call.
 type Error struct {
 	Call   string // "cuMemAlloc_v2", "cublasSgemmStridedBatched"
@@ -236,6 +256,14 @@ type Context interface {
 	SgemmStridedBatched(h BLASHandle, transA, transB bool, m, n, k int, alpha float32,
 		a DevicePtr, lda int, strideA int64, b DevicePtr, ldb int, strideB int64,
 		beta float32, c DevicePtr, ldc int, strideC int64, batch int) error
+	// GemmStridedBatchedEx is cublasGemmStridedBatchedEx with compute
+	// type CUBLAS_COMPUTE_32F (float32 alpha and beta, by host pointer)
+	// and CUBLAS_GEMM_DEFAULT: A, B and C of the element types given,
+	// column-major. A cuBLAS without the symbol answers
+	// CUBLAS_STATUS_NOT_SUPPORTED.
+	GemmStridedBatchedEx(h BLASHandle, transA, transB bool, m, n, k int, alpha float32,
+		a DevicePtr, typeA DataType, lda int, strideA int64, b DevicePtr, typeB DataType, ldb int, strideB int64,
+		beta float32, c DevicePtr, typeC DataType, ldc int, strideC int64, batch int) error
 
 	// Do runs f with the context current on the calling goroutine's OS
 	// thread, held for the duration of f: for libraries that act in the

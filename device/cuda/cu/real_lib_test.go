@@ -33,6 +33,11 @@ func TestRealLibrarySymbols(t *testing.T) {
 			t.Logf("no cuBLAS: %s", info.BLASError)
 		}
 	}
+	// Optional in the binding (bfloat16 products fall back to ferry's
+	// kernel without it), but every cuBLAS ferry loads (11 to 13) has it.
+	if b := loaded.blas; b != nil && b.gemmStridedBatchedEx == 0 {
+		t.Errorf("%s has no cublasGemmStridedBatchedEx", b.path)
+	}
 	if n, _ := d.DeviceCount(); n == 0 && !strings.Contains(info.InitError, "CUDA_ERROR_NO_DEVICE") {
 		t.Errorf("without a GPU, cuInit says %q", info.InitError)
 	}

@@ -231,3 +231,141 @@ func tf32(x float32) float32 {
 	}
 	return math.Float32frombits((b + 0x1000) &^ 0x1fff)
 }
+
+// GemmStridedBatchedEx checks its arguments as cuBLAS does and queues a
+// column-major product on the handle's stream, for the element types
+// ferry uses with CUBLAS_COMPUTE_32F: bfloat16 A and B with a bfloat16 or
+// float32 C, or all float32. Products and sums are float32, in the order
+// sgemm takes (a product of two bfloat16 values is exact in float32); a
+// bfloat16 C is read widened and written rounded to nearest even, as
+// device.ToBFloat16 rounds. Other type combinations answer
+// CUBLAS_STATUS_NOT_SUPPORTED.
+func (c *Context) GemmStridedBatchedEx(h cu.BLASHandle, transA, transB bool, m, n, k int, alpha float32,
+	a cu.DevicePtr, typeA cu.DataType, lda int, strideA int64, b cu.DevicePtr, typeB cu.DataType, ldb int, strideB int64,
+	beta float32, cp cu.DevicePtr, typeC cu.DataType, ldc int, strideC int64, batch int) error {
+	const call = "cublasGemmStridedBatchedEx"
+	if err := c.blasEnter(call); err != nil {
+		return err
+	}
+	bh, err := c.handle(call, h)
+	if err != nil {
+		return err
+	}
+	bf16In := typeA == cu.R16BF && typeB == cu.R16BF && (typeC == cu.R16BF || typeC == cu.R32F)
+	f32 := typeA == cu.R32F && typeB == cu.R32F && typeC == cu.R32F
+	if !bf16In && !f32 {
+		return cu.BLASError(call, cu.BLASNotSupported)
+	}
+	rowsA, rowsB := m, k
+	if transA {
+		rowsA = k
+	}
+	if transB {
+		rowsB = n
+	}
+	if m < 0 || n < 0 || k < 0 || batch < 0 || lda < max(1, rowsA) || ldb < max(1, rowsB) || ldc < max(1, m) ||
+		strideA < 0 || strideB < 0 || strideC < 0 {
+		return cu.BLASError(call, cu.BLASInvalidValue)
+	}
+	c.mu.Lock()
+	s, mode := bh.stream, bh.mode
+	c.mu.Unlock()
+	st, err := c.stream(call, s)
+	if err != nil {
+		return cu.BLASError(call, cu.BLASInvalidValue)
+	}
+	delay := c.drv.opts.KernelDelay
+	st.enqueue(func() *cu.Error {
+		if c.faulted() {
+			return nil
+		}
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		return c.run(call, func(kl *launch) {
+			A, B, C := devMatrix(kl, a, typeA), devMatrix(kl, b, typeB), devMatrix(kl, cp, typeC)
+			round := func(x float32) float32 { return x }
+			if f32 && mode == cu.TF32Math {
+				round = tf32
+			}
+			for z := 0; z < batch; z++ {
+				gemmEx(transA, transB, m, n, k, alpha, A.at(int64(z)*strideA), lda, B.at(int64(z)*strideB), ldb,
+					beta, C.at(int64(z)*strideC), ldc, round)
+			}
+		}, &launch{mem: c.deviceTail, name: call})
+	})
+	return nil
+}
+
+// matrixMem is a cuBLAS operand in device memory: float32 or bfloat16
+// elements.
+type matrixMem struct {
+	f []float32
+	h []uint16
+}
+
+func devMatrix(k *launch, p cu.DevicePtr, t cu.DataType) matrixMem {
+	if t == cu.R32F {
+		return matrixMem{f: devFloats(k, p)}
+	}
+	b, ok := k.mem(uint64(p))
+	if !ok {
+		k.fail("%#x is not device memory", uint64(p))
+	}
+	if uint64(p)%2 != 0 {
+		k.fail("%#x is not aligned to 2 bytes", uint64(p))
+	}
+	return matrixMem{h: unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)}
+}
+
+// at is the operand from element off on.
+func (x matrixMem) at(off int64) matrixMem {
+	if x.f != nil {
+		return matrixMem{f: x.f[off:]}
+	}
+	return matrixMem{h: x.h[off:]}
+}
+
+func (x matrixMem) get(i int) float32 {
+	if x.f != nil {
+		return x.f[i]
+	}
+	return math.Float32frombits(uint32(x.h[i]) << 16)
+}
+
+func (x matrixMem) set(i int, v float32) {
+	if x.f != nil {
+		x.f[i] = v
+		return
+	}
+	x.h[i] = f32ToBF16(math.Float32bits(v))
+}
+
+// gemmEx is sgemm over operands of either element type.
+func gemmEx(transA, transB bool, m, n, k int, alpha float32, a matrixMem, lda int, b matrixMem, ldb int,
+	beta float32, c matrixMem, ldc int, round func(float32) float32) {
+	for j := 0; j < n; j++ {
+		for i := 0; i < m; i++ {
+			var acc float32
+			for l := 0; l < k; l++ {
+				var x, y float32
+				if transA {
+					x = a.get(l + i*lda)
+				} else {
+					x = a.get(i + l*lda)
+				}
+				if transB {
+					y = b.get(j + l*ldb)
+				} else {
+					y = b.get(l + j*ldb)
+				}
+				acc += float32(round(x) * round(y))
+			}
+			r := alpha * acc
+			if beta != 0 {
+				r += beta * c.get(i+j*ldc)
+			}
+			c.set(i+j*ldc, r)
+		}
+	}
+}

@@ -13,25 +13,28 @@ import (
 // its .cu counterpart.
 
 var kernelsByName = map[string]kernelFunc{
-	"ferry_copy_strided32":   copyStrided[int32],
-	"ferry_copy_strided64":   copyStrided[int64],
-	"ferry_unary_contig":     unaryContig,
-	"ferry_unary_strided32":  unaryStrided[int32],
-	"ferry_unary_strided64":  unaryStrided[int64],
-	"ferry_binary_contig":    binaryContig,
-	"ferry_binary_strided32": binaryStrided[int32],
-	"ferry_binary_strided64": binaryStrided[int64],
-	"ferry_sum_blocks":       sumBlocks,
-	"ferry_sum_threads":      sumThreads,
-	"ferry_sum_finish":       sumFinish,
-	"ferry_softmax":          softmax,
-	"ferry_softmax_backward": softmaxBackward,
-	"ferry_nll":              nll,
-	"ferry_nll_grad_scale":   nllGradScale,
-	"ferry_nll_backward":     nllBackward,
-	"ferry_sgd_step":         sgdStep,
-	"ferry_adamw_step":       adamwStep,
-	"ferry_gemm":             gemm,
+	"ferry_copy_strided32":    copyStrided[int32],
+	"ferry_copy_strided64":    copyStrided[int64],
+	"ferry_convert_strided32": convertStrided[int32],
+	"ferry_convert_strided64": convertStrided[int64],
+	"ferry_unary_contig":      unaryContig,
+	"ferry_unary_strided32":   unaryStrided[int32],
+	"ferry_unary_strided64":   unaryStrided[int64],
+	"ferry_binary_contig":     binaryContig,
+	"ferry_binary_strided32":  binaryStrided[int32],
+	"ferry_binary_strided64":  binaryStrided[int64],
+	"ferry_sum_blocks":        sumBlocks,
+	"ferry_sum_threads":       sumThreads,
+	"ferry_sum_finish":        sumFinish,
+	"ferry_softmax":           softmax,
+	"ferry_softmax_backward":  softmaxBackward,
+	"ferry_nll":               nll,
+	"ferry_nll_grad_scale":    nllGradScale,
+	"ferry_nll_backward":      nllBackward,
+	"ferry_sgd_step":          sgdStep,
+	"ferry_adamw_step":        adamwStep,
+	"ferry_gemm":              gemm,
+	"ferry_gemm_bf16":         gemmBF16,
 }
 
 const block = 256 // BLOCK in reduce.cu; the 1-D launches' block size
@@ -140,6 +143,44 @@ func copyStrided[I index](k *launch) {
 		offsets(l, i, off)
 		dst[off[0]] = src[off[1]]
 	})
+}
+
+// convertStrided is ferry_convert_strided: mode 0 rounds float32 to
+// bfloat16 (f32ToBF16), 1 widens bfloat16 to float32, 2 copies 2-byte
+// elements; an unknown mode writes nothing. Each operand's offsets count
+// its own elements.
+func convertStrided[I index](k *launch) {
+	mode, n, l := k.i32(0), k.i64(3), k.strided(4)
+	off := make([]I, 2)
+	switch mode {
+	case 0:
+		dst, src := mem[uint16](k, 1), mem[uint32](k, 2)
+		gridStride(k, n, func(i I) {
+			offsets(l, i, off)
+			dst[off[0]] = f32ToBF16(src[off[1]])
+		})
+	case 1:
+		dst, src := mem[uint32](k, 1), mem[uint16](k, 2)
+		gridStride(k, n, func(i I) {
+			offsets(l, i, off)
+			dst[off[0]] = uint32(src[off[1]]) << 16
+		})
+	case 2:
+		dst, src := mem[uint16](k, 1), mem[uint16](k, 2)
+		gridStride(k, n, func(i I) {
+			offsets(l, i, off)
+			dst[off[0]] = src[off[1]]
+		})
+	}
+}
+
+// f32ToBF16 is f32_to_bf16 of elementwise.cu (device.ToBFloat16's bits,
+// the fake keeping its own copy of the kernel's integer operations).
+func f32ToBF16(u uint32) uint16 {
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16) | 0x0040
+	}
+	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
 }
 
 func nan32() float32 { return math.Float32frombits(0x7fc00000) }
@@ -461,39 +502,56 @@ func adamwStep(k *launch) {
 // ---- gemm.cu ----
 
 func gemm(k *launch) {
+	gemmTiles(k, 0, matrixMem{f: mem[float32](k, 6)}, matrixMem{f: mem[float32](k, 9)}, matrixMem{f: mem[float32](k, 13)})
+}
+
+// gemmBF16 is ferry_gemm_bf16: ferry_gemm's parameters after c_bf16, A
+// and B bfloat16, C bfloat16 (c_bf16) or float32.
+func gemmBF16(k *launch) {
+	var c matrixMem
+	if k.i32(0) != 0 {
+		c.h = mem[uint16](k, 14)
+	} else {
+		c.f = mem[float32](k, 14)
+	}
+	gemmTiles(k, 1, matrixMem{h: mem[uint16](k, 7)}, matrixMem{h: mem[uint16](k, 10)}, c)
+}
+
+// gemmTiles is gemm_tiles of gemm.cu, its parameters from index o on.
+func gemmTiles(k *launch, o int, A, B, C matrixMem) {
 	const tile = 16
 	k.requireBlock(tile, tile)
-	transA, transB := k.i32(0) != 0, k.i32(1) != 0
-	M, N, K, alpha := k.i64(2), k.i64(3), k.i64(4), k.f32(5)
-	A, lda, strideA := mem[float32](k, 6), k.i64(7), k.i64(8)
-	B, ldb, strideB := mem[float32](k, 9), k.i64(10), k.i64(11)
-	beta, C, ldc, strideC, batch := k.f32(12), mem[float32](k, 13), k.i64(14), k.i64(15), k.i64(16)
+	transA, transB := k.i32(o) != 0, k.i32(o+1) != 0
+	M, N, K, alpha := k.i64(o+2), k.i64(o+3), k.i64(o+4), k.f32(o+5)
+	lda, strideA := k.i64(o+7), k.i64(o+8)
+	ldb, strideB := k.i64(o+10), k.i64(o+11)
+	beta, ldc, strideC, batch := k.f32(o+12), k.i64(o+14), k.i64(o+15), k.i64(o+16)
 	rows, cols := int64(k.grid.Y)*tile, int64(k.grid.X)*tile
 	for bz := int64(0); bz < int64(k.grid.Z); bz++ {
 		for z := bz; z < batch; z += int64(k.grid.Z) {
-			a, b, c := A[z*strideA:], B[z*strideB:], C[z*strideC:]
+			a, b, c := A.at(z*strideA), B.at(z*strideB), C.at(z*strideC)
 			for row := int64(0); row < min(rows, M); row++ {
 				for col := int64(0); col < min(cols, N); col++ {
 					var acc float32
 					for kk := int64(0); kk < K; kk++ {
 						var x, y float32
 						if transA {
-							x = a[kk*lda+row]
+							x = a.get(int(kk*lda + row))
 						} else {
-							x = a[row*lda+kk]
+							x = a.get(int(row*lda + kk))
 						}
 						if transB {
-							y = b[col*ldb+kk]
+							y = b.get(int(col*ldb + kk))
 						} else {
-							y = b[kk*ldb+col]
+							y = b.get(int(kk*ldb + col))
 						}
 						acc += float32(x * y)
 					}
 					r := alpha * acc
 					if beta != 0 {
-						r += beta * c[row*ldc+col]
+						r += beta * c.get(int(row*ldc+col))
 					}
-					c[row*ldc+col] = r
+					c.set(int(row*ldc+col), r)
 				}
 			}
 		}

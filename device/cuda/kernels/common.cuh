@@ -80,3 +80,13 @@ __device__ __forceinline__ void strided_offsets(const Strided& L, I i, I* off) {
        i += (I)gridDim.x * blockDim.x)
 
 __device__ __forceinline__ float nan32() { return __int_as_float(0x7fc00000); }
+
+// f32_to_bf16 is device.ToBFloat16 on float32 bits u, in integer
+// operations so that it does not depend on cuda_bf16.h: round to nearest,
+// ties to even (add half an ulp less one plus the kept part's lowest bit;
+// an overflow carries into the exponent, to infinity); a NaN stays a NaN,
+// quiet, its sign and the top of its payload kept.
+__device__ __forceinline__ unsigned short f32_to_bf16(unsigned u) {
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x0040u);
+  return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}

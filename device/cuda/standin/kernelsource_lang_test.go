@@ -232,3 +232,33 @@ func TestKernelSourceGlobalRace(t *testing.T) {
 	}
 	l.Reset()
 }
+
+// The global race check tracks 2-byte halves of words: threads that store
+// neighbouring bfloat16 elements do not race (global memory is byte
+// addressed), two that store the same one do.
+func TestKernelSourceHalfWords(t *testing.T) {
+	l, k := setupSource(t)
+	ctx, m, s := testModule(t, ".visible .entry ferry_test_halves(.param .u64 p0, .param .u32 p1)")
+	races := k.Total("global_races")
+	out, err := runTest(t, ctx, m, s, "ferry_test_halves", cu.Dim3{X: 1, Y: 1, Z: 1}, cu.Dim3{X: 64, Y: 1, Z: 1}, 0, 32,
+		func(a *cu.Args) { a.I32(0) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := k.Total("global_races") - races; n != 0 || l.Violations() != 0 {
+		t.Fatalf("%d races for neighbouring halves, want 0:\n%s", n, l.Report())
+	}
+	for i, w := range out {
+		if want := uint32(2*i) | uint32(2*i+1)<<16; w != want {
+			t.Fatalf("word %d is %#x, want %#x", i, w, want)
+		}
+	}
+	if _, err := runTest(t, ctx, m, s, "ferry_test_halves", cu.Dim3{X: 1, Y: 1, Z: 1}, cu.Dim3{X: 64, Y: 1, Z: 1}, 0, 32,
+		func(a *cu.Args) { a.I32(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if n := k.Total("global_races") - races; n != 32 {
+		t.Errorf("%d races for pairs storing one half, want 32 (one a word):\n%s", n, l.Report())
+	}
+	l.Reset()
+}

@@ -13,6 +13,7 @@ import (
 
 	"ferry/device"
 	"ferry/device/cpu"
+	"ferry/device/cuda/internal/bf16check"
 	"ferry/device/cuda/kernels"
 	"ferry/device/cuda/standin"
 	"ferry/device/devicetest"
@@ -76,11 +77,14 @@ func setupSource(t *testing.T) (*standin.Lib, *standin.Kernels) {
 // fake driver's Go copies of the kernels).
 func setupPreferSource(t *testing.T) *standin.Lib {
 	t.Helper()
+	// The stand-in first: the kernels' library resolves its symbols
+	// (standin_resolve) when buildSource loads it.
+	l := setup(t)
 	if _, err := buildSource(t); errors.Is(err, standin.ErrNoCXX) {
 		t.Logf("kernels run as the fake driver's Go copies: %v", err)
-		return setup(t)
+		return l
 	}
-	l, _ := setupSource(t)
+	l, _ = setupSource(t)
 	return l
 }
 
@@ -248,6 +252,15 @@ func copyDriver(p *kpair) {
 	p.check("copy", dst, 0)
 }
 
+// convertDriver: Convert's checks (bf16check: special values, every
+// bfloat16 pattern, strided and offset views of 40000+ elements, each
+// pair of types). The CPU device holds no bfloat16 to compare with: the
+// references are device.ToBFloat16 and FromBFloat16, bit for bit.
+func convertDriver(p *kpair) {
+	bf16check.Convert(p.T, p.dev)
+	p.worstOp = "no CPU comparison: bit for bit against ToBFloat16 and FromBFloat16"
+}
+
 func unaryContig(p *kpair) {
 	for _, op := range unaryOps {
 		lo := float32(-4)
@@ -405,6 +418,15 @@ func gemmDriver(p *kpair) {
 		})
 		p.check(what, c, tol32)
 	}
+}
+
+// gemmBF16Driver: bf16check's products (every transposition, a shared A,
+// padded leading dimensions, odd offsets, C float32 and bfloat16, beta 0
+// and not), bit for bit against the float32 sum in order; the CPU device
+// has no bfloat16 product to compare with.
+func gemmBF16Driver(p *kpair) {
+	bf16check.Gemm(p.T, p.dev, true)
+	p.worstOp = "no CPU comparison: bit for bit against the float32 sum in order"
 }
 
 func sgdDriver(p *kpair) {
@@ -625,17 +647,20 @@ var (
 )
 
 var kernelCases = map[string]kernelCase{
-	"ferry_copy_strided32":   {nil, copyDriver},
-	"ferry_copy_strided64":   {index64, copyDriver},
-	"ferry_unary_contig":     {nil, unaryContig},
-	"ferry_unary_strided32":  {nil, unaryStrided},
-	"ferry_unary_strided64":  {index64, unaryStrided},
-	"ferry_binary_contig":    {nil, binaryContig},
-	"ferry_binary_strided32": {nil, binaryStrided},
-	"ferry_binary_strided64": {index64, binaryStrided},
-	"ferry_gemm":             {noBLAS, gemmDriver},
-	"ferry_sgd_step":         {nil, sgdDriver},
-	"ferry_adamw_step":       {nil, adamwDriver},
+	"ferry_copy_strided32":    {nil, copyDriver},
+	"ferry_copy_strided64":    {index64, copyDriver},
+	"ferry_convert_strided32": {nil, convertDriver},
+	"ferry_convert_strided64": {index64, convertDriver},
+	"ferry_unary_contig":      {nil, unaryContig},
+	"ferry_unary_strided32":   {nil, unaryStrided},
+	"ferry_unary_strided64":   {index64, unaryStrided},
+	"ferry_binary_contig":     {nil, binaryContig},
+	"ferry_binary_strided32":  {nil, binaryStrided},
+	"ferry_binary_strided64":  {index64, binaryStrided},
+	"ferry_gemm":              {noBLAS, gemmDriver},
+	"ferry_gemm_bf16":         {noBLAS, gemmBF16Driver},
+	"ferry_sgd_step":          {nil, sgdDriver},
+	"ferry_adamw_step":        {nil, adamwDriver},
 	// ferry_sum_blocks: rows of 5000 (one block per row, split in three);
 	// ferry_sum_threads: columns (a thread per column, rows split);
 	// ferry_sum_finish: a whole-tensor sum split sixteen ways.

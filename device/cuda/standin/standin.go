@@ -119,7 +119,7 @@ func (l *Lib) Report() string {
 func (l *Lib) Reset() { purego.SyscallN(l.reset) }
 
 // Counter reads one of the stand-in's counters by name ("launches",
-// "launches_run", "sgemms", "copies", "pageable_copies", "memsets",
+// "launches_run", "sgemms", "gemms_ex", "copies", "pageable_copies", "memsets",
 // "syncs", "default_stream", "live_dev_bytes"); -1 for an unknown name.
 func (l *Lib) Counter(name string) int64 {
 	b := append([]byte(name), 0)

@@ -147,9 +147,12 @@ struct range {
 static std::vector<range> allowed;  // the launch's device memory
 static bool checking;               // inside a launch
 
-// Global memory within one launch (when check_global is on): each 4-byte
-// word remembers its last writer and last reader, as (block, thread, the
-// block's barrier epoch). Two accesses of a word, one a write, by
+// Global memory within one launch (when check_global is on): each 2-byte
+// half of a 4-byte word remembers its last writer and last reader, as
+// (block, thread, the block's barrier epoch): halves, so that threads
+// storing neighbouring 2-byte elements (bfloat16) do not race, as on a
+// GPU, whose global memory is byte-addressed (a 1-byte access counts as
+// its whole half, which no ferry kernel makes). Two accesses of a word, one a write, by
 // different threads are a race unless both threads are of one block with a
 // barrier between: nothing orders different blocks of a launch.
 // Atomics are not tracked.
@@ -159,7 +162,7 @@ struct access_rec {
   unsigned epoch;
 };
 struct gshadow {
-  access_rec w, r;
+  access_rec w[2], r[2];  // per half word
   bool reported;
 };
 static bool check_global = true;
@@ -349,21 +352,26 @@ static bool ordered(const access_rec& a) {
 }
 
 static void global_access(const range& r, char* a, size_t n, bool write) {
-  for (uintptr_t w = (uintptr_t)a / 4; w <= ((uintptr_t)a + n - 1) / 4; w++) {
+  const uintptr_t lo = (uintptr_t)a, hi = (uintptr_t)a + n;  // [lo, hi)
+  for (uintptr_t w = lo / 4; w <= (hi - 1) / 4; w++) {
     auto it = gshadows.find(w);
-    if (it == gshadows.end()) it = gshadows.emplace(w, gshadow{{-1, 0, 0}, {-1, 0, 0}, false}).first;
+    if (it == gshadows.end())
+      it = gshadows.emplace(w, gshadow{{{-1, 0, 0}, {-1, 0, 0}}, {{-1, 0, 0}, {-1, 0, 0}}, false}).first;
     gshadow& g = it->second;
     access_rec other{-1, 0, 0};
     const char* what = nullptr;
-    if (!ordered(g.w))
-      other = g.w, what = "wrote";
-    else if (write && !ordered(g.r))
-      other = g.r, what = "read";
     access_rec me{cur_block, cur, epoch};
-    if (write)
-      g.w = me;
-    else
-      g.r = me;
+    const uintptr_t first = lo > w * 4 ? lo : w * 4, last = hi < w * 4 + 4 ? hi - 1 : w * 4 + 3;
+    for (uintptr_t h = (first - w * 4) / 2; h <= (last - w * 4) / 2; h++) {
+      if (!what && !ordered(g.w[h]))
+        other = g.w[h], what = "wrote";
+      else if (!what && write && !ordered(g.r[h]))
+        other = g.r[h], what = "read";
+      if (write)
+        g.w[h] = me;
+      else
+        g.r[h] = me;
+    }
     if (!what || g.reported) continue;
     g.reported = true;
     n_global_races++;

@@ -27,7 +27,8 @@
 // the kernel's CUDA source compiled for the CPU (cudacpu.cpp) or a Go
 // version of it over standin_resolve()d memory, or does nothing without
 // one.
-// cublasSgemmStridedBatched is computed here, naively, as the Go fake does.
+// cublasSgemmStridedBatched and cublasGemmStridedBatchedEx (float32 and
+// bfloat16 operands) are computed here, naively, as the Go fake does.
 //
 // Build: gcc -shared -fPIC -O1 -ffp-contract=off -o libstandin.so standin.c -lpthread
 
@@ -81,6 +82,7 @@ enum {
 	CUBLAS_STATUS_NOT_INITIALIZED = 1,
 	CUBLAS_STATUS_INVALID_VALUE = 7,
 	CUBLAS_STATUS_EXECUTION_FAILED = 13,
+	CUBLAS_STATUS_NOT_SUPPORTED = 15,
 };
 
 // ---- violations and counters ------------------------------------------
@@ -124,8 +126,8 @@ static void violate(const char *call, const char *fmt, ...) {
 
 // Named counters of what happened, for tests (standin_counter).
 static struct {
-	long long launches, launches_run, sgemms, copies, pageable_copies, memsets, syncs, default_stream;
-	long long live_dev_bytes;
+	long long launches, launches_run, sgemms, gemms_ex, copies, pageable_copies, memsets, syncs, default_stream;
+	long long live_dev_bytes; // last: standin_reset keeps it
 } cnt;
 
 // ---- objects ------------------------------------------------------------
@@ -323,6 +325,9 @@ struct sgemm_args {
 	int lda, ldb, ldc;
 	long long sa, sb, sc;
 	int batch;
+	// cublasGemmStridedBatchedEx: ex is 1 and the operands' element types
+	// (CUDA_R_32F or CUDA_R_16BF) say how to read a, b and c.
+	int ex, atype, btype, ctype;
 };
 
 struct op {
@@ -416,6 +421,59 @@ static void run_sgemm(const struct sgemm_args *g) {
 	}
 }
 
+enum { CUDA_R_32F = 0, CUDA_R_16BF = 14, CUBLAS_COMPUTE_32F = 68 };
+
+static float bf16_to_f32(unsigned short h) {
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+// f32_to_bf16 rounds to nearest, ties to even; a NaN stays a NaN, quiet
+// (device.ToBFloat16).
+static unsigned short f32_to_bf16(float f) {
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x0040u);
+	return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float get_elem(const void *p, int type, long long i) {
+	return type == CUDA_R_16BF ? bf16_to_f32(((const unsigned short *)p)[i]) : ((const float *)p)[i];
+}
+
+static void set_elem(void *p, int type, long long i, float v) {
+	if (type == CUDA_R_16BF) ((unsigned short *)p)[i] = f32_to_bf16(v);
+	else ((float *)p)[i] = v;
+}
+
+// gemm_ex is run_sgemm over operands of either element type, with float32
+// products and sums in the same order (CUBLAS_COMPUTE_32F); a bfloat16 C
+// is read widened and written rounded.
+static void run_gemm_ex(const struct sgemm_args *g) {
+	size_t ea = g->atype == CUDA_R_16BF ? 2 : 4, eb = g->btype == CUDA_R_16BF ? 2 : 4, ec = g->ctype == CUDA_R_16BF ? 2 : 4;
+	int f32 = g->atype == CUDA_R_32F && g->btype == CUDA_R_32F;
+	for (int z = 0; z < g->batch; z++) {
+		const char *a = (const char *)g->a + z * g->sa * (long long)ea, *b = (const char *)g->b + z * g->sb * (long long)eb;
+		char *c = (char *)g->c + z * g->sc * (long long)ec;
+		for (int j = 0; j < g->n; j++)
+			for (int i = 0; i < g->m; i++) {
+				float acc = 0;
+				for (int l = 0; l < g->k; l++) {
+					float x = get_elem(a, g->atype, g->ta ? l + (long long)i * g->lda : i + (long long)l * g->lda);
+					float y = get_elem(b, g->btype, g->tb ? j + (long long)l * g->ldb : l + (long long)j * g->ldb);
+					if (f32 && g->math == 3) x = tf32(x), y = tf32(y);
+					acc += x * y;
+				}
+				float r = g->alpha * acc;
+				long long ci = i + (long long)j * g->ldc;
+				if (g->beta != 0) r += g->beta * get_elem(c, g->ctype, ci);
+				set_elem(c, g->ctype, ci, r);
+			}
+	}
+}
+
 static int progress(struct stream *s, long long upto, int force);
 
 // run_op does one op's work. It returns 0, or -1 if a wait could not be
@@ -433,7 +491,10 @@ static int run_op(struct stream *s, struct op *o, int force) {
 			for (size_t i = 0; i < o->n; i++) memcpy(o->dst + 4 * i, &o->val, 4);
 		break;
 	case OP_SGEMM:
-		if (!c->sticky) run_sgemm(&o->g);
+		if (!c->sticky) {
+			if (o->g.ex) run_gemm_ex(&o->g);
+			else run_sgemm(&o->g);
+		}
 		break;
 	case OP_KERNEL:
 		if (!c->sticky && runner) {
@@ -1580,24 +1641,34 @@ static cublasStatus_t cublasSetWorkspace_v2_(uintptr_t h, CUdeviceptr ws, size_t
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-// matrix checks operand X of a strided batch: rows x cols, column-major
-// with leading dimension ld, stride between matrices; it returns its host
-// bytes.
-static float *matrix(const char *what, CUdeviceptr p, int rows, int cols, int ld, long long stride, int batch, struct op *o) {
+// matrix checks operand X of a strided batch for call: rows x cols
+// elements of esize bytes, column-major with leading dimension ld, stride
+// between matrices, the address aligned to the element; it returns its
+// host bytes.
+static void *matrix_of(const char *call, const char *what, CUdeviceptr p, int rows, int cols, int ld, long long stride,
+                       int batch, size_t esize, struct op *o) {
 	if (ld < (rows > 1 ? rows : 1)) {
-		violate("cublasSgemmStridedBatched", "ld%s %d < %d rows", what, ld, rows);
+		violate(call, "ld%s %d < %d rows", what, ld, rows);
 		return NULL;
 	}
-	if (rows == 0 || cols == 0 || batch == 0) return (float *)1; // nothing is read
+	if (rows == 0 || cols == 0 || batch == 0) return (void *)1; // nothing is read
 	long long last = (long long)(cols - 1) * ld + rows - 1 + (long long)(batch - 1) * stride;
 	if (stride < 0 || last < 0) {
-		violate("cublasSgemmStridedBatched", "stride%s %lld", what, stride);
+		violate(call, "stride%s %lld", what, stride);
 		return NULL;
 	}
-	size_t n = (size_t)(last + 1) * 4;
-	float *h = (float *)dev_bytes("cublasSgemmStridedBatched", what, p, n);
+	if (p % esize) {
+		violate(call, "%s %#llx is not aligned to its %zu-byte elements", what, p, esize);
+		return NULL;
+	}
+	size_t n = (size_t)(last + 1) * esize;
+	void *h = dev_bytes(call, what, p, n);
 	if (h) touch(o, p, n, 1);
 	return h;
+}
+
+static float *matrix(const char *what, CUdeviceptr p, int rows, int cols, int ld, long long stride, int batch, struct op *o) {
+	return (float *)matrix_of("cublasSgemmStridedBatched", what, p, rows, cols, ld, stride, batch, 4, o);
 }
 
 static cublasStatus_t cublasSgemmStridedBatched_(uintptr_t h, int ta, int tb, int m, int n, int k, const float *alpha,
@@ -1627,7 +1698,7 @@ static cublasStatus_t cublasSgemmStridedBatched_(uintptr_t h, int ta, int tb, in
 	struct op *o = calloc(1, sizeof *o);
 	o->kind = OP_SGEMM;
 	struct sgemm_args *g = &o->g;
-	*g = (struct sgemm_args){ta != 0, tb != 0, m, n, k, b->math, *alpha, *beta, NULL, NULL, NULL, lda, ldb, ldc, sa, sb, sc, batch};
+	*g = (struct sgemm_args){ta != 0, tb != 0, m, n, k, b->math, *alpha, *beta, NULL, NULL, NULL, lda, ldb, ldc, sa, sb, sc, batch, 0, 0, 0, 0};
 	g->a = matrix("A", A, ta ? k : m, ta ? m : k, lda, sa, batch, o);
 	g->b = matrix("B", B, tb ? n : k, tb ? k : n, ldb, sb, batch, o);
 	g->c = matrix("C", C, m, n, ldc, sc, batch, o);
@@ -1638,6 +1709,78 @@ static cublasStatus_t cublasSgemmStridedBatched_(uintptr_t h, int ta, int tb, in
 	}
 	if (b->ws_size) touch(o, b->ws, b->ws_size, 1);
 	cnt.sgemms++;
+	if (m == 0 || n == 0 || batch == 0) {
+		free(o);
+		unlock();
+		return CUBLAS_STATUS_SUCCESS;
+	}
+	enqueue(b->s ? b->s : get_stream(call, 0), o);
+	unlock();
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+// cublasGemmStridedBatchedEx, for the types ferry uses with
+// CUBLAS_COMPUTE_32F: bfloat16 A and B with a bfloat16 or float32 C, or
+// all float32. Another combination is answered CUBLAS_STATUS_NOT_SUPPORTED,
+// as cuBLAS answers a combination it has no kernel for; another compute
+// type is a violation (the stand-in models only COMPUTE_32F, whose alpha
+// and beta are float), as is an algo that is not a cublasGemmAlgo_t.
+static cublasStatus_t cublasGemmStridedBatchedEx_(uintptr_t h, int ta, int tb, int m, int n, int k, const float *alpha,
+                                                  CUdeviceptr A, int atype, int lda, long long sa, CUdeviceptr B, int btype,
+                                                  int ldb, long long sb, const float *beta, CUdeviceptr C, int ctype, int ldc,
+                                                  long long sc, int batch, int compute, int algo);
+EXPORT result cublasGemmStridedBatchedEx(uintptr_t h, int ta, int tb, int m, int n, int k, const float *alpha,
+                                         CUdeviceptr A, int atype, int lda, long long sa, CUdeviceptr B, int btype, int ldb,
+                                         long long sb, const float *beta, CUdeviceptr C, int ctype, int ldc, long long sc,
+                                         int batch, int compute, int algo) {
+	return dirty(cublasGemmStridedBatchedEx_(h, ta, tb, m, n, k, alpha, A, atype, lda, sa, B, btype, ldb, sb, beta, C, ctype,
+	                                         ldc, sc, batch, compute, algo));
+}
+static cublasStatus_t cublasGemmStridedBatchedEx_(uintptr_t h, int ta, int tb, int m, int n, int k, const float *alpha,
+                                                  CUdeviceptr A, int atype, int lda, long long sa, CUdeviceptr B, int btype,
+                                                  int ldb, long long sb, const float *beta, CUdeviceptr C, int ctype, int ldc,
+                                                  long long sc, int batch, int compute, int algo) {
+	static const char *call = "cublasGemmStridedBatchedEx";
+	BLAS_ENTER(call);
+	struct blas *b = live_blas(call, h);
+	if (!b) {
+		unlock();
+		return CUBLAS_STATUS_NOT_INITIALIZED;
+	}
+	if (ta < 0 || ta > 2 || tb < 0 || tb > 2) FAIL(CUBLAS_STATUS_INVALID_VALUE, call, "transa %d, transb %d", ta, tb);
+	if (m < 0 || n < 0 || k < 0 || batch < 0) FAIL(CUBLAS_STATUS_INVALID_VALUE, call, "m %d, n %d, k %d, batchCount %d", m, n, k, batch);
+	if (compute != CUBLAS_COMPUTE_32F)
+		FAIL(CUBLAS_STATUS_NOT_SUPPORTED, call, "computeType %d: the stand-in models CUBLAS_COMPUTE_32F (68) only", compute);
+	if (!(algo == -1 || algo == 99 || (algo >= 0 && algo <= 23) || (algo >= 100 && algo <= 115)))
+		FAIL(CUBLAS_STATUS_INVALID_VALUE, call, "algo %d is not a cublasGemmAlgo_t", algo);
+	int bf = atype == CUDA_R_16BF && btype == CUDA_R_16BF && (ctype == CUDA_R_16BF || ctype == CUDA_R_32F);
+	int f32 = atype == CUDA_R_32F && btype == CUDA_R_32F && ctype == CUDA_R_32F;
+	if (!bf && !f32) {
+		unlock();
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	}
+	int pin;
+	if (!alpha || !beta || !host_ptr(call, "alpha", alpha, 4, &pin) || !host_ptr(call, "beta", beta, 4, &pin)) {
+		if (!alpha || !beta) violate(call, "alpha %p, beta %p", (void *)alpha, (void *)beta);
+		unlock();
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	struct op *o = calloc(1, sizeof *o);
+	o->kind = OP_SGEMM;
+	struct sgemm_args *g = &o->g;
+	*g = (struct sgemm_args){ta != 0, tb != 0, m, n, k, b->math, *alpha, *beta, NULL, NULL, NULL, lda, ldb, ldc, sa, sb, sc, batch,
+	                         1, atype, btype, ctype};
+	size_t ea = atype == CUDA_R_16BF ? 2 : 4, eb = btype == CUDA_R_16BF ? 2 : 4, ec = ctype == CUDA_R_16BF ? 2 : 4;
+	g->a = matrix_of(call, "A", A, ta ? k : m, ta ? m : k, lda, sa, batch, ea, o);
+	g->b = matrix_of(call, "B", B, tb ? n : k, tb ? k : n, ldb, sb, batch, eb, o);
+	g->c = matrix_of(call, "C", C, m, n, ldc, sc, batch, ec, o);
+	if (!g->a || !g->b || !g->c) {
+		free(o);
+		unlock();
+		return CUBLAS_STATUS_INVALID_VALUE;
+	}
+	if (b->ws_size) touch(o, b->ws, b->ws_size, 1);
+	cnt.gemms_ex++;
 	if (m == 0 || n == 0 || batch == 0) {
 		free(o);
 		unlock();
@@ -1685,7 +1828,7 @@ EXPORT long long standin_counter(const char *name) {
 		const char *name;
 		long long *p;
 	} cs[] = {
-	    {"launches", &cnt.launches}, {"launches_run", &cnt.launches_run}, {"sgemms", &cnt.sgemms},
+	    {"launches", &cnt.launches}, {"launches_run", &cnt.launches_run}, {"sgemms", &cnt.sgemms}, {"gemms_ex", &cnt.gemms_ex},
 	    {"copies", &cnt.copies}, {"pageable_copies", &cnt.pageable_copies}, {"memsets", &cnt.memsets},
 	    {"syncs", &cnt.syncs}, {"default_stream", &cnt.default_stream}, {"live_dev_bytes", &cnt.live_dev_bytes},
 	};

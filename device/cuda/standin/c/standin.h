@@ -14,6 +14,7 @@ const char *standin_report(void);
 void standin_reset(void);
 
 // standin_counter reads a counter: "launches", "launches_run", "sgemms",
+// "gemms_ex" (cublasGemmStridedBatchedEx),
 // "copies", "pageable_copies", "memsets", "syncs", "default_stream",
 // "live_dev_bytes"; -1 for an unknown name.
 long long standin_counter(const char *name);

@@ -76,3 +76,11 @@ extern "C" __global__ void ferry_test_divergent_shuffle(int* out) {
 extern "C" __global__ void ferry_test_global_race(float* out) {
   if (threadIdx.x == 0) out[0] = (float)blockIdx.x;
 }
+
+// Threads storing neighbouring 2-byte elements (bfloat16) share 4-byte
+// words but no bytes: no race. With same, pairs of threads store the same
+// element: one race per word.
+extern "C" __global__ void ferry_test_halves(unsigned short* out, int same) {
+  int i = threadIdx.x;
+  out[same ? i / 2 * 2 : i] = (unsigned short)i;
+}
