@@ -32,6 +32,17 @@ var TiedAliases = map[string]string{"lm_head.weight": "transformer.wte.weight"}
 // as PyTorch's save_model writes it. A tied parameter is listed once and
 // so stored once. The file is replaced atomically.
 func SaveSafetensors(path string, m Module) error {
+	return SaveSafetensorsAs(path, m, device.Float32)
+}
+
+// SaveSafetensorsAs is SaveSafetensors with the parameters written as
+// element type dt: device.Float32 (F32, the master weights as they are)
+// or device.BFloat16 (BF16, rounded to nearest even: half the bytes, for
+// sharing a model; a checkpoint keeps F32 to resume bit for bit).
+func SaveSafetensorsAs(path string, m Module, dt device.DType) error {
+	if dt != device.Float32 && dt != device.BFloat16 {
+		return fmt.Errorf("nn.SaveSafetensorsAs %s: %s: want float32 or bfloat16", path, dt)
+	}
 	ps := NamedParameters(m)
 	named := make(map[string]*ferry.Tensor, len(ps))
 	for _, p := range ps {
@@ -43,7 +54,7 @@ func SaveSafetensors(path string, m Module) error {
 		}
 		named[p.Name] = p.Tensor
 	}
-	if err := SaveTensors(path, named, map[string]string{"format": "pt"}); err != nil {
+	if err := saveTensors(path, named, map[string]string{"format": "pt"}, dt); err != nil {
 		return fmt.Errorf("nn.SaveSafetensors: %w", err)
 	}
 	return nil
@@ -53,6 +64,12 @@ func SaveSafetensors(path string, m Module) error {
 // holds values) and string metadata to a safetensors file at path,
 // atomically. The metadata key safetensors.ChecksumKey is reserved.
 func SaveTensors(path string, tensors map[string]*ferry.Tensor, metadata map[string]string) error {
+	return saveTensors(path, tensors, metadata, device.Float32)
+}
+
+// saveTensors is SaveTensors writing float32 tensors as BF16 (rounded to
+// nearest even) when as is device.BFloat16.
+func saveTensors(path string, tensors map[string]*ferry.Tensor, metadata map[string]string, as device.DType) error {
 	names := make([]string, 0, len(tensors))
 	for n := range tensors {
 		names = append(names, n)
@@ -67,11 +84,19 @@ func SaveTensors(path string, tensors map[string]*ferry.Tensor, metadata map[str
 			}
 			switch t.DType() {
 			case device.Float32:
+				if as == device.BFloat16 {
+					out = append(out, bf16Tensor(n, t.Float32s(), t.Shape()))
+					break
+				}
 				out = append(out, safetensors.FromFloat32s(n, t.Float32s(), t.Shape()...))
+			case device.BFloat16:
+				w := ferry.Cast(t, device.Float32) // exact
+				out = append(out, bf16Tensor(n, w.Float32s(), t.Shape()))
+				w.Release()
 			case device.Int32:
 				out = append(out, safetensors.FromInt32s(n, t.Int32s(), t.Shape()...))
 			default:
-				return fmt.Errorf("tensor %q is %s; ferry saves float32 and int32", n, t.DType())
+				return fmt.Errorf("tensor %q is %s; ferry saves float32, bfloat16 and int32", n, t.DType())
 			}
 		}
 		return nil
@@ -83,7 +108,8 @@ func SaveTensors(path string, tensors map[string]*ferry.Tensor, metadata map[str
 }
 
 // LoadTensors reads every tensor of a safetensors file onto dev: F32 as
-// float32 tensors, I32 as int32 tensors. A tensor of any other dtype is an
+// float32 tensors, BF16 as bfloat16, F16 widened to float32 (exactly),
+// I32 as int32 tensors. A tensor of any other dtype is an
 // error (all of them named at once), and nothing is allocated. The caller
 // owns the tensors. The metadata comes without the checksum key.
 func LoadTensors(path string, dev device.Device) (map[string]*ferry.Tensor, map[string]string, error) {
@@ -98,13 +124,13 @@ func LoadTensors(path string, dev device.Device) (map[string]*ferry.Tensor, map[
 		}
 	}
 	if len(bad) > 0 {
-		return nil, nil, fmt.Errorf("nn.LoadTensors %s: ferry holds F32 and I32 tensors only: %s", path, strings.Join(bad, "; "))
+		return nil, nil, fmt.Errorf("nn.LoadTensors %s: ferry holds F32, BF16 (and F16 widened to F32) and I32 tensors only: %s", path, strings.Join(bad, "; "))
 	}
 	out := make(map[string]*ferry.Tensor, len(f.Tensors))
 	err = ferry.Catch(func() error {
 		for i := range f.Tensors {
 			st := &f.Tensors[i]
-			out[st.Name] = upload(dev, st)
+			out[st.Name] = upload(dev, st, true)
 		}
 		return nil
 	})
@@ -270,7 +296,7 @@ func LoadSafetensorsFiles(paths []string, m Module, opts LoadOptions) error {
 	err := ferry.Catch(func() error {
 		for _, n := range ps {
 			func() {
-				tmp := upload(n.Tensor.Device(), source[n.Name])
+				tmp := upload(n.Tensor.Device(), source[n.Name], false)
 				defer tmp.Release() // also when CopyFrom panics
 				n.Tensor.CopyFrom(tmp)
 			}()
@@ -293,14 +319,19 @@ func ferryDType(d safetensors.DType) (device.DType, bool) {
 		return device.Float32, true
 	case safetensors.I32:
 		return device.Int32, true
+	case safetensors.BF16:
+		return device.BFloat16, true
+	case safetensors.F16:
+		return device.Float32, true // widened: ferry has no float16 tensors
 	}
 	return 0, false
 }
 
-// upload makes a new tensor on dev holding st (I32 as int32; F32, or a
-// float dtype the caller has agreed to convert, as float32); it panics with a *ferry.Error on a device failure, for
-// ferry.Catch.
-func upload(dev device.Device, st *safetensors.Tensor) *ferry.Tensor {
+// upload makes a new tensor on dev holding st (I32 as int32; BF16 as
+// bfloat16 when loadBF16, else as float32; F32, or a float dtype the
+// caller has agreed to convert, as float32); it panics with a
+// *ferry.Error on a device failure, for ferry.Catch.
+func upload(dev device.Device, st *safetensors.Tensor, loadBF16 bool) *ferry.Tensor {
 	shape := st.Shape
 	if len(shape) == 0 { // a scalar: FromFloat32s reads no shape as a vector
 		shape = []int{1}
@@ -318,6 +349,11 @@ func upload(dev device.Device, st *safetensors.Tensor) *ferry.Tensor {
 			panic(&ferry.Error{Op: "load", Msg: err.Error()})
 		}
 		t = ferry.FromFloat32s(dev, v, shape...)
+		if st.DType == safetensors.BF16 && loadBF16 {
+			b := ferry.Cast(t, device.BFloat16) // exact: the values are bfloat16's
+			t.Release()
+			t = b
+		}
 	}
 	if len(st.Shape) == 0 {
 		s := t.Reshape()
@@ -325,4 +361,14 @@ func upload(dev device.Device, st *safetensors.Tensor) *ferry.Tensor {
 		t = s
 	}
 	return t
+}
+
+// bf16Tensor is a BF16 safetensors tensor of vals rounded to nearest even.
+func bf16Tensor(name string, vals []float32, shape []int) safetensors.Tensor {
+	data := make([]byte, 2*len(vals))
+	for i, v := range vals {
+		b := device.ToBFloat16(v)
+		data[2*i], data[2*i+1] = byte(b), byte(b>>8)
+	}
+	return safetensors.Tensor{Name: name, DType: safetensors.BF16, Shape: slices.Clone(shape), Data: data}
 }

@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"ferry"
+	"ferry/device"
 	"ferry/internal/fsx"
 	"ferry/nn"
 	"ferry/optim"
@@ -82,6 +83,7 @@ const (
 	metaFormat    = "ferry-checkpoint"
 	metaVersion   = 1
 	modelFile     = "model.safetensors"
+	modelBF16File = "model.bf16.safetensors" // Checkpointer.ExportBF16
 	optimizerFile = "optimizer.safetensors"
 	metaFile      = "trainer.json"
 	metaSumFile   = "trainer.sha256"
@@ -101,6 +103,11 @@ type Checkpointer struct {
 	// afterwards (Meta.Overrides).
 	Overrides    []string
 	OverrideNote string
+	// ExportBF16 also writes the model's parameters rounded to bfloat16
+	// (model.bf16.safetensors, half the bytes: for sharing or serving the
+	// model) into each checkpoint; model.safetensors stays float32, so a
+	// run resumes bit for bit.
+	ExportBF16 bool
 
 	mu       sync.Mutex
 	locked   bool       // this Checkpointer holds Dir's lock
@@ -155,6 +162,13 @@ func (c *Checkpointer) save(model nn.Module, opt optim.Stateful, meta Meta, chec
 	if err := nn.SaveTensors(filepath.Join(tmp, optimizerFile), st.Tensors, nil); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
+	files := []string{modelFile, optimizerFile}
+	if c.ExportBF16 {
+		if err := nn.SaveSafetensorsAs(filepath.Join(tmp, modelBF16File), model, device.BFloat16); err != nil {
+			return "", fmt.Errorf("checkpoint: %w", err)
+		}
+		files = append(files, modelBF16File)
+	}
 	meta.Format, meta.Version = metaFormat, metaVersion
 	meta.OptimizerScalars = st.Scalars
 	meta.Finite = check
@@ -164,7 +178,7 @@ func (c *Checkpointer) save(model nn.Module, opt optim.Stateful, meta Meta, chec
 		c.mu.Unlock()
 	}
 	meta.Files = map[string]FileSum{}
-	for _, f := range []string{modelFile, optimizerFile} {
+	for _, f := range files {
 		s, err := sumFile(filepath.Join(tmp, f))
 		if err != nil {
 			return "", fmt.Errorf("checkpoint: %w", err)

@@ -170,6 +170,10 @@ type Config struct {
 	// device.BFloat16, mixed precision with float32 parameters, gradients
 	// and optimizer state. It is part of the run's identity.
 	Precision device.DType
+	// ExportBF16 also writes each checkpoint's parameters rounded to
+	// bfloat16 (Checkpointer.ExportBF16); the checkpoint itself keeps the
+	// float32 master weights.
+	ExportBF16 bool
 }
 
 // Sharder is a Task that can give one rank's shard of a step's global
@@ -370,7 +374,7 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 		if _, ok := cfg.Optimizer.(optim.Stateful); !ok {
 			return nil, fmt.Errorf("train: checkpoints need an optimizer whose state can be saved (optim.Stateful); %T is not", cfg.Optimizer)
 		}
-		t.ckpt = &Checkpointer{Dir: cfg.CheckpointDir, Keep: cfg.Keep, Overrides: cfg.Overrides, OverrideNote: cfg.OverrideNote}
+		t.ckpt = &Checkpointer{Dir: cfg.CheckpointDir, Keep: cfg.Keep, Overrides: cfg.Overrides, OverrideNote: cfg.OverrideNote, ExportBF16: cfg.ExportBF16}
 		// Rank 0 alone probes (it alone writes): a probe makes and removes
 		// the directory, which would race with another rank's probe.
 		if t.rank == 0 {

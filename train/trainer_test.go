@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -71,10 +72,25 @@ func sameBits(a, b [][]float32) bool {
 }
 
 // Six steps straight equal three, a stop, and three more after a resume,
-// bit for bit, with accumulation, clipping, a schedule and offloading.
+// bit for bit, with accumulation, clipping, a schedule and offloading, in
+// float32 and in bfloat16 mixed precision (which gives other losses).
 func TestResumeIsExact(t *testing.T) {
+	var fp32 []float64
+	for _, prec := range []device.DType{device.Float32, device.BFloat16} {
+		t.Run(prec.String(), func(t *testing.T) {
+			losses := testResumeIsExact(t, prec)
+			if prec == device.Float32 {
+				fp32 = losses
+			} else if fp32 != nil && slices.Equal(fp32, losses) {
+				t.Errorf("bfloat16 gave float32's losses %v: autocast did nothing", losses)
+			}
+		})
+	}
+}
+
+func testResumeIsExact(t *testing.T, prec device.DType) []float64 {
 	sched := train.Cosine{Peak: 1e-2, Min: 1e-3, Warmup: 2, Total: 6}
-	base := train.Config{Steps: 6, Accum: 2, Clip: 0.5, Schedule: sched, Memory: offload.Setup{Mode: offload.Offload}}
+	base := train.Config{Steps: 6, Accum: 2, Clip: 0.5, Schedule: sched, Memory: offload.Setup{Mode: offload.Offload}, Precision: prec}
 	straight, want, _, err := run(t, base)
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +120,7 @@ func TestResumeIsExact(t *testing.T) {
 	if len(res.History.Train) != 6 {
 		t.Errorf("the resumed run's history has %d points, want 6", len(res.History.Train))
 	}
+	return straight
 }
 
 // poisoned is a task whose batch at one step holds an infinity.

@@ -41,7 +41,7 @@ type trainOptions struct {
 	lr, minLR, clip               float64
 	weightDecay, momentum         float64
 	optimizer, optimizerState     string
-	precision                     string
+	precision, saveDType          string
 	precisionType                 device.DType
 	logPath, plotDir              string
 	checkpointDir                 string
@@ -99,6 +99,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 	fs.StringVar(&o.optimizer, "optimizer", optimizer, "sgd or adamw")
 	fs.StringVar(&o.optimizerState, "optimizer-state", "device", "where the optimizer keeps its state and steps: device, or host (host memory, updated on the CPU cores: no optimizer state on the device)")
 	fs.StringVar(&o.precision, "precision", "fp32", precisionUsage)
+	fs.StringVar(&o.saveDType, "save-dtype", "fp32", "element type of the saved model: fp32 (model.safetensors, the master weights each checkpoint resumes from), or bf16 to also write model.bf16.safetensors (rounded, half the bytes) in each checkpoint")
 	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "weight decay (default: 0 for sgd, 0.1 for adamw)")
 	fs.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initialisation, the data order and dropout")
@@ -157,6 +158,11 @@ func (o *trainOptions) validate(set map[string]bool) error {
 		return err
 	}
 	o.precisionType = prec
+	switch strings.ToLower(o.saveDType) {
+	case "fp32", "float32", "f32", "bf16", "bfloat16":
+	default:
+		return fmt.Errorf("--save-dtype %q: want fp32 or bf16", o.saveDType)
+	}
 	if o.policy != "" {
 		pol, err := offload.LoadPolicy(o.policy)
 		if err != nil {
@@ -366,7 +372,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath, PlotDir: o.plotDir,
 		CheckpointDir: ckptDir, CheckpointEvery: ckptEvery, Keep: o.keep, Resume: o.resume,
 		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit, Comm: o.comm, CheckEvery: o.checkEvery, Shard: o.zero,
-		Precision: o.precisionType,
+		Precision: o.precisionType, ExportBF16: strings.HasPrefix(strings.ToLower(o.saveDType), "b"),
 		Overrides: overrides, OverrideNote: "--override " + o.override + " on resume",
 		Hooks: train.Hooks{
 			Start:   func(first, total int) { p.phase("train", total, first-1) },

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"ferry/cmd/ferry/internal/demo"
+	"ferry/device"
 	_ "ferry/device/cpu"
 	_ "ferry/device/meta"
 	"ferry/models"
@@ -22,6 +23,28 @@ func TestMetaMatchesCPU(t *testing.T) {
 		metaMatchesCPU(t, func(cfg *demo.Config) {
 			cfg.Family, _ = models.Lookup("gpt")
 			cfg.Sizes = models.Sizes{"vocab": 37, "seq": 16, "layers": 3, "heads": 2, "embd": 32, "dropout": 0.1, "batch": 2}
+		})
+	})
+	// In bfloat16 mixed precision too: the same bytes to the byte, and
+	// every mode's gradients equal to none's.
+	t.Run("mlp-bf16", func(t *testing.T) {
+		metaMatchesCPU(t, func(cfg *demo.Config) {
+			cfg.Sizes = models.Sizes{"layers": 6, "width": 64, "batch": 32}
+			cfg.Precision = device.BFloat16
+		})
+	})
+	t.Run("gpt-bf16", func(t *testing.T) {
+		metaMatchesCPU(t, func(cfg *demo.Config) {
+			cfg.Family, _ = models.Lookup("gpt")
+			cfg.Sizes = models.Sizes{"vocab": 37, "seq": 16, "layers": 3, "heads": 2, "embd": 32, "dropout": 0.1, "batch": 2}
+			cfg.Precision = device.BFloat16
+		})
+	})
+	t.Run("llama-bf16", func(t *testing.T) {
+		metaMatchesCPU(t, func(cfg *demo.Config) {
+			cfg.Family, _ = models.Lookup("llama")
+			cfg.Sizes = models.Sizes{"vocab": 37, "seq": 16, "layers": 2, "heads": 4, "kv-heads": 2, "embd": 32, "hidden": 96, "batch": 2}
+			cfg.Precision = device.BFloat16
 		})
 	})
 }
