@@ -332,44 +332,58 @@ func TestGemmBF16Public(t *testing.T) {
 }
 
 // TestPairPacking checks the pairs layout on odd sizes against its
-// definition (pack_bf16.go).
+// definition (pack_bf16.go), for the Go packing and the pairs kernels'.
 func TestPairPacking(t *testing.T) {
+	type packer = func(dst []uint32, w int, src []uint16, ld, r0, c0, kc, cnt int)
+	impls := []struct {
+		name           string
+		pcopy, pgather packer
+	}{{"go", pairCopy, pairGather}}
+	if bf16Dot != nil {
+		k := bf16Dot.variants[0]
+		impls = append(impls, struct {
+			name           string
+			pcopy, pgather packer
+		}{k.name, k.pairCopy, k.pairGather})
+	}
 	r := rand.New(rand.NewPCG(11, 12))
-	for _, w := range []int{6, 14, 32, 64} {
-		for _, kc := range []int{1, 2, 5, 16} {
-			for _, cnt := range []int{1, w - 1, w, w + 3} {
-				ld := max(kc, cnt) + 3
-				src := make([]uint16, (max(kc, cnt)+2)*ld)
-				for i := range src {
-					src[i] = uint16(r.Uint32())
-				}
-				np, kp := (cnt+w-1)/w, (kc+1)/2
-				get := func(gather bool, q, x int) uint32 {
-					if q >= kc || x >= cnt {
-						return 0
+	for _, im := range impls {
+		for _, w := range []int{6, 14, 16, 32, 64} {
+			for _, kc := range []int{1, 2, 5, 16, 31, 32, 33, 70} {
+				for _, cnt := range []int{1, w - 1, w, w + 3} {
+					ld := max(kc, cnt) + 3
+					src := make([]uint16, (max(kc, cnt)+2)*ld)
+					for i := range src {
+						src[i] = uint16(r.Uint32())
 					}
-					if gather {
-						return uint32(src[(1+x)*ld+2+q])
+					np, kp := (cnt+w-1)/w, (kc+1)/2
+					get := func(gather bool, q, x int) uint32 {
+						if q >= kc || x >= cnt {
+							return 0
+						}
+						if gather {
+							return uint32(src[(1+x)*ld+2+q])
+						}
+						return uint32(src[(1+q)*ld+2+x])
 					}
-					return uint32(src[(1+q)*ld+2+x])
-				}
-				for _, gather := range []bool{false, true} {
-					dst := make([]uint32, np*w*kp)
-					for i := range dst {
-						dst[i] = 0xDEADBEEF
-					}
-					if gather {
-						pairGather(dst, w, src, ld, 1, 2, kc, cnt)
-					} else {
-						pairCopy(dst, w, src, ld, 1, 2, kc, cnt)
-					}
-					for s := 0; s < np; s++ {
-						for q := 0; q < kp; q++ {
-							for j := 0; j < w; j++ {
-								x := s*w + j
-								want := get(gather, 2*q, x) | get(gather, 2*q+1, x)<<16
-								if got := dst[s*w*kp+q*w+j]; got != want {
-									t.Fatalf("w %d kc %d cnt %d gather %v: slot (%d,%d,%d) = %#x, want %#x", w, kc, cnt, gather, s, q, j, got, want)
+					for _, gather := range []bool{false, true} {
+						dst := make([]uint32, np*w*kp)
+						for i := range dst {
+							dst[i] = 0xDEADBEEF
+						}
+						if gather {
+							im.pgather(dst, w, src, ld, 1, 2, kc, cnt)
+						} else {
+							im.pcopy(dst, w, src, ld, 1, 2, kc, cnt)
+						}
+						for s := 0; s < np; s++ {
+							for q := 0; q < kp; q++ {
+								for j := 0; j < w; j++ {
+									x := s*w + j
+									want := get(gather, 2*q, x) | get(gather, 2*q+1, x)<<16
+									if got := dst[s*w*kp+q*w+j]; got != want {
+										t.Fatalf("%s: w %d kc %d cnt %d gather %v: slot (%d,%d,%d) = %#x, want %#x", im.name, w, kc, cnt, gather, s, q, j, got, want)
+									}
 								}
 							}
 						}

@@ -61,6 +61,9 @@ type kernelInfo struct {
 	// pairs of k-steps in 32-bit slots and its kc counts pairs
 	// (pack_bf16.go); kc above counts k-steps and is even.
 	pairs bool
+	// pairCopy and pairGather pack bfloat16 pairs for a pairs kernel
+	// (pack_bf16.go).
+	pairCopy, pairGather func(dst []uint32, w int, src []uint16, ld, r0, c0, kc, cnt int)
 
 	packCopy, packGather packFunc
 }
