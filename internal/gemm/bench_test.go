@@ -137,7 +137,7 @@ func benchBF16(b *testing.B, kern *kernelInfo, s benchShape, nw int) {
 		ldb = s.k
 	}
 	a, bb := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n)
-	a16, b16 := roundBF16(a), roundBF16(bb)
+	a16, b16 := roundSlice(a), roundSlice(bb)
 	c := make([]float32, s.m*s.n)
 	for b.Loop() {
 		gemmBF16(kern, nw, s.transA, s.transB, s.m, s.n, s.k, 1, a16, lda, b16, ldb, 0, c, s.n)

@@ -227,6 +227,7 @@ type args struct {
 	alpha, beta    float32
 	a, b, c        []float32
 	a16, b16       []uint16 // bfloat16 A and B (GemmBF16), a and b unused
+	c16            []uint16 // bfloat16 C (GemmBF16To16), c unused
 	lda, ldb, ldc  int
 	kcBlk          int // balanced KC for this call
 }
@@ -271,6 +272,10 @@ func solve(a args, nw int) {
 		return
 	}
 	if k == 0 || a.alpha == 0 {
+		if a.c16 != nil {
+			scaleC16(m, n, a.beta, a.c16, a.ldc)
+			return
+		}
 		scaleC(m, n, a.beta, a.c, a.ldc)
 		return
 	}
@@ -361,6 +366,7 @@ func partition(nw, nb, mt, nt int, k *kernelInfo) (pm, pn int) {
 // buffers are a worker's packing buffers, 64-byte aligned.
 type buffers struct {
 	rawA, rawB []float32
+	rawC       []float32        // a block of a bfloat16 C, in float32 (runC16)
 	tile       [16 * 64]float32 // scratch for edge tiles (mr*nr <= 1024)
 }
 
@@ -400,6 +406,10 @@ func aligned(raw *[]float32, n int) []float32 {
 // run computes the block C[m0:m1, n0:n1].
 func (p *problem) run(m0, m1, n0, n1 int) {
 	if m0 >= m1 || n0 >= n1 {
+		return
+	}
+	if p.c16 != nil {
+		p.runC16(m0, m1, n0, n1)
 		return
 	}
 	kern := p.k

@@ -63,6 +63,8 @@ func widen(b uint16) float32 {
 	return *(*float32)(unsafe.Pointer(&u))
 }
 
+func f32bits(f float32) uint32 { return *(*uint32)(unsafe.Pointer(&f)) }
+
 // widenCopy is packCopy from a bfloat16 source, widening.
 func widenCopy(dst []float32, w int, src []uint16, ld, r0, c0, kc, cnt int) {
 	if kc == 0 || cnt == 0 {
