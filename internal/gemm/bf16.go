@@ -57,15 +57,17 @@ func KernelBF16() string {
 //
 // with denormal inputs (the bfloat16 and acc) read as zero of their sign
 // and a denormal result of either step flushed to zero of its sign,
-// whatever MXCSR says (Intel's pseudo-code; checked bit for bit on AMD Zen
-// 5, 192,000 random lanes over all exponents, and NaN for NaN with
-// infinities and NaNs: TestDotStep, dpStep in bf16_test.go emulates it).
-// So a bfloat16 product on the VDPBF16PS kernels differs from the widened
-// float32 one in the last bits (the float32 kernels add one product at a
-// time with FMA and keep denormals), and flushes sums below 2^-126 to
-// zero: PyTorch's bfloat16 GEMM on oneDNN does the same with these
-// instructions. Zeros padding a k-pair or a tile add nothing (x + 0·0 is
-// x, except -0 + 0 = +0, and the kernels start from +0).
+// whatever MXCSR says. That is Intel's pseudo-code; on AMD Zen 5 a probe of
+// 192,000 random lanes over all exponents agreed with it bit for bit (and
+// NaN for NaN with infinities and NaNs), and TestDotKernels checks the
+// kernels against dpStep, its emulation in bf16_test.go, on every run
+// where the CPU has the instruction. So a bfloat16 product on the
+// VDPBF16PS kernels differs from the widened float32 one in the last bits
+// (the float32 kernels add one product at a time and keep denormals) and
+// flushes sums below 2^-126 to zero, as oneDNN's bfloat16 kernels using
+// the same instruction do. Zeros padding a k-pair or a tile add nothing
+// (x + 0·0 is x, except that -0 becomes +0, and the kernels start from
+// +0).
 
 // GemmBF16To16 is GemmBF16 with C in bfloat16 too: each element of C
 // receives alpha·AB + beta·C computed in float32 (C widened, not read when
