@@ -121,7 +121,9 @@ func BenchmarkPack(b *testing.B) {
 // SetWorkers goroutines.
 func BenchmarkGemmBF16(b *testing.B) {
 	nw := numWorkers()
-	for _, s := range benchShapes[:5] {
+	shapes := append(benchShapes[:2:2], benchShapes[3:]...)
+	shapes = append(shapes, benchShape{"1024_TN", 1024, 1024, 1024, true, false}, benchShape{"1024_TT", 1024, 1024, 1024, true, true})
+	for _, s := range shapes {
 		b.Run(s.name+"/float32", func(b *testing.B) { benchFamily(b, active, s, nw) })
 		b.Run(s.name+"/bfloat16", func(b *testing.B) { benchBF16(b, pickBF16(s.m, s.n), s, nw) })
 	}

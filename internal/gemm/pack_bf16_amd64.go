@@ -16,10 +16,16 @@ func tr16x16h(src *uint16, lds, nrows int, dst *float32, ldd int, mask uint16)
 //go:noescape
 func pairRows512(dst *uint32, src *uint16, ld, pairs, nfull int, mask uint16, nzero int)
 
+// pairRowsNarrow is pairRows512 for panels narrower than 16 (see the
+// assembly). Requires AVX-512F.
+//
+//go:noescape
+func pairRowsNarrow(dst *uint32, w int, src *uint16, ld, pairs int, lmask, smask uint16)
+
 // pairCopy512 is pairCopy with AVX-512 for panels of a multiple of 16
-// columns; the last step of an odd kc in Go.
+// columns or of fewer than 16; the last step of an odd kc in Go.
 func pairCopy512(dst []uint32, w int, src []uint16, ld, r0, c0, kc, cnt int) {
-	if w%16 != 0 {
+	if w%16 != 0 && w > 16 {
 		pairCopy(dst, w, src, ld, r0, c0, kc, cnt)
 		return
 	}
@@ -32,12 +38,16 @@ func pairCopy512(dst []uint32, w int, src []uint16, ld, r0, c0, kc, cnt int) {
 	_ = src[(r0+kc-1)*ld+c0+cnt-1]
 	for s := 0; s < np; s++ {
 		n := min(w, cnt-s*w)
-		nfull, rem := n/16, n%16
-		nzero := w/16 - nfull
-		if rem > 0 {
-			nzero--
-		}
-		if kc >= 2 {
+		switch {
+		case kc < 2:
+		case w < 16:
+			pairRowsNarrow(&dst[s*w*kp], w, &src[r0*ld+c0+s*w], ld, kc/2, uint16(1)<<n-1, uint16(1)<<w-1)
+		default:
+			nfull, rem := n/16, n%16
+			nzero := w/16 - nfull
+			if rem > 0 {
+				nzero--
+			}
 			pairRows512(&dst[s*w*kp], &src[r0*ld+c0+s*w], ld, kc/2, nfull, uint16(1)<<rem-1, nzero)
 		}
 		if kc%2 == 1 {

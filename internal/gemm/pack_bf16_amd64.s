@@ -63,3 +63,34 @@ next:
 done:
 	VZEROUPPER
 	RET
+
+// func pairRowsNarrow(dst *uint32, w int, src *uint16, ld, pairs int, lmask, smask uint16)
+// pairRows512 for panels of w < 16 slots: for q < pairs, the columns of
+// lmask of rows 2q and 2q+1 (others zero) interleaved into the lanes of
+// smask at dst + q*w slots. Requires AVX-512F.
+TEXT ·pairRowsNarrow(SB), NOSPLIT, $0-44
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), R8
+	SHLQ $2, R8
+	MOVQ src+16(FP), SI
+	MOVQ ld+24(FP), DX
+	SHLQ $1, DX
+	MOVQ pairs+32(FP), CX
+	KMOVW lmask+40(FP), K1
+	KMOVW smask+42(FP), K2
+	TESTQ CX, CX
+	JZ ndone
+nloop:
+	LEAQ (SI)(DX*1), BX
+	VPMOVZXWD.Z (SI), K1, Z0
+	VPMOVZXWD.Z (BX), K1, Z1
+	VPSLLD $16, Z1, Z1
+	VPORD Z1, Z0, Z0
+	VMOVDQU32 Z0, K2, (DI)
+	ADDQ R8, DI
+	LEAQ (SI)(DX*2), SI
+	DECQ CX
+	JNZ nloop
+ndone:
+	VZEROUPPER
+	RET
