@@ -87,3 +87,37 @@ func BenchmarkGemmBF16(b *testing.B) {
 		b.ReportMetric(median(u32)/median(u16), "bf16/f32_cpu")
 	})
 }
+
+// BenchmarkConvert times Convert on 4096×1024 contiguous elements (16 MiB
+// of float32) each way; GB/s counts the bytes read and written.
+func BenchmarkConvert(b *testing.B) {
+	const n = 4096 * 1024
+	d := open(&testing.T{}, device.Options{})
+	defer d.Close()
+	k := d.Kernels().(device.ConvertKernels)
+	alloc := func(dt device.DType) device.View {
+		blk, err := d.Allocator().Alloc(int64(n*dt.Size()), device.Activation)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return device.View{Block: blk, Shape: []int{4096, 1024}, Strides: []int{1024, 1}, DType: dt}
+	}
+	f32, bf := alloc(device.Float32), alloc(device.BFloat16)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range vals(f32) {
+		vals(f32)[i] = float32(r.NormFloat64())
+	}
+	for _, c := range []struct {
+		name     string
+		dst, src device.View
+	}{{"float32_to_bfloat16", bf, f32}, {"bfloat16_to_float32", f32, bf}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if err := k.Convert(c.dst, c.src); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(6*n*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+	}
+}

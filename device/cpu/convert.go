@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"fmt"
+	"slices"
 	"unsafe"
 
 	"ferry/device"
@@ -16,6 +18,9 @@ import (
 func (k *kernels) Convert(dst, src device.View) error {
 	if err := device.CheckConvertTypes("cpu", dst.DType, src.DType); err != nil {
 		return err
+	}
+	if !slices.Equal(dst.Shape, src.Shape) {
+		return fmt.Errorf("cpu: convert of shape %v into shape %v", src.Shape, dst.Shape)
 	}
 	n := dst.Numel()
 	if n == 0 {
