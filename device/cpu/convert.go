@@ -1,9 +1,12 @@
 package cpu
 
 import (
+	"fmt"
+	"slices"
 	"unsafe"
 
 	"ferry/device"
+	"ferry/internal/gemm"
 )
 
 // Convert implements device.ConvertKernels: float32 to bfloat16 rounds
@@ -11,10 +14,13 @@ import (
 // bfloat16 to float32 is exact, equal types copy bits. Like CopyStrided
 // it walks the collapsed layout of dst and src row by row, over
 // goroutines for large tensors; contiguous rows of a conversion run in
-// assembly where AVX2 is allowed (convert_amd64.s), with the same bits.
+// package gemm's loops (assembly where AVX2 is allowed, the same bits).
 func (k *kernels) Convert(dst, src device.View) error {
 	if err := device.CheckConvertTypes("cpu", dst.DType, src.DType); err != nil {
 		return err
+	}
+	if !slices.Equal(dst.Shape, src.Shape) {
+		return fmt.Errorf("cpu: convert of shape %v into shape %v", src.Shape, dst.Shape)
 	}
 	n := dst.Numel()
 	if n == 0 {
@@ -39,7 +45,7 @@ func convertRow(dst, src device.View) func(do, ds, so, ss, n int) {
 		d, s := uint16s(dst), floats(src)
 		return func(do, ds, so, ss, n int) {
 			if ds == 1 && ss == 1 {
-				toBF16s(d[do:do+n], s[so:so+n])
+				gemm.RoundBF16s(d[do:do+n], s[so:so+n])
 				return
 			}
 			for i := range n {
@@ -50,7 +56,7 @@ func convertRow(dst, src device.View) func(do, ds, so, ss, n int) {
 		d, s := floats(dst), uint16s(src)
 		return func(do, ds, so, ss, n int) {
 			if ds == 1 && ss == 1 {
-				fromBF16s(d[do:do+n], s[so:so+n])
+				gemm.WidenBF16s(d[do:do+n], s[so:so+n])
 				return
 			}
 			for i := range n {
@@ -93,26 +99,4 @@ func uint32s(v device.View) []uint32 {
 		return nil
 	}
 	return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), len(b)/4)[v.Off:]
-}
-
-// toBF16s rounds s into d (one length), as device.ToBFloat16.
-func toBF16s(d []uint16, s []float32) {
-	s = s[:len(d)]
-	i := 0
-	if hasAVX2 && len(d) >= 16 {
-		i = len(d) &^ 15
-		toBF16AVX2(&d[0], &s[0], i)
-	}
-	device.ToBFloat16s(d[i:], s[i:])
-}
-
-// fromBF16s widens s into d (one length).
-func fromBF16s(d []float32, s []uint16) {
-	s = s[:len(d)]
-	i := 0
-	if hasAVX2 && len(d) >= 16 {
-		i = len(d) &^ 15
-		fromBF16AVX2(&d[0], &s[0], i)
-	}
-	device.FromBFloat16s(d[i:], s[i:])
 }

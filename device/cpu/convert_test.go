@@ -180,4 +180,7 @@ func TestConvertRejects(t *testing.T) {
 			t.Errorf("%s→%s: %v, want an *UnsupportedError", pr[1], pr[0], err)
 		}
 	}
+	if err := f.k.(device.ConvertKernels).Convert(f.typed(device.BFloat16, 4), f.typed(device.Float32, 2, 2)); err == nil {
+		t.Error("shapes [2 2] into [4]: no error")
+	}
 }

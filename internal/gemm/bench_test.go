@@ -115,3 +115,35 @@ func BenchmarkPack(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGemmBF16 runs the benchmark shapes as float32 (Sgemm) and as
+// bfloat16 (GemmBF16, with the kernel it picks) side by side, on
+// SetWorkers goroutines.
+func BenchmarkGemmBF16(b *testing.B) {
+	nw := numWorkers()
+	shapes := append(benchShapes[:2:2], benchShapes[3:]...)
+	shapes = append(shapes, benchShape{"1024_TN", 1024, 1024, 1024, true, false}, benchShape{"1024_TT", 1024, 1024, 1024, true, true})
+	for _, s := range shapes {
+		b.Run(s.name+"/float32", func(b *testing.B) { benchFamily(b, active, s, nw) })
+		b.Run(s.name+"/bfloat16", func(b *testing.B) { benchBF16(b, pickBF16(s.m, s.n), s, nw) })
+	}
+}
+
+func benchBF16(b *testing.B, kern *kernelInfo, s benchShape, nw int) {
+	r := rand.New(rand.NewPCG(5, 6))
+	lda, ldb := s.k, s.n
+	if s.transA {
+		lda = s.m
+	}
+	if s.transB {
+		ldb = s.k
+	}
+	a, bb := randSlice(r, s.m*s.k), randSlice(r, s.k*s.n)
+	a16, b16 := roundSlice(a), roundSlice(bb)
+	c := make([]float32, s.m*s.n)
+	for b.Loop() {
+		gemmBF16(kern, nw, s.transA, s.transB, s.m, s.n, s.k, 1, a16, lda, b16, ldb, 0, c, s.n)
+	}
+	flops := 2 * float64(s.m) * float64(s.n) * float64(s.k) * float64(b.N)
+	b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}

@@ -57,12 +57,82 @@ func KernelBF16() string {
 //
 // with denormal inputs (the bfloat16 and acc) read as zero of their sign
 // and a denormal result of either step flushed to zero of its sign,
-// whatever MXCSR says (Intel's pseudo-code; checked bit for bit on AMD Zen
-// 5, 192,000 random lanes over all exponents, and NaN for NaN with
-// infinities and NaNs: TestDotStep, dpStep in bf16_test.go emulates it).
-// So a bfloat16 product on the VDPBF16PS kernels differs from the widened
-// float32 one in the last bits (the float32 kernels add one product at a
-// time with FMA and keep denormals), and flushes sums below 2^-126 to
-// zero: PyTorch's bfloat16 GEMM on oneDNN does the same with these
-// instructions. Zeros padding a k-pair or a tile add nothing (x + 0·0 is
-// x, except -0 + 0 = +0, and the kernels start from +0).
+// whatever MXCSR says. That is Intel's pseudo-code; on AMD Zen 5 a probe of
+// 192,000 random lanes over all exponents agreed with it bit for bit (and
+// NaN for NaN with infinities and NaNs), and TestDotKernels checks the
+// kernels against dpStep, its emulation in bf16_test.go, on every run
+// where the CPU has the instruction. So a bfloat16 product on the
+// VDPBF16PS kernels differs from the widened float32 one in the last bits
+// (the float32 kernels add one product at a time and keep denormals) and
+// flushes sums below 2^-126 to zero, as oneDNN's bfloat16 kernels using
+// the same instruction do. Zeros padding a k-pair or a tile add nothing
+// (x + 0·0 is x, except that -0 becomes +0, and the kernels start from
+// +0).
+
+// GemmBF16To16 is GemmBF16 with C in bfloat16 too: each element of C
+// receives alpha·AB + beta·C computed in float32 (C widened, not read when
+// beta is 0) and rounded to nearest even once, as RoundBF16s rounds
+// GemmBF16's float32 result; each block of C is computed in a float32
+// scratch tile and rounded while it is in the caches.
+func GemmBF16To16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []uint16, ldc int) {
+	gemmBF16To16(pickBF16(m, n), numWorkers(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func gemmBF16To16(kern *kernelInfo, nw int, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []uint16, ldc int) {
+	checkArgs(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	solve(args{
+		k: kern, transA: transA, transB: transB, m: m, n: n, kk: k,
+		alpha: alpha, beta: beta, a16: a, b16: b, c16: c, lda: lda, ldb: ldb, ldc: ldc,
+	}, nw)
+}
+
+// runC16 computes the block C[m0:m1, n0:n1] of a bfloat16 C: in a float32
+// scratch tile (C widened into it unless beta is 0) by run on the problem
+// moved to the block's origin, then rounded into C. The block starts on a
+// tile boundary, so its tiles and their sums are those of a float32 C.
+func (p *problem) runC16(m0, m1, n0, n1 int) {
+	mB, nB := m1-m0, n1-n0
+	buf := getBuffers()
+	defer putBuffers(buf)
+	t := aligned(&buf.rawC, mB*nB)
+	c, ldc := p.c16, p.ldc
+	if p.beta != 0 {
+		for i := range mB {
+			WidenBF16s(t[i*nB:(i+1)*nB], c[(m0+i)*ldc+n0:][:nB])
+		}
+	}
+	a := p.args
+	a.c16, a.c, a.ldc, a.m, a.n = nil, t, nB, mB, nB
+	if a.transA {
+		a.a16 = a.a16[m0:]
+	} else {
+		a.a16 = a.a16[m0*a.lda:]
+	}
+	if a.transB {
+		a.b16 = a.b16[n0*a.ldb:]
+	} else {
+		a.b16 = a.b16[n0:]
+	}
+	sub := problem{args: a}
+	sub.run(0, mB, 0, nB)
+	for i := range mB {
+		RoundBF16s(c[(m0+i)*ldc+n0:][:nB], t[i*nB:(i+1)*nB])
+	}
+}
+
+// scaleC16 sets a bfloat16 C to beta·C (to 0 without reading it when beta
+// is 0), rounding as GemmBF16To16 does.
+func scaleC16(m, n int, beta float32, c []uint16, ldc int) {
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		switch beta {
+		case 0:
+			clear(row)
+		case 1:
+		default:
+			for j, v := range row {
+				row[j] = roundBF16(beta * widen(v))
+			}
+		}
+	}
+}

@@ -16,8 +16,8 @@ func toBF16(f float32) uint16 {
 	return uint16((u + 0x7FFF + (u>>16)&1) >> 16)
 }
 
-// roundBF16 rounds s to bfloat16 in place and returns the bits.
-func roundBF16(s []float32) []uint16 {
+// roundSlice rounds s to bfloat16 in place and returns the bits.
+func roundSlice(s []float32) []uint16 {
 	b := make([]uint16, len(s))
 	for i, f := range s {
 		b[i] = toBF16(f)
@@ -239,7 +239,7 @@ func bf16Shapes() []shape {
 // bf16Case is a testCase with A and B rounded to bfloat16.
 func bf16Case(r *rand.Rand, ta, tb bool, s shape, alpha, beta float32) (*testCase, []uint16, []uint16) {
 	tc := newCase(r, ta, tb, s, alpha, beta)
-	a, b := roundBF16(tc.a), roundBF16(tc.b)
+	a, b := roundSlice(tc.a), roundSlice(tc.b)
 	tc.reference()
 	return tc, a, b
 }
@@ -332,49 +332,137 @@ func TestGemmBF16Public(t *testing.T) {
 }
 
 // TestPairPacking checks the pairs layout on odd sizes against its
-// definition (pack_bf16.go).
+// definition (pack_bf16.go), for the Go packing and the pairs kernels'.
 func TestPairPacking(t *testing.T) {
+	type packer = func(dst []uint32, w int, src []uint16, ld, r0, c0, kc, cnt int)
+	impls := []struct {
+		name           string
+		pcopy, pgather packer
+	}{{"go", pairCopy, pairGather}}
+	if bf16Dot != nil {
+		k := bf16Dot.variants[0]
+		impls = append(impls, struct {
+			name           string
+			pcopy, pgather packer
+		}{k.name, k.pairCopy, k.pairGather})
+	}
 	r := rand.New(rand.NewPCG(11, 12))
-	for _, w := range []int{6, 14, 32, 64} {
-		for _, kc := range []int{1, 2, 5, 16} {
-			for _, cnt := range []int{1, w - 1, w, w + 3} {
-				ld := max(kc, cnt) + 3
-				src := make([]uint16, (max(kc, cnt)+2)*ld)
-				for i := range src {
-					src[i] = uint16(r.Uint32())
-				}
-				np, kp := (cnt+w-1)/w, (kc+1)/2
-				get := func(gather bool, q, x int) uint32 {
-					if q >= kc || x >= cnt {
-						return 0
+	for _, im := range impls {
+		for _, w := range []int{6, 14, 16, 32, 64} {
+			for _, kc := range []int{1, 2, 5, 16, 31, 32, 33, 70} {
+				for _, cnt := range []int{1, w - 1, w, w + 3} {
+					ld := max(kc, cnt) + 3
+					src := make([]uint16, (max(kc, cnt)+2)*ld)
+					for i := range src {
+						src[i] = uint16(r.Uint32())
 					}
-					if gather {
-						return uint32(src[(1+x)*ld+2+q])
+					np, kp := (cnt+w-1)/w, (kc+1)/2
+					get := func(gather bool, q, x int) uint32 {
+						if q >= kc || x >= cnt {
+							return 0
+						}
+						if gather {
+							return uint32(src[(1+x)*ld+2+q])
+						}
+						return uint32(src[(1+q)*ld+2+x])
 					}
-					return uint32(src[(1+q)*ld+2+x])
-				}
-				for _, gather := range []bool{false, true} {
-					dst := make([]uint32, np*w*kp)
-					for i := range dst {
-						dst[i] = 0xDEADBEEF
-					}
-					if gather {
-						pairGather(dst, w, src, ld, 1, 2, kc, cnt)
-					} else {
-						pairCopy(dst, w, src, ld, 1, 2, kc, cnt)
-					}
-					for s := 0; s < np; s++ {
-						for q := 0; q < kp; q++ {
-							for j := 0; j < w; j++ {
-								x := s*w + j
-								want := get(gather, 2*q, x) | get(gather, 2*q+1, x)<<16
-								if got := dst[s*w*kp+q*w+j]; got != want {
-									t.Fatalf("w %d kc %d cnt %d gather %v: slot (%d,%d,%d) = %#x, want %#x", w, kc, cnt, gather, s, q, j, got, want)
+					for _, gather := range []bool{false, true} {
+						dst := make([]uint32, np*w*kp)
+						for i := range dst {
+							dst[i] = 0xDEADBEEF
+						}
+						if gather {
+							im.pgather(dst, w, src, ld, 1, 2, kc, cnt)
+						} else {
+							im.pcopy(dst, w, src, ld, 1, 2, kc, cnt)
+						}
+						for s := 0; s < np; s++ {
+							for q := 0; q < kp; q++ {
+								for j := 0; j < w; j++ {
+									x := s*w + j
+									want := get(gather, 2*q, x) | get(gather, 2*q+1, x)<<16
+									if got := dst[s*w*kp+q*w+j]; got != want {
+										t.Fatalf("%s: w %d kc %d cnt %d gather %v: slot (%d,%d,%d) = %#x, want %#x", im.name, w, kc, cnt, gather, s, q, j, got, want)
+									}
 								}
 							}
 						}
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestGemmBF16To16 checks that a bfloat16 C receives GemmBF16's float32
+// result rounded, bit for bit, on every kernel, serially and on a fine
+// parallel grid (each block rounded on its own), padding untouched.
+func TestGemmBF16To16(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	nw := max(2, runtime.GOMAXPROCS(0))
+	kernels := allKernels()
+	if bf16Dot != nil {
+		kernels = append(kernels, bf16Dot.variants...)
+	}
+	for _, kern := range kernels {
+		for _, s := range bf16Shapes() {
+			for _, tr := range [][2]bool{{false, false}, {true, true}, {false, true}} {
+				for _, sc := range [][2]float32{{1, 0}, {-0.5, 1.5}, {0, 2}} {
+					tc, a, b := bf16Case(r, tr[0], tr[1], s, sc[0], sc[1])
+					c16 := make([]uint16, len(tc.c))
+					RoundBF16s(c16, tc.c) // NaN stays NaN for beta 0
+					c32 := make([]float32, len(c16))
+					WidenBF16s(c32, c16)
+					gemmBF16(kern, 1, tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, tc.lda, b, tc.ldb, tc.beta, c32, tc.ldc)
+					want := slices.Clone(c16)
+					for i := range tc.m {
+						RoundBF16s(want[i*tc.ldc:i*tc.ldc+tc.n], c32[i*tc.ldc:i*tc.ldc+tc.n])
+					}
+					for _, par := range []bool{false, true} {
+						got := slices.Clone(c16)
+						if par {
+							restore := forceParallel()
+							gemmBF16To16(kern, nw, tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, tc.lda, b, tc.ldb, tc.beta, got, tc.ldc)
+							restore()
+						} else {
+							gemmBF16To16(kern, 1, tc.ta, tc.tb, tc.m, tc.n, tc.k, tc.alpha, a, tc.lda, b, tc.ldb, tc.beta, got, tc.ldc)
+						}
+						for i := range got {
+							if got[i] != want[i] {
+								t.Fatalf("%s %s parallel %v: c[%d] = %#04x, want %#04x", kern.name, tc.name(), par, i, got[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestRoundBF16s checks the conversion loops against the scalar rules on
+// random bits, every length up to 40 (assembly tails).
+func TestRoundBF16s(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for n := range 41 {
+		s := make([]float32, n)
+		for i := range s {
+			s[i] = math.Float32frombits(r.Uint32())
+		}
+		if n > 4 {
+			s[1], s[2], s[3] = float32(math.NaN()), math.Float32frombits(0xFF800001), math.Float32frombits(0x7F7FFFFF)
+		}
+		d := make([]uint16, n)
+		RoundBF16s(d, s)
+		w := make([]float32, n)
+		WidenBF16s(w, d)
+		for i := range s {
+			u := math.Float32bits(s[i])
+			want := uint16((u + 0x7FFF + (u>>16)&1) >> 16)
+			if u&0x7FFFFFFF > 0x7F800000 {
+				want = uint16(u>>16) | 0x40
+			}
+			if d[i] != want || math.Float32bits(w[i]) != uint32(want)<<16 {
+				t.Fatalf("n %d: %#08x -> %#04x -> %#08x, want %#04x", n, u, d[i], math.Float32bits(w[i]), want)
 			}
 		}
 	}

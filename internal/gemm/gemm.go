@@ -1,5 +1,7 @@
 // Package gemm is a pure-Go (plus Go assembly) single-precision matrix
-// multiply, used when no native BLAS is available.
+// multiply, used when no native BLAS is available, and the CPU's only
+// bfloat16 matrix multiply (GemmBF16, bf16.go: bfloat16 A and B, float32
+// sums, C in float32 or bfloat16).
 //
 // Sgemm follows the Goto/BLIS design. op(B) is packed into KC×NC panels
 // split into NR-column micro-panels and op(A) into MC×KC blocks split into
@@ -61,6 +63,9 @@ type kernelInfo struct {
 	// pairs of k-steps in 32-bit slots and its kc counts pairs
 	// (pack_bf16.go); kc above counts k-steps and is even.
 	pairs bool
+	// pairCopy and pairGather pack bfloat16 pairs for a pairs kernel
+	// (pack_bf16.go).
+	pairCopy, pairGather func(dst []uint32, w int, src []uint16, ld, r0, c0, kc, cnt int)
 
 	packCopy, packGather packFunc
 }
@@ -224,6 +229,7 @@ type args struct {
 	alpha, beta    float32
 	a, b, c        []float32
 	a16, b16       []uint16 // bfloat16 A and B (GemmBF16), a and b unused
+	c16            []uint16 // bfloat16 C (GemmBF16To16), c unused
 	lda, ldb, ldc  int
 	kcBlk          int // balanced KC for this call
 }
@@ -268,6 +274,10 @@ func solve(a args, nw int) {
 		return
 	}
 	if k == 0 || a.alpha == 0 {
+		if a.c16 != nil {
+			scaleC16(m, n, a.beta, a.c16, a.ldc)
+			return
+		}
 		scaleC(m, n, a.beta, a.c, a.ldc)
 		return
 	}
@@ -358,6 +368,7 @@ func partition(nw, nb, mt, nt int, k *kernelInfo) (pm, pn int) {
 // buffers are a worker's packing buffers, 64-byte aligned.
 type buffers struct {
 	rawA, rawB []float32
+	rawC       []float32        // a block of a bfloat16 C, in float32 (runC16)
 	tile       [16 * 64]float32 // scratch for edge tiles (mr*nr <= 1024)
 }
 
@@ -397,6 +408,10 @@ func aligned(raw *[]float32, n int) []float32 {
 // run computes the block C[m0:m1, n0:n1].
 func (p *problem) run(m0, m1, n0, n1 int) {
 	if m0 >= m1 || n0 >= n1 {
+		return
+	}
+	if p.c16 != nil {
+		p.runC16(m0, m1, n0, n1)
 		return
 	}
 	kern := p.k

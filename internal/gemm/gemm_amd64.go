@@ -34,8 +34,10 @@ func registerArch() {
 	if isa.AVX512BF16 {
 		// kc counts k-steps: 512 bfloat16 steps fill a panel as 256 floats do.
 		bf16Dot = &family{name: "avx512bf16", variants: []*kernelInfo{
-			{name: "avx512bf16/6x64", fn: kernBF16x6x64, mr: 6, nr: 64, mc: 192, kc: 512, nc: 2048, cost: 1, pairs: true},
-			{name: "avx512bf16/14x32", fn: kernBF16x14x32, mr: 14, nr: 32, mc: 168, kc: 512, nc: 2048, cost: 1.05, pairs: true},
+			{name: "avx512bf16/6x64", fn: kernBF16x6x64, mr: 6, nr: 64, mc: 192, kc: 512, nc: 2048, cost: 1,
+				pairs: true, pairCopy: pairCopy512, pairGather: pairGather512},
+			{name: "avx512bf16/14x32", fn: kernBF16x14x32, mr: 14, nr: 32, mc: 168, kc: 512, nc: 2048, cost: 1.05,
+				pairs: true, pairCopy: pairCopy512, pairGather: pairGather512},
 		}}
 	}
 	if isa.AVX2 {

@@ -2120,9 +2120,9 @@ kernBF16x6x64_store0:
 	RET
 
 // func tr16x16(src *float32, lds, nrows int, dst *float32, ldd int, mask uint16)
-// Loads nrows (0..16) rows of 16 floats from src (row stride lds elements;
-// missing rows read as zero), transposes the 16×16 block and stores column t
-// at dst + t*ldd elements, lanes selected by mask.
+// Loads nrows (0..16) rows of 16 32-bit elements from src (row stride lds
+// float32s; missing rows read as zero), transposes the 16×16 block and stores
+// column t at dst + t*ldd elements, lanes selected by mask.
 TEXT ·tr16x16(SB), NOSPLIT, $0-42
 	MOVQ src+0(FP), SI
 	MOVQ lds+8(FP), DX
@@ -2212,6 +2212,197 @@ TEXT ·tr16x16(SB), NOSPLIT, $0-42
 	JLT tr16x16_loaded
 	VMOVUPS (SI), Z15
 tr16x16_loaded:
+	VUNPCKLPS Z1, Z0, Z16
+	VUNPCKHPS Z1, Z0, Z17
+	VUNPCKLPS Z3, Z2, Z18
+	VUNPCKHPS Z3, Z2, Z19
+	VUNPCKLPS Z5, Z4, Z20
+	VUNPCKHPS Z5, Z4, Z21
+	VUNPCKLPS Z7, Z6, Z22
+	VUNPCKHPS Z7, Z6, Z23
+	VUNPCKLPS Z9, Z8, Z24
+	VUNPCKHPS Z9, Z8, Z25
+	VUNPCKLPS Z11, Z10, Z26
+	VUNPCKHPS Z11, Z10, Z27
+	VUNPCKLPS Z13, Z12, Z28
+	VUNPCKHPS Z13, Z12, Z29
+	VUNPCKLPS Z15, Z14, Z30
+	VUNPCKHPS Z15, Z14, Z31
+	VSHUFPS $0x44, Z18, Z16, Z0
+	VSHUFPS $0xEE, Z18, Z16, Z1
+	VSHUFPS $0x44, Z19, Z17, Z2
+	VSHUFPS $0xEE, Z19, Z17, Z3
+	VSHUFPS $0x44, Z22, Z20, Z4
+	VSHUFPS $0xEE, Z22, Z20, Z5
+	VSHUFPS $0x44, Z23, Z21, Z6
+	VSHUFPS $0xEE, Z23, Z21, Z7
+	VSHUFPS $0x44, Z26, Z24, Z8
+	VSHUFPS $0xEE, Z26, Z24, Z9
+	VSHUFPS $0x44, Z27, Z25, Z10
+	VSHUFPS $0xEE, Z27, Z25, Z11
+	VSHUFPS $0x44, Z30, Z28, Z12
+	VSHUFPS $0xEE, Z30, Z28, Z13
+	VSHUFPS $0x44, Z31, Z29, Z14
+	VSHUFPS $0xEE, Z31, Z29, Z15
+	VSHUFF32X4 $0x88, Z4, Z0, Z16
+	VSHUFF32X4 $0xDD, Z4, Z0, Z20
+	VSHUFF32X4 $0x88, Z5, Z1, Z17
+	VSHUFF32X4 $0xDD, Z5, Z1, Z21
+	VSHUFF32X4 $0x88, Z6, Z2, Z18
+	VSHUFF32X4 $0xDD, Z6, Z2, Z22
+	VSHUFF32X4 $0x88, Z7, Z3, Z19
+	VSHUFF32X4 $0xDD, Z7, Z3, Z23
+	VSHUFF32X4 $0x88, Z12, Z8, Z24
+	VSHUFF32X4 $0xDD, Z12, Z8, Z28
+	VSHUFF32X4 $0x88, Z13, Z9, Z25
+	VSHUFF32X4 $0xDD, Z13, Z9, Z29
+	VSHUFF32X4 $0x88, Z14, Z10, Z26
+	VSHUFF32X4 $0xDD, Z14, Z10, Z30
+	VSHUFF32X4 $0x88, Z15, Z11, Z27
+	VSHUFF32X4 $0xDD, Z15, Z11, Z31
+	VSHUFF32X4 $0x88, Z24, Z16, Z0
+	VSHUFF32X4 $0xDD, Z24, Z16, Z8
+	VSHUFF32X4 $0x88, Z25, Z17, Z1
+	VSHUFF32X4 $0xDD, Z25, Z17, Z9
+	VSHUFF32X4 $0x88, Z26, Z18, Z2
+	VSHUFF32X4 $0xDD, Z26, Z18, Z10
+	VSHUFF32X4 $0x88, Z27, Z19, Z3
+	VSHUFF32X4 $0xDD, Z27, Z19, Z11
+	VSHUFF32X4 $0x88, Z28, Z20, Z4
+	VSHUFF32X4 $0xDD, Z28, Z20, Z12
+	VSHUFF32X4 $0x88, Z29, Z21, Z5
+	VSHUFF32X4 $0xDD, Z29, Z21, Z13
+	VSHUFF32X4 $0x88, Z30, Z22, Z6
+	VSHUFF32X4 $0xDD, Z30, Z22, Z14
+	VSHUFF32X4 $0x88, Z31, Z23, Z7
+	VSHUFF32X4 $0xDD, Z31, Z23, Z15
+	VMOVUPS Z0, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z1, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z2, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z3, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z4, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z5, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z6, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z7, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z8, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z9, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z10, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z11, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z12, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z13, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z14, K1, (DI)
+	ADDQ R8, DI
+	VMOVUPS Z15, K1, (DI)
+	VZEROUPPER
+	RET
+
+// func tr16x16h(src *uint16, lds, nrows int, dst *float32, ldd int, mask uint16)
+// Loads nrows (0..16) rows of 16 32-bit elements from src (row stride lds
+// uint16s; missing rows read as zero), transposes the 16×16 block and stores
+// column t at dst + t*ldd elements, lanes selected by mask.
+TEXT ·tr16x16h(SB), NOSPLIT, $0-42
+	MOVQ src+0(FP), SI
+	MOVQ lds+8(FP), DX
+	SHLQ $1, DX
+	MOVQ nrows+16(FP), CX
+	MOVQ dst+24(FP), DI
+	MOVQ ldd+32(FP), R8
+	SHLQ $2, R8
+	KMOVW mask+40(FP), K1
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	CMPQ CX, $1
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z0
+	ADDQ DX, SI
+	CMPQ CX, $2
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z1
+	ADDQ DX, SI
+	CMPQ CX, $3
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z2
+	ADDQ DX, SI
+	CMPQ CX, $4
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z3
+	ADDQ DX, SI
+	CMPQ CX, $5
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z4
+	ADDQ DX, SI
+	CMPQ CX, $6
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z5
+	ADDQ DX, SI
+	CMPQ CX, $7
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z6
+	ADDQ DX, SI
+	CMPQ CX, $8
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z7
+	ADDQ DX, SI
+	CMPQ CX, $9
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z8
+	ADDQ DX, SI
+	CMPQ CX, $10
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z9
+	ADDQ DX, SI
+	CMPQ CX, $11
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z10
+	ADDQ DX, SI
+	CMPQ CX, $12
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z11
+	ADDQ DX, SI
+	CMPQ CX, $13
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z12
+	ADDQ DX, SI
+	CMPQ CX, $14
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z13
+	ADDQ DX, SI
+	CMPQ CX, $15
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z14
+	ADDQ DX, SI
+	CMPQ CX, $16
+	JLT tr16x16h_loaded
+	VMOVUPS (SI), Z15
+tr16x16h_loaded:
 	VUNPCKLPS Z1, Z0, Z16
 	VUNPCKHPS Z1, Z0, Z17
 	VUNPCKLPS Z3, Z2, Z18

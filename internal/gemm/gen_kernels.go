@@ -212,16 +212,18 @@ var kernels = []kernelSpec{
 	{name: "kernBF16x6x64", mr: 6, nv: 4, width: 16, reg: "Z", unroll: 4, dot: true},
 }
 
-// transpose emits the AVX-512 packing helpers.
-func (g *gen) packHelpers() {
-	g.f("// func tr16x16(src *float32, lds, nrows int, dst *float32, ldd int, mask uint16)")
-	g.f("// Loads nrows (0..16) rows of 16 floats from src (row stride lds elements;")
-	g.f("// missing rows read as zero), transposes the 16×16 block and stores column t")
-	g.f("// at dst + t*ldd elements, lanes selected by mask.")
-	g.f("TEXT ·tr16x16(SB), NOSPLIT, $0-42")
+// transpose emits tr16x16 (and its variants): elem is the Go type of the
+// source, shift log2 of its size (the row stride's unit).
+func (g *gen) transpose(name, elem string, shift int) {
+	g.f("// func %s(src *%s, lds, nrows int, dst *float32, ldd int, mask uint16)", name, elem)
+	g.f("// Loads nrows (0..16) rows of 16 32-bit elements from src (row stride lds")
+	g.f("// %ss; missing rows read as zero), transposes the 16×16 block and stores", elem)
+	g.f("// column t at dst + t*ldd elements, lanes selected by mask.")
+	g.f("TEXT ·%s(SB), NOSPLIT, $0-42", name)
 	g.f("\tMOVQ src+0(FP), SI")
 	g.f("\tMOVQ lds+8(FP), DX")
-	g.f("\tSHLQ $2, DX")
+	g.f("\tSHLQ $%d, DX", shift)
+
 	g.f("\tMOVQ nrows+16(FP), CX")
 	g.f("\tMOVQ dst+24(FP), DI")
 	g.f("\tMOVQ ldd+32(FP), R8")
@@ -232,13 +234,13 @@ func (g *gen) packHelpers() {
 	}
 	for i := 0; i < 16; i++ {
 		g.f("\tCMPQ CX, $%d", i+1)
-		g.f("\tJLT tr16x16_loaded")
+		g.f("\tJLT %s_loaded", name)
 		g.f("\tVMOVUPS (SI), Z%d", i)
 		if i < 15 {
 			g.f("\tADDQ DX, SI")
 		}
 	}
-	g.f("tr16x16_loaded:")
+	g.f("%s_loaded:", name)
 	// r = Z0..Z15, t = Z16..Z31. Go operand order: op src2, src1, dst.
 	r := func(i int) string { return fmt.Sprintf("Z%d", i) }
 	t := func(i int) string { return fmt.Sprintf("Z%d", 16+i) }
@@ -272,6 +274,14 @@ func (g *gen) packHelpers() {
 	g.f("\tRET")
 	g.f("")
 
+}
+
+// packHelpers emits the AVX-512 packing helpers.
+func (g *gen) packHelpers() {
+	g.transpose("tr16x16", "float32", 2)
+	// The bfloat16 pairs of pack_bf16.go: 32-bit elements on rows whose
+	// stride is in 2-byte elements.
+	g.transpose("tr16x16h", "uint16", 1)
 	g.f("// func copy16(src *float32, lds, nrows int, dst *float32, ldd int, lmask, smask uint16)")
 	g.f("// For each of nrows rows: loads the lanes of lmask from src (others zero) and")
 	g.f("// stores the lanes of smask at dst; src advances by lds, dst by ldd elements.")

@@ -24,9 +24,9 @@ func (p *problem) packA16(dst []float32, ic, pc, mc, kc int) {
 	k := p.k
 	switch {
 	case k.pairs && p.transA:
-		pairCopy(slots(dst), k.mr, p.a16, p.lda, pc, ic, kc, mc)
+		k.pairCopy(slots(dst), k.mr, p.a16, p.lda, pc, ic, kc, mc)
 	case k.pairs:
-		pairGather(slots(dst), k.mr, p.a16, p.lda, ic, pc, kc, mc)
+		k.pairGather(slots(dst), k.mr, p.a16, p.lda, ic, pc, kc, mc)
 	case p.transA:
 		widenCopy(dst, k.mr, p.a16, p.lda, pc, ic, kc, mc)
 	default:
@@ -39,9 +39,9 @@ func (p *problem) packB16(dst []float32, pc, jc, kc, nc int) {
 	k := p.k
 	switch {
 	case k.pairs && p.transB:
-		pairGather(slots(dst), k.nr, p.b16, p.ldb, jc, pc, kc, nc)
+		k.pairGather(slots(dst), k.nr, p.b16, p.ldb, jc, pc, kc, nc)
 	case k.pairs:
-		pairCopy(slots(dst), k.nr, p.b16, p.ldb, pc, jc, kc, nc)
+		k.pairCopy(slots(dst), k.nr, p.b16, p.ldb, pc, jc, kc, nc)
 	case p.transB:
 		widenGather(dst, k.nr, p.b16, p.ldb, jc, pc, kc, nc)
 	default:
@@ -62,6 +62,8 @@ func widen(b uint16) float32 {
 	u := uint32(b) << 16
 	return *(*float32)(unsafe.Pointer(&u))
 }
+
+func f32bits(f float32) uint32 { return *(*uint32)(unsafe.Pointer(&f)) }
 
 // widenCopy is packCopy from a bfloat16 source, widening.
 func widenCopy(dst []float32, w int, src []uint16, ld, r0, c0, kc, cnt int) {

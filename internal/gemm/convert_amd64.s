@@ -9,8 +9,8 @@ DATA bf16c<>+12(SB)/4, $0x7F800000 // infinity: NaN above it
 DATA bf16c<>+16(SB)/4, $0x00400000 // a NaN's quiet bit
 GLOBL bf16c<>(SB), RODATA|NOPTR, $20
 
-// round8 rounds the 8 floats of register in to bfloat16 in the low halves
-// of register out (device.ToBFloat16): (u + 0x7FFF + (u>>16)&1) >> 16, or
+// ROUND8 rounds the 8 floats of register in to bfloat16 in the low halves
+// of register out (roundBF16): (u + 0x7FFF + (u>>16)&1) >> 16, or
 // for a NaN (u | 0x00400000) >> 16. Uses Y2 and Y3.
 #define ROUND8(in, out) \
 	VPSRLD $16, in, out; \

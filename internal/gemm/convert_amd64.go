@@ -1,9 +1,13 @@
 //go:build amd64 && !purego
 
-package cpu
+package gemm
+
+import "ferry/internal/isa"
+
+var haveAVX2 = isa.AVX2
 
 // toBF16AVX2 rounds n (a multiple of 16) floats at s to bfloat16 at d,
-// with device.ToBFloat16's bits.
+// with roundBF16's bits.
 //
 //go:noescape
 func toBF16AVX2(d *uint16, s *float32, n int)
