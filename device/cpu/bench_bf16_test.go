@@ -3,7 +3,6 @@ package cpu_test
 import (
 	"math/rand/v2"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,9 +15,9 @@ import (
 // bfloat16, C float32 and C bfloat16), side by side. "alternating" runs
 // the float32 and the bfloat16 (C float32) product call by call and
 // reports the median wall time of each and bf16/f32's speed-up: on a
-// machine shared with other work both then see the same load. It also
-// reports the speed-up in the process's CPU time (median per call,
-// getrusage), which other processes' load disturbs less.
+// machine shared with other work both then see the same load. (The
+// process's CPU time per call is no better a measure: it counts the
+// helpers' spinning between products, which varies from run to run.)
 func BenchmarkGemmBF16(b *testing.B) {
 	b.Log(cpu.Paths())
 	const n = 1024
@@ -58,23 +57,17 @@ func BenchmarkGemmBF16(b *testing.B) {
 	b.Run("bfloat16", func(b *testing.B) { run(b, p16) })
 	b.Run("bfloat16_Cbf16", func(b *testing.B) { run(b, p16c) })
 	b.Run("alternating", func(b *testing.B) {
-		var t32, t16, u32, u16 []float64
-		cpuNow := func() float64 {
-			var ru syscall.Rusage
-			syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-			return float64(ru.Utime.Nano() + ru.Stime.Nano())
-		}
+		var t32, t16 []float64
 		for i := 0; b.Loop(); i++ {
-			p, ts, us := p32, &t32, &u32
+			p, ts := p32, &t32
 			if i%2 == 1 {
-				p, ts, us = p16, &t16, &u16
+				p, ts = p16, &t16
 			}
-			t0, c0 := time.Now(), cpuNow()
+			t0 := time.Now()
 			if err := k.Gemm(p); err != nil {
 				b.Fatal(err)
 			}
 			*ts = append(*ts, float64(time.Since(t0)))
-			*us = append(*us, cpuNow()-c0)
 		}
 		if len(t16) == 0 {
 			return
@@ -84,7 +77,6 @@ func BenchmarkGemmBF16(b *testing.B) {
 		b.ReportMetric(flops/f, "f32_GFLOP/s")
 		b.ReportMetric(flops/h, "bf16_GFLOP/s")
 		b.ReportMetric(f/h, "bf16/f32")
-		b.ReportMetric(median(u32)/median(u16), "bf16/f32_cpu")
 	})
 }
 

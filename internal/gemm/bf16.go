@@ -86,39 +86,47 @@ func gemmBF16To16(kern *kernelInfo, nw int, transA, transB bool, m, n, k int, al
 	}, nw)
 }
 
-// runC16 computes the block C[m0:m1, n0:n1] of a bfloat16 C: in a float32
-// scratch tile (C widened into it unless beta is 0) by run on the problem
-// moved to the block's origin, then rounded into C. The block starts on a
-// tile boundary, so its tiles and their sums are those of a float32 C.
+// runC16 computes the block C[m0:m1, n0:n1] of a bfloat16 C, in bands of
+// rows: each in a float32 scratch tile of at most c16Scratch elements (C
+// widened into it unless beta is 0), by run on the problem moved to the
+// band's origin, then rounded into C. Bands start on tile boundaries, so
+// their tiles and sums are those of a float32 C.
 func (p *problem) runC16(m0, m1, n0, n1 int) {
-	mB, nB := m1-m0, n1-n0
+	nB := n1 - n0
+	band := max(p.k.mr, c16Scratch/nB/p.k.mr*p.k.mr)
 	buf := getBuffers()
 	defer putBuffers(buf)
-	t := aligned(&buf.rawC, mB*nB)
+	t := aligned(&buf.rawC, min(band, m1-m0)*nB)
 	c, ldc := p.c16, p.ldc
-	if p.beta != 0 {
+	for r0 := m0; r0 < m1; r0 += band {
+		mB := min(band, m1-r0)
+		if p.beta != 0 {
+			for i := range mB {
+				WidenBF16s(t[i*nB:(i+1)*nB], c[(r0+i)*ldc+n0:][:nB])
+			}
+		}
+		a := p.args
+		a.c16, a.c, a.ldc, a.m, a.n = nil, t, nB, mB, nB
+		if a.transA {
+			a.a16 = a.a16[r0:]
+		} else {
+			a.a16 = a.a16[r0*a.lda:]
+		}
+		if a.transB {
+			a.b16 = a.b16[n0*a.ldb:]
+		} else {
+			a.b16 = a.b16[n0:]
+		}
+		sub := problem{args: a}
+		sub.run(0, mB, 0, nB)
 		for i := range mB {
-			WidenBF16s(t[i*nB:(i+1)*nB], c[(m0+i)*ldc+n0:][:nB])
+			RoundBF16s(c[(r0+i)*ldc+n0:][:nB], t[i*nB:(i+1)*nB])
 		}
 	}
-	a := p.args
-	a.c16, a.c, a.ldc, a.m, a.n = nil, t, nB, mB, nB
-	if a.transA {
-		a.a16 = a.a16[m0:]
-	} else {
-		a.a16 = a.a16[m0*a.lda:]
-	}
-	if a.transB {
-		a.b16 = a.b16[n0*a.ldb:]
-	} else {
-		a.b16 = a.b16[n0:]
-	}
-	sub := problem{args: a}
-	sub.run(0, mB, 0, nB)
-	for i := range mB {
-		RoundBF16s(c[(m0+i)*ldc+n0:][:nB], t[i*nB:(i+1)*nB])
-	}
 }
+
+// c16Scratch bounds runC16's float32 tile (elements): 4 MiB.
+var c16Scratch = 1 << 20
 
 // scaleC16 sets a bfloat16 C to beta·C (to 0 without reading it when beta
 // is 0), rounding as GemmBF16To16 does.

@@ -396,8 +396,10 @@ func TestPairPacking(t *testing.T) {
 
 // TestGemmBF16To16 checks that a bfloat16 C receives GemmBF16's float32
 // result rounded, bit for bit, on every kernel, serially and on a fine
-// parallel grid (each block rounded on its own), padding untouched.
+// parallel grid (each block rounded on its own), in one band of rows or
+// several, padding untouched.
 func TestGemmBF16To16(t *testing.T) {
+	defer func(n int) { c16Scratch = n }(c16Scratch)
 	r := rand.New(rand.NewPCG(13, 14))
 	nw := max(2, runtime.GOMAXPROCS(0))
 	kernels := allKernels()
@@ -417,6 +419,11 @@ func TestGemmBF16To16(t *testing.T) {
 					want := slices.Clone(c16)
 					for i := range tc.m {
 						RoundBF16s(want[i*tc.ldc:i*tc.ldc+tc.n], c32[i*tc.ldc:i*tc.ldc+tc.n])
+					}
+					// Bands of three rows of tiles, or one band.
+					c16Scratch = 3 * kern.mr * tc.n
+					if r.IntN(2) == 0 {
+						c16Scratch = 1 << 20
 					}
 					for _, par := range []bool{false, true} {
 						got := slices.Clone(c16)
