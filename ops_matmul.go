@@ -201,7 +201,7 @@ func Linear(x, weight, bias *Tensor) *Tensor {
 	}
 	out := newOutputOf(tp, dev, x.dtype, append(cloneShape(x.shape[:x.Rank()-1]), outF))
 	linearForward(dev, out, x, weight, bias, rows, in, outF, true)
-	record(tp, "linear", out, []*Tensor{x, weight, bias}, []*Tensor{x, weight}, linearBackward(dev, rows, in, outF, nil))
+	record(tp, "linear", out, []*Tensor{x, weight, bias}, []*Tensor{x, weight}, linearBackward(dev, rows, in, outF, weight.dtype, nil))
 	return out
 }
 
@@ -275,7 +275,7 @@ func linearReLU(x, weight, bias *Tensor, reluModule string) *Tensor {
 	// its mask when it can and leaves it here for the linear op.
 	var db *Tensor
 	wantDb := bias != nil && bias.requiresGrad
-	record(tp, "linear", z, []*Tensor{x, weight, bias}, []*Tensor{x, weight}, linearBackward(dev, rows, in, outF, &db))
+	record(tp, "linear", z, []*Tensor{x, weight, bias}, []*Tensor{x, weight}, linearBackward(dev, rows, in, outF, weight.dtype, &db))
 	y := newOutput(tp, dev, shape)
 	if y.st.block != nil {
 		k := dev.Kernels()
@@ -378,7 +378,7 @@ func linearGELUTanh(x, weight, bias *Tensor, geluScope string) *Tensor {
 	// with its derivative and leaves it here for the linear op.
 	var db *Tensor
 	wantDb := bias != nil && bias.requiresGrad
-	record(tp, "linear", z, []*Tensor{x, weight, bias}, []*Tensor{x, weight}, linearBackward(dev, rows, in, outF, &db))
+	record(tp, "linear", z, []*Tensor{x, weight, bias}, []*Tensor{x, weight}, linearBackward(dev, rows, in, outF, weight.dtype, &db))
 	y := newOutput(tp, dev, shape)
 	if y.st.block != nil {
 		zv, yv := matView(z, rows, outF), matView(y, rows, outF)
@@ -467,7 +467,7 @@ func linearForward(dev device.Device, out, x, weight, bias *Tensor, rows, in, ou
 
 // linearBackward is the backward of Linear (and of the linear op of
 // LinearReLU, whose relu op may leave the bias gradient in *db).
-func linearBackward(dev device.Device, rows, in, outF int, db **Tensor) func(*backward) {
+func linearBackward(dev device.Device, rows, in, outF int, wType device.DType, db **Tensor) func(*backward) {
 	return func(bk *backward) {
 		g := bk.Grad()
 		gm, releaseG := flatMatrix(g, rows, outF)
@@ -484,7 +484,7 @@ func linearBackward(dev device.Device, rows, in, outF int, db **Tensor) func(*ba
 		}
 		if bk.Needs(1) { // dW = gᵀ·x
 			xm, releaseX := flatMatrix(bk.Saved(0), rows, in)
-			dw := newOutputOf(bk.tape, dev, bk.Saved(1).dtype, []int{outF, in})
+			dw := newOutputOf(bk.tape, dev, wType, []int{outF, in}) // (the weight itself is not needed: not unpacked)
 			if dw.st.block != nil {
 				d := matrix{block: dw.st.block, off: dw.offset, rows: outF, cols: in, rs: in, cs: 1, dtype: dw.dtype}
 				gemm("linear_backward", dev, d, gm.t(), xm, 0)

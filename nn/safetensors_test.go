@@ -404,8 +404,43 @@ func TestSaveLoadTensors(t *testing.T) {
 		{Name: "b", DType: safetensors.BF16, Shape: []int{1}, Data: make([]byte, 2)},
 		safetensors.FromFloat32s("c", []float32{1}, 1),
 	}, nil)
-	if _, _, err := nn.LoadTensors(wide, dev); err == nil || !strings.Contains(err.Error(), "a is F64; b is BF16") {
+	if _, _, err := nn.LoadTensors(wide, dev); err == nil || !strings.Contains(err.Error(), "a is F64") || strings.Contains(err.Error(), "b is") {
 		t.Errorf("wide dtypes: %v", err)
+	}
+	// BF16 loads as bfloat16 and F16 widened to float32, exactly; both
+	// save back (BF16 as BF16).
+	half := filepath.Join(t.TempDir(), "half.safetensors")
+	safetensors.WriteFile(half, []safetensors.Tensor{
+		{Name: "b", DType: safetensors.BF16, Shape: []int{3}, Data: []byte{0x80, 0x3f, 0xc0, 0xbf, 0xc0, 0x7f}}, // 1, -1.5, NaN
+		{Name: "h", DType: safetensors.F16, Shape: []int{2}, Data: []byte{0x00, 0x3c, 0x00, 0xc2}},             // 1, -3
+	}, nil)
+	hs, _, err := nn.LoadTensors(half, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := hs["b"]; b.DType() != device.BFloat16 {
+		t.Errorf("BF16 loaded as %s", b.DType())
+	} else if v := ferry.Cast(b, device.Float32).Float32s(); v[0] != 1 || v[1] != -1.5 || v[2] == v[2] {
+		t.Errorf("BF16 values %v, want [1 -1.5 NaN]", v)
+	}
+	if h := hs["h"]; h.DType() != device.Float32 || !slices.Equal(h.Float32s(), []float32{1, -3}) {
+		t.Errorf("F16: %s %v, want float32 [1 -3]", h.DType(), h.Float32s())
+	}
+	back := filepath.Join(t.TempDir(), "back.safetensors")
+	if err := nn.SaveTensors(back, hs, nil); err != nil {
+		t.Fatal(err)
+	}
+	sf, err := safetensors.ReadFile(back, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sf.Tensors {
+		if st.Name == "b" && (st.DType != safetensors.BF16 || string(st.Data) != "\x80\x3f\xc0\xbf\xc0\x7f") {
+			t.Errorf("bfloat16 saved as %s %x", st.DType, st.Data)
+		}
+	}
+	for _, h := range hs {
+		h.Release()
 	}
 	if err := nn.SaveTensors(path, map[string]*ferry.Tensor{"x": nil}, nil); err == nil {
 		t.Error("a nil tensor was saved")
