@@ -412,7 +412,7 @@ func TestSaveLoadTensors(t *testing.T) {
 	half := filepath.Join(t.TempDir(), "half.safetensors")
 	safetensors.WriteFile(half, []safetensors.Tensor{
 		{Name: "b", DType: safetensors.BF16, Shape: []int{3}, Data: []byte{0x80, 0x3f, 0xc0, 0xbf, 0xc0, 0x7f}}, // 1, -1.5, NaN
-		{Name: "h", DType: safetensors.F16, Shape: []int{2}, Data: []byte{0x00, 0x3c, 0x00, 0xc2}},             // 1, -3
+		{Name: "h", DType: safetensors.F16, Shape: []int{2}, Data: []byte{0x00, 0x3c, 0x00, 0xc2}},              // 1, -3
 	}, nil)
 	hs, _, err := nn.LoadTensors(half, dev)
 	if err != nil {
