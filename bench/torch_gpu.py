@@ -16,6 +16,12 @@ For each mode it measures memory as the original user did
 during forward, and during the whole step) and the median time of whole
 steps (forward, backward, optimizer, synchronised), after one warm-up step.
 
+Precision (--precision): fp32 (the default), or bf16: PyTorch's automatic
+mixed precision as nanoGPT trains in bfloat16, the forward and the loss
+under torch.autocast("cuda", dtype=torch.bfloat16), parameters, gradients
+and optimizer state in float32, no loss scaling. The comparison for
+`ferry demo --precision bf16`.
+
 Modes:
   none               no offloading
   naive              (mlp) the origin: each layer input copied with
@@ -28,7 +34,11 @@ Modes:
                      parameters skipped (by storage, so the weight.t() view
                      addmm saves is skipped too), tensors under 1 KiB kept, no
                      deduplication, and during backward each unpack
-                     prefetches the tensor the next one will need.
+                     prefetches the tensor the next one will need. Under
+                     bf16 the bfloat16 copies autocast makes of the
+                     parameters (and the views of them that are saved) are
+                     kept too, like the parameters themselves: only
+                     activations move.
   recompute          torch.utils.checkpoint (reentrant) around each layer or
                      block: only its input is kept (the MLP's first layer is
                      not checkpointed: a reentrant checkpoint needs an input
@@ -37,13 +47,15 @@ Modes:
                      host
 
 Usage: python3 bench/torch_gpu.py [--model mlp --layers 40 --width 4096
-       --batch 1024 --steps 3 --modes none,naive,save_on_cpu,offload --json FILE]
+       --batch 1024 --steps 3 --modes none,naive,save_on_cpu,offload
+       --precision fp32 --json FILE]
 Prints one table; with --json also writes the numbers as JSON (after each
 mode, so a run cut short keeps the modes it finished). Exits 3 when torch
 cannot be imported, 2 when it sees no GPU.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -98,6 +110,7 @@ class StreamOffloader:
     MIN_BYTES = 1024
 
     def __init__(self, params, counter):
+        self.params = {id(p) for p in params}
         self.param_storages = {p.untyped_storage().data_ptr() for p in params}
         self.counter = counter
         self.side = torch.cuda.Stream()
@@ -111,6 +124,27 @@ class StreamOffloader:
         self.bwd_stash = {}  # id -> (gpu tensor, event): prefetched
         self.in_backward = False
 
+    # Where a saved tensor is a view or an autocast copy of a parameter, the
+    # functions its grad_fn chain goes through back to the parameter's
+    # AccumulateGrad.
+    PARAM_PATH = ("ToCopyBackward", "TBackward", "TransposeBackward", "PermuteBackward",
+                  "ViewBackward", "UnsafeViewBackward", "ExpandBackward")
+
+    def _from_param(self, t):
+        """Whether t is a parameter's copy (autocast's bfloat16 cast) or a
+        view of one: grad_fn leads back to a parameter through casts and
+        views only."""
+        fn = t.grad_fn
+        for _ in range(4):
+            if fn is None:
+                return False
+            if type(fn).__name__ == "AccumulateGrad":
+                return id(fn.variable) in self.params
+            if not type(fn).__name__.startswith(self.PARAM_PATH) or not fn.next_functions:
+                return False
+            fn = fn.next_functions[0][0]
+        return False
+
     def _drop_finished(self):
         for i in [i for i, (_, ev) in self.fwd_stash.items() if ev.query()]:
             del self.fwd_stash[i]
@@ -120,7 +154,8 @@ class StreamOffloader:
         self.next_id += 1
         nbytes = t.numel() * t.element_size()
         if (not t.is_cuda or nbytes < self.MIN_BYTES
-                or t.untyped_storage().data_ptr() in self.param_storages):
+                or t.untyped_storage().data_ptr() in self.param_storages
+                or (t.dtype != torch.float32 and self._from_param(t))):
             self.host[tid] = ("keep", t)
             return tid
         self._drop_finished()
@@ -234,6 +269,14 @@ class GPTWorkload:
         return y
 
 
+def autocast(args):
+    """The forward's (and the loss's) precision context: autocast to
+    bfloat16 under --precision bf16, nothing under fp32."""
+    if args.precision == "bf16":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def run_mode(mode, args, dev):
     torch.manual_seed(1)
     w = GPTWorkload(args, dev) if args.model == "gpt" else MLP(args, dev)
@@ -246,18 +289,20 @@ def run_mode(mode, args, dev):
         counter.bytes = 0
         before = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
-        if mode in ("save_on_cpu", "recompute_offload"):
-            with save_on_cpu_hooks(counter):
+        with autocast(args):
+            if mode in ("save_on_cpu", "recompute_offload"):
+                with save_on_cpu_hooks(counter):
+                    y = w.forward(mode)
+            elif mode == "offload":
+                off.reset()
+                with off.hooks():
+                    y = w.forward(mode)
+            else:
                 y = w.forward(mode)
-        elif mode == "offload":
-            off.reset()
-            with off.hooks():
-                y = w.forward(mode)
-        else:
-            y = w.forward(mode)
         after = torch.cuda.memory_allocated()
         peak = torch.cuda.max_memory_allocated()
-        loss = w.loss(y)
+        with autocast(args):
+            loss = w.loss(y)
         del y
         loss.backward()
         w.opt.step()
@@ -288,6 +333,8 @@ def main():
     ap.add_argument("--vocab", type=int, default=50257, help="gpt")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--modes", default="none,naive,save_on_cpu,offload")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: forward and loss under torch.autocast to bfloat16, float32 parameters")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -298,15 +345,18 @@ def main():
         "torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0),
         "allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "model": args.model, "layers": args.layers, "batch": args.batch, "steps": args.steps,
+        "precision": args.precision,
     }
     if args.model == "gpt":
         head.update(heads=args.heads, embd=args.embd, seq=args.seq, vocab=args.vocab)
         what = (f"GPT ({args.layers} layers, {args.heads} heads, embedding {args.embd}, sequence {args.seq}, "
                 f"vocabulary {args.vocab}), AdamW")
     else:
-        head.update(width=args.width, activation_bytes=args.batch * args.width * 4,
+        head.update(width=args.width, activation_bytes=args.batch * args.width * (2 if args.precision == "bf16" else 4),
                     parameter_bytes=args.layers * (args.width * args.width + args.width) * 4)
         what = f"{args.layers} x Linear({args.width}, {args.width}) + ReLU, SGD"
+    if args.precision == "bf16":
+        what += ", autocast bf16 (float32 parameters)"
     print(f"PyTorch {head['torch']} (CUDA {head['cuda']}) on {head['gpu']}, allow_tf32={head['allow_tf32']}: "
           f"{what}, batch {args.batch}, median of {args.steps} steps after a warm-up", flush=True)
     runs = []

@@ -9,11 +9,17 @@
 #                   matrix products in TF32), a training step against the CPU,
 #                   bfloat16 (Convert bit for bit, products through cuBLAS's
 #                   cublasGemmStridedBatchedEx against float64)
-#     mlp-demo      ferry demo at the origin configuration (40 x 4096 x 1024),
-#                   every mode, text and --json
+#     mlp-demo      ferry demo at the origin configuration (40 x 4096 x 1024):
+#                   modes none and offload as text (a short limit; the
+#                   summary's figures come from the next run), then every
+#                   mode with --json (mlp-demo-json)
 #     gpt-demo      ferry demo --model gpt, GPT-2 124M at batch 8 x 1024,
 #                   every mode, --json (two runs, so a timeout loses half)
+#     gpt-bf16      the same GPT in bfloat16 mixed precision (--precision
+#                   bf16), modes none and offload, --json
 #     torch-*       python3 bench/torch_gpu.py: PyTorch at both configurations
+#                   in fp32, and the GPT under autocast bf16 (--precision
+#                   bf16, modes none and offload) beside gpt-bf16
 #     bandwidth     pinned host<->device copy bandwidth each way, launch cost
 #     attention     ferry's attention kernels at GPT-2's shape (B 8, H 12,
 #                   T 1024, D 64, causal, fp32), forward and with backward,
@@ -52,9 +58,9 @@ build() {
 declare -A SHARE=(
   [nvidia-smi]=5 [cublas]=10 [doctor]=15
   [conformance]=90
-  [mlp-demo]=50 [mlp-demo-json]=50
-  [gpt-demo-1]=45 [gpt-demo-2]=35
-  [torch-mlp]=45 [torch-gpt]=55
+  [mlp-demo]=15 [mlp-demo-json]=50
+  [gpt-demo-1]=45 [gpt-demo-2]=35 [gpt-bf16]=20
+  [torch-mlp]=45 [torch-gpt]=55 [torch-gpt-bf16]=15
   [attention]=10 [torch-attention]=10
   [bandwidth]=25 [launch]=10 [nccl-library]=5 [nccl]=10
   [summary]=10
@@ -121,15 +127,18 @@ run() {
 
   step conformance "$bin/cuda.test" -test.run '^(TestProbeReal|TestRealGPUConformance|TestRealTraining|TestRealBFloat16)$' -test.v -test.timeout "$(($(limit conformance) * 9 / 10))s"
   local mlp=(--device cuda --layers 40 --width 4096 --batch 1024 --steps "$mlp_steps")
-  step mlp-demo "$bin/ferry" demo "${mlp[@]}"
+  step mlp-demo "$bin/ferry" demo "${mlp[@]}" --modes none,offload
   step mlp-demo-json "$bin/ferry" demo "${mlp[@]}" --json
   local gpt=(--device cuda --model gpt --layers 12 --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch 8 --steps "$gpt_steps" --json)
   step gpt-demo-1 "$bin/ferry" demo "${gpt[@]}" --modes none,offload,recompute,recompute-offload
   step gpt-demo-2 "$bin/ferry" demo "${gpt[@]}" --modes none,save-on-host,offload-disk
+  step gpt-bf16 "$bin/ferry" demo "${gpt[@]}" --modes none,offload --precision bf16
   step torch-mlp python3 bench/torch_gpu.py --layers 40 --width 4096 --batch 1024 --steps 3 \
     --modes none,naive,save_on_cpu,offload,recompute,recompute_offload --json "$out/torch-mlp.json"
   step torch-gpt python3 bench/torch_gpu.py --model gpt --layers 12 --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch 8 --steps 2 \
     --modes none,save_on_cpu,offload,recompute,recompute_offload --json "$out/torch-gpt.json"
+  step torch-gpt-bf16 python3 bench/torch_gpu.py --model gpt --layers 12 --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch 8 --steps 2 \
+    --modes none,offload --precision bf16 --json "$out/torch-gpt-bf16.json"
   step bandwidth "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealCopy' -test.benchtime 20x -test.v
   step launch "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealLaunch' -test.benchtime 20000x -test.v
   step attention "$bin/cuda.test" -test.run '^$' -test.bench 'BenchmarkRealAttention' -test.benchtime 10x -test.v

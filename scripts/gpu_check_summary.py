@@ -7,10 +7,12 @@ Usage: python3 scripts/gpu_check_summary.py OUT BUDGET_S ELAPSED_S
 Figures: each step's verdict and limit; the GPU and its PCIe link; the
 conformance suite's leaf tests passed, failed and skipped; pinned copy
 bandwidth each way as a fraction of the link's peak; per configuration
-(the origin MLP, GPT-2 124M), each mode's step time and its ratio to none,
-for ferry and PyTorch side by side, the peaks, the bytes moved and the time
-the copies would take at the measured pinned bandwidth. A missing or
-malformed file leaves its section saying so; it never stops the summary.
+(the origin MLP, GPT-2 124M, GPT-2 124M in bfloat16 mixed precision), each
+mode's step time and its ratio to none, for ferry and PyTorch side by side,
+the peaks, the bytes moved and the time the copies would take at the
+measured pinned bandwidth; for bf16 also ferry against PyTorch autocast and
+each against its own fp32 run, per mode. A missing or malformed file leaves
+its section saying so; it never stops the summary.
 """
 import json
 import os
@@ -178,7 +180,7 @@ def torch_runs(d):
     return runs
 
 
-def config(name, ferry_docs, torch_doc, bw):
+def config(name, ferry_docs, torch_doc, bw, precision="fp32"):
     fr, tr = ferry_runs(ferry_docs), torch_runs(torch_doc)
     h2d, d2h = bw.get("HtoD_gbps"), bw.get("DtoH_gbps")
     for r in fr.values():
@@ -197,9 +199,44 @@ def config(name, ferry_docs, torch_doc, bw):
         if "x_none" in tr.get(mode, {}):
             ratios[key] = tr[mode]["x_none"]
     head = next((d for d in ferry_docs if d), None) or {}
-    return {"name": name, "ferry": fr, "torch": tr, "ratios_to_none": ratios,
+    return {"name": name, "precision": precision, "ferry": fr, "torch": tr, "ratios_to_none": ratios,
             "matmul_backend": head.get("matmul_backend"), "description": head.get("description"),
             "torch_version": (torch_doc or {}).get("torch")}
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def bf16_pair(bf, fp, step_rows, ferry_step, torch_step, modes=("none", "offload")):
+    """Per mode: ferry bf16 against PyTorch autocast bf16 (step time, step
+    peak), and each against its own fp32 run where both exist. A side
+    without figures says why (its step's verdict)."""
+    verdict = {x["name"]: x["verdict"] for x in step_rows}
+
+    def missing(step, mode, runs):
+        if runs:
+            return f"no mode {mode} in {step}'s output"
+        return f"{step}: {verdict[step]}" if step in verdict else f"{step} did not run"
+
+    out = {}
+    for m in modes:
+        r = {}
+        for who, cfg_bf, cfg_fp, step in (("ferry", bf["ferry"], fp["ferry"], ferry_step),
+                                          ("torch", bf["torch"], fp["torch"], torch_step)):
+            b, f = cfg_bf.get(m), cfg_fp.get(m)
+            if not b:
+                r[who + "_missing"] = missing(step, m, cfg_bf)
+                continue
+            r[who + "_step_seconds"] = b.get("step_seconds")
+            r[who + "_peak_step_bytes"] = b.get("peak_step_bytes")
+            if f:
+                r[who + "_step_bf16_over_fp32"] = ratio(b.get("step_seconds"), f.get("step_seconds"))
+                r[who + "_peak_bf16_over_fp32"] = ratio(b.get("peak_step_bytes"), f.get("peak_step_bytes"))
+        r["step_ferry_over_torch"] = ratio(r.get("ferry_step_seconds"), r.get("torch_step_seconds"))
+        r["peak_ferry_over_torch"] = ratio(r.get("ferry_peak_step_bytes"), r.get("torch_peak_step_bytes"))
+        out[m] = r
+    return out
 
 
 def skipped(out, name):
@@ -214,6 +251,10 @@ def fmt(x, spec, none="—"):
 
 def mib(b):
     return fmt(None if b is None else b / MiB, ".0f")
+
+
+def ms(seconds):
+    return fmt(None if seconds is None else seconds * 1e3, ".1f")
 
 
 def text(s):
@@ -269,7 +310,8 @@ def text(s):
     for cfg in s["configs"]:
         L.append("")
         L.append(f"== {cfg['name']}: {cfg.get('description') or ''}".rstrip(": "))
-        L.append(f"   ferry matmul: {cfg.get('matmul_backend') or '?'}; PyTorch {cfg.get('torch_version') or 'not run'}")
+        amp = " (autocast bf16)" if cfg.get("precision") == "bf16" and cfg.get("torch_version") else ""
+        L.append(f"   ferry matmul: {cfg.get('matmul_backend') or '?'}; PyTorch {cfg.get('torch_version') or 'not run'}{amp}")
         L.append(f"   {'ferry mode':<18} {'step ms':>8} {'x none':>7} {'fwd peak':>9} {'step peak':>10} {'reserved':>9} {'host peak':>10} "
                  f"{'to host':>8} {'to disk':>8} {'stall ms':>9} {'copy@peak':>10}")
         for m, r in cfg["ferry"].items():
@@ -291,8 +333,20 @@ def text(s):
         q = cfg["ratios_to_none"]
         L.append(f"   offload/none: ferry {fmt(q.get('ferry_offload'), '.3f')} vs PyTorch save_on_cpu/none {fmt(q.get('torch_save_on_cpu'), '.3f')}"
                  f" (PyTorch stream offload/none {fmt(q.get('torch_offload'), '.3f')})")
-        L.append(f"   recompute-offload/none: ferry {fmt(q.get('ferry_recompute_offload'), '.3f')} vs PyTorch {fmt(q.get('torch_recompute_offload'), '.3f')}; "
-                 f"recompute/none: ferry {fmt(q.get('ferry_recompute'), '.3f')} vs PyTorch {fmt(q.get('torch_recompute'), '.3f')}")
+        if cfg.get("precision") != "bf16":
+            L.append(f"   recompute-offload/none: ferry {fmt(q.get('ferry_recompute_offload'), '.3f')} vs PyTorch {fmt(q.get('torch_recompute_offload'), '.3f')}; "
+                     f"recompute/none: ferry {fmt(q.get('ferry_recompute'), '.3f')} vs PyTorch {fmt(q.get('torch_recompute'), '.3f')}")
+        for m, r in (cfg.get("bf16_pair") or {}).items():
+            side = []
+            for who, label in (("ferry", "ferry"), ("torch", "PyTorch autocast")):
+                if who + "_missing" in r:
+                    side.append(f"{label}: no figures ({r[who + '_missing']})")
+                else:
+                    side.append(f"{label} {ms(r.get(who + '_step_seconds'))} ms, step peak {mib(r.get(who + '_peak_step_bytes'))} MiB")
+            L.append(f"   bf16 {m}: {'; '.join(side)}; ferry/PyTorch step {fmt(r.get('step_ferry_over_torch'), '.3f')}, "
+                     f"peak {fmt(r.get('peak_ferry_over_torch'), '.3f')}")
+            L.append(f"   bf16/fp32 {m}: ferry step {fmt(r.get('ferry_step_bf16_over_fp32'), '.3f')}, peak {fmt(r.get('ferry_peak_bf16_over_fp32'), '.3f')}; "
+                     f"PyTorch step {fmt(r.get('torch_step_bf16_over_fp32'), '.3f')}, peak {fmt(r.get('torch_peak_bf16_over_fp32'), '.3f')}")
     return "\n".join(L) + "\n"
 
 
@@ -301,12 +355,17 @@ def main():
     g = gpu(out)
     doctor = read_json(out, "doctor.txt") or {}
     bw = bandwidth(out, g)
-    s = {"out": out, "budget_s": budget, "elapsed_s": elapsed, "steps": steps(out), "gpu": g,
+    rows = steps(out)
+    gpt = config("gpt-2 124M, batch 8 x 1024", [read_json(out, "gpt-demo-1.txt"), read_json(out, "gpt-demo-2.txt")],
+                 read_json(out, "torch-gpt.json"), bw)
+    gpt_bf16 = config("gpt-2 124M bf16, batch 8 x 1024", [read_json(out, "gpt-bf16.txt")],
+                      read_json(out, "torch-gpt-bf16.json"), bw, precision="bf16")
+    gpt_bf16["bf16_pair"] = bf16_pair(gpt_bf16, gpt, rows, "gpt-bf16", "torch-gpt-bf16")
+    s = {"out": out, "budget_s": budget, "elapsed_s": elapsed, "steps": rows, "gpu": g,
          "cuda": doctor.get("cuda"), "cublas": (read(out, "cublas.txt") or "").strip(),
          "conformance": conformance(out), "bandwidth": bw, "nccl": nccl(out), "attention": attention(out),
          "configs": [config("mlp 40 x 4096, batch 1024", [read_json(out, "mlp-demo-json.txt")], read_json(out, "torch-mlp.json"), bw),
-                     config("gpt-2 124M, batch 8 x 1024", [read_json(out, "gpt-demo-1.txt"), read_json(out, "gpt-demo-2.txt")],
-                            read_json(out, "torch-gpt.json"), bw)]}
+                     gpt, gpt_bf16]}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(s, f, indent=1)
     with open(os.path.join(out, "summary.txt"), "w") as f:

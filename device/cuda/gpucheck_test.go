@@ -123,8 +123,8 @@ func (e *checkEnv) stepRows() map[string][3]string {
 	return rows
 }
 
-var allSteps = []string{"nvidia-smi", "doctor", "conformance", "mlp-demo", "mlp-demo-json", "gpt-demo-1", "gpt-demo-2",
-	"torch-mlp", "torch-gpt", "bandwidth", "launch", "attention", "torch-attention", "nccl"}
+var allSteps = []string{"nvidia-smi", "doctor", "conformance", "mlp-demo", "mlp-demo-json", "gpt-demo-1", "gpt-demo-2", "gpt-bf16",
+	"torch-mlp", "torch-gpt", "torch-gpt-bf16", "bandwidth", "launch", "attention", "torch-attention", "nccl"}
 
 func TestGPUCheckScriptWithStubs(t *testing.T) {
 	e := newCheckEnv(t)
@@ -154,7 +154,7 @@ func TestGPUCheckScriptWithStubs(t *testing.T) {
 			t.Errorf("step %s: %q, want %q", name, r[2], want)
 		}
 	}
-	for _, f := range []string{"torch-mlp.json", "torch-gpt.json", "summary.json", "cublas.txt"} {
+	for _, f := range []string{"torch-mlp.json", "torch-gpt.json", "torch-gpt-bf16.json", "summary.json", "cublas.txt"} {
 		e.read(f)
 	}
 	calls, err := os.ReadFile(e.calls)
@@ -193,7 +193,8 @@ func TestGPUCheckScriptWithStubs(t *testing.T) {
 		t.Errorf("%d stub calls, want one per step (%d):\n%s", n, len(allSteps), calls)
 	}
 	for _, want := range []string{"--layers 40 --width 4096 --batch 1024", "--model gpt --layers 12 --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch 8",
-		"recompute-offload", "-test.run ^(TestProbeReal|TestRealGPUConformance|TestRealTraining|TestRealBFloat16)$", "torch_gpu.py --model gpt", "recompute_offload"} {
+		"recompute-offload", "-test.run ^(TestProbeReal|TestRealGPUConformance|TestRealTraining|TestRealBFloat16)$", "torch_gpu.py --model gpt", "recompute_offload",
+		"--batch 8 --steps 2 --json --modes none,offload --precision bf16", "--modes none,offload --precision bf16 --json " + filepath.Join(e.out, "torch-gpt-bf16.json")} {
 		if !strings.Contains(string(calls), want) {
 			t.Errorf("no step was called with %q:\n%s", want, calls)
 		}
@@ -217,6 +218,13 @@ func TestGPUCheckScriptWithStubs(t *testing.T) {
 		"recompute-offload/none: ferry 1.350 vs PyTorch 1.700; recompute/none: ferry 1.300 vs PyTorch 1.300",
 		"offload/none: ferry 1.050 vs PyTorch save_on_cpu/none 2.000 (PyTorch stream offload/none 1.200)",
 		"recompute-offload/none: ferry 1.320 vs PyTorch 2.300",
+		// GPT-2 in bf16 beside PyTorch autocast, and each against its fp32 run.
+		"ferry matmul: cuBLAS (BF16); PyTorch 2.4.0 (autocast bf16)",
+		"offload/none: ferry 1.260 vs PyTorch save_on_cpu/none — (PyTorch stream offload/none 1.260)",
+		"bf16 none: ferry 500.0 ms, step peak 1536 MiB; PyTorch autocast 400.0 ms, step peak 1280 MiB; ferry/PyTorch step 1.250, peak 1.200",
+		"bf16/fp32 none: ferry step 0.500, peak 0.500; PyTorch step 0.500, peak 0.500",
+		"bf16 offload: ferry 630.0 ms, step peak 1536 MiB; PyTorch autocast 504.0 ms, step peak 1280 MiB; ferry/PyTorch step 1.250, peak 1.200",
+		"bf16/fp32 offload: ferry step 0.600, peak 0.500; PyTorch step 0.525, peak 0.500",
 	} {
 		if !strings.Contains(summary, want) {
 			t.Errorf("summary lacks %q:\n%s", want, summary)
@@ -228,14 +236,16 @@ func TestGPUCheckScriptWithStubs(t *testing.T) {
 	var s struct {
 		Steps   []struct{ Name string }
 		Configs []struct {
-			Name   string
-			Ferry  map[string]map[string]any
-			Torch  map[string]map[string]any
-			Ratios map[string]float64 `json:"ratios_to_none"`
+			Name      string
+			Precision string
+			Ferry     map[string]map[string]any
+			Torch     map[string]map[string]any
+			Ratios    map[string]float64 `json:"ratios_to_none"`
 		}
 	}
 	e.must(json.Unmarshal([]byte(e.read("summary.json")), &s))
-	if len(s.Configs) != 2 || len(s.Configs[0].Ferry) != 7 || len(s.Configs[1].Ferry) != 6 || len(s.Configs[1].Torch) != 5 {
+	if len(s.Configs) != 3 || len(s.Configs[0].Ferry) != 7 || len(s.Configs[1].Ferry) != 6 || len(s.Configs[1].Torch) != 5 ||
+		len(s.Configs[2].Ferry) != 2 || len(s.Configs[2].Torch) != 2 || s.Configs[2].Precision != "bf16" || s.Configs[1].Precision != "fp32" {
 		t.Fatalf("summary.json configs: %+v", s.Configs)
 	}
 	off := s.Configs[0].Ferry["offload"]
@@ -248,6 +258,34 @@ func TestGPUCheckScriptWithStubs(t *testing.T) {
 	}
 	if got := s.Configs[1].Ferry["save-on-host"]["peak_step_bytes"]; got != float64(3<<30) {
 		t.Errorf("gpt save-on-host step peak %v", got)
+	}
+
+	// Without the bf16 outputs (steps that failed or timed out) the
+	// summary says so and still finishes.
+	for _, f := range []string{"gpt-bf16.txt", "torch-gpt-bf16.json"} {
+		e.must(os.Remove(filepath.Join(e.out, f)))
+	}
+	tsv := strings.Split(e.read("steps.tsv"), "\n")
+	for i, l := range tsv {
+		if strings.HasPrefix(l, "gpt-bf16\t") {
+			tsv[i] = "gpt-bf16\t20\t20\ttimed out"
+		}
+	}
+	e.write(filepath.Join(e.out, "steps.tsv"), strings.Join(tsv, "\n"))
+	sum2 := exec.Command("python3", "scripts/gpu_check_summary.py", e.out, "480", "400")
+	sum2.Dir = e.repo
+	if b, err := sum2.CombinedOutput(); err != nil {
+		t.Fatalf("summary without the bf16 outputs: %v\n%s", err, b)
+	}
+	summary = e.read("summary.txt")
+	for _, want := range []string{
+		"bf16 none: ferry: no figures (gpt-bf16: timed out); PyTorch autocast: no figures (torch-gpt-bf16: ok); ferry/PyTorch step —, peak —",
+		"bf16/fp32 offload: ferry step —, peak —; PyTorch step —, peak —",
+		"recompute-offload/none: ferry 1.320 vs PyTorch 2.300",
+	} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("summary without the bf16 outputs lacks %q:\n%s", want, summary)
+		}
 	}
 }
 
@@ -301,13 +339,19 @@ doctor) cat <<'J'
 J
 exit 0 ;;
 esac
-model=mlp modes=none,naive,save-on-host,offload,offload-disk,recompute,recompute-offload json=0 run=1
+model=mlp modes=none,naive,save-on-host,offload,offload-disk,recompute,recompute-offload json=0 run=1 prec=fp32
 while (($#)); do
-  case $1 in --model) model=$2; shift ;; --modes) modes=$2; shift ;; --json) json=1 ;; esac
+  case $1 in --model) model=$2; shift ;; --modes) modes=$2; shift ;; --precision) prec=$2; shift ;; --json) json=1 ;; esac
   shift
 done
 [[ $modes == none,save-on-host,* ]] && run=2
+backend="cuBLAS (FP32)" peak=3221225472
+[[ $prec == bf16 ]] && backend="cuBLAS (BF16)" peak=1610612736
 step() {
+  if [[ $prec == bf16 ]]; then
+    case $model:$1 in gpt:none) echo 0.5 ;; gpt:offload) echo 0.63 ;; *) echo 9.9 ;; esac
+    return
+  fi
   case $model:$1 in
   mlp:none) echo 0.100 ;; mlp:naive) echo 0.102 ;; mlp:save-on-host) echo 0.140 ;; mlp:offload) echo 0.110 ;;
   mlp:offload-disk) echo 0.300 ;; mlp:recompute) echo 0.130 ;; mlp:recompute-offload) echo 0.135 ;;
@@ -316,13 +360,13 @@ step() {
   esac
 }
 if ((json == 0)); then echo "Testing with none: ..."; exit 0; fi
-printf '{"model": "%s", "matmul_backend": "cuBLAS (FP32)", "description": "stub %s run %d", "runs": [' "$model" "$model" "$run"
+printf '{"model": "%s", "matmul_backend": "%s", "description": "stub %s %s run %d", "runs": [' "$model" "$backend" "$model" "$prec" "$run"
 sep=
 for m in ${modes//,/ }; do
   host=0 disk=0
   case $m in offload|save-on-host|recompute-offload) host=671088640 ;; offload-disk) disk=671088640 ;; esac
-  printf '%s{"mode": "%s", "step_seconds": %s, "peak_forward_bytes": 2147483648, "peak_step_bytes": 3221225472, "reserved_peak_bytes": 4294967296, "host_peak_bytes": %d, "to_host_bytes": %d, "to_disk_bytes": %d, "stall_seconds": 0.001}' \
-    "$sep" "$m" "$(step "$m")" "$host" "$host" "$disk"
+  printf '%s{"mode": "%s", "step_seconds": %s, "peak_forward_bytes": 2147483648, "peak_step_bytes": %d, "reserved_peak_bytes": 4294967296, "host_peak_bytes": %d, "to_host_bytes": %d, "to_disk_bytes": %d, "stall_seconds": 0.001}' \
+    "$sep" "$m" "$(step "$m")" "$peak" "$host" "$host" "$disk"
   sep=", "
 done
 echo ']}'`
@@ -390,17 +434,20 @@ T`
 
 // stubTorch answers for bench/torch_gpu.py: a table on stdout and the JSON
 // file named by --json.
-const stubTorch = `model=mlp file=
+const stubTorch = `model=mlp file= prec=fp32
 while (($#)); do
-  case $1 in --model) model=$2; shift ;; --json) file=$2; shift ;; esac
+  case $1 in --model) model=$2; shift ;; --json) file=$2; shift ;; --precision) prec=$2; shift ;; esac
   shift
 done
-if [[ $model == gpt ]]; then
-  runs='{"mode": "none", "step_seconds": 0.8, "peak_forward_bytes": 1, "peak_step_bytes": 2, "offloaded_bytes": 0},
-   {"mode": "save_on_cpu", "step_seconds": 1.6, "peak_forward_bytes": 1, "peak_step_bytes": 2, "offloaded_bytes": 5},
-   {"mode": "offload", "step_seconds": 0.96, "peak_forward_bytes": 1, "peak_step_bytes": 2, "offloaded_bytes": 5},
-   {"mode": "recompute", "step_seconds": 1.04, "peak_forward_bytes": 1, "peak_step_bytes": 2, "offloaded_bytes": 0},
-   {"mode": "recompute_offload", "step_seconds": 1.84, "peak_forward_bytes": 1, "peak_step_bytes": 2, "offloaded_bytes": 5}'
+if [[ $model:$prec == gpt:bf16 ]]; then
+  runs='{"mode": "none", "step_seconds": 0.4, "peak_forward_bytes": 1, "peak_step_bytes": 1342177280, "offloaded_bytes": 0},
+   {"mode": "offload", "step_seconds": 0.504, "peak_forward_bytes": 1, "peak_step_bytes": 1342177280, "offloaded_bytes": 5}'
+elif [[ $model == gpt ]]; then
+  runs='{"mode": "none", "step_seconds": 0.8, "peak_forward_bytes": 1, "peak_step_bytes": 2684354560, "offloaded_bytes": 0},
+   {"mode": "save_on_cpu", "step_seconds": 1.6, "peak_forward_bytes": 1, "peak_step_bytes": 2684354560, "offloaded_bytes": 5},
+   {"mode": "offload", "step_seconds": 0.96, "peak_forward_bytes": 1, "peak_step_bytes": 2684354560, "offloaded_bytes": 5},
+   {"mode": "recompute", "step_seconds": 1.04, "peak_forward_bytes": 1, "peak_step_bytes": 2684354560, "offloaded_bytes": 0},
+   {"mode": "recompute_offload", "step_seconds": 1.84, "peak_forward_bytes": 1, "peak_step_bytes": 2684354560, "offloaded_bytes": 5}'
 else
   runs='{"mode": "none", "step_seconds": 0.09, "peak_forward_bytes": 1, "peak_step_bytes": 2, "offloaded_bytes": 0},
    {"mode": "naive", "step_seconds": 0.095, "peak_forward_bytes": 1, "peak_step_bytes": 2, "offloaded_bytes": 0},
@@ -410,4 +457,4 @@ else
    {"mode": "recompute_offload", "step_seconds": 0.153, "peak_forward_bytes": 1, "peak_step_bytes": 2, "offloaded_bytes": 5}'
 fi
 echo "PyTorch 2.4.0 (stub) on NVIDIA H200"
-printf '{"torch": "2.4.0", "model": "%s", "runs": [%s]}\n' "$model" "$runs" >"$file"`
+printf '{"torch": "2.4.0", "model": "%s", "precision": "%s", "runs": [%s]}\n' "$model" "$prec" "$runs" >"$file"`
