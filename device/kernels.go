@@ -303,6 +303,30 @@ type ConvertKernels interface {
 	Convert(dst, src View) error
 }
 
+// ElementwiseBF16Kernels is implemented by the Kernels of devices whose
+// elementwise kernels also take bfloat16 views, so that the tensor layer
+// computes a bfloat16 op in one pass instead of widening its inputs into
+// float32 temporaries first (Note [bfloat16]).
+type ElementwiseBF16Kernels interface {
+	// ElementwiseBF16 reports whether Unary, Binary, Sum and, on a device
+	// with DropoutKernels, Dropout take views of float32 and bfloat16 in
+	// any mix (each View's DType says which): every bfloat16 input element
+	// is widened exactly, the float32 arithmetic is that of float32 views,
+	// and a bfloat16 dst receives the float32 result rounded to nearest
+	// even (ToBFloat16's bits) — the bits of Convert, the float32 kernel
+	// and Convert. Layouts are as for float32 views (dst contiguous; dst
+	// may be an input only when both have one type). Dropout's src and dst
+	// have one type.
+	ElementwiseBF16() bool
+}
+
+// TakesElementwiseBF16 reports whether k's elementwise kernels take
+// bfloat16 views (ElementwiseBF16Kernels).
+func TakesElementwiseBF16(k Kernels) bool {
+	e, ok := k.(ElementwiseBF16Kernels)
+	return ok && e.ElementwiseBF16()
+}
+
 // UnsupportedError says a device has no kernel for an op on an element
 // type: ferry never reinterprets one type's bits as another's.
 type UnsupportedError struct {
