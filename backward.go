@@ -289,7 +289,7 @@ func addInto(dst, g *Tensor) {
 	if dst.st.block == nil { // no elements
 		return
 	}
-	if dst.dtype != device.Float32 || g.dtype != device.Float32 {
+	if (dst.dtype != device.Float32 || g.dtype != device.Float32) && !nativeBF16(dst) {
 		dev := dst.st.dev
 		d := widenTemp(dst)
 		defer d.Release()

@@ -98,7 +98,7 @@ func (t *Tensor) broadcastView(shape []int) device.View {
 // in float32).
 func sumTo(g *Tensor, shape []int) *Tensor {
 	tp := g.tape
-	if g.dtype == device.BFloat16 {
+	if g.dtype == device.BFloat16 && !nativeBF16(g) {
 		w := widenTemp(g)
 		defer w.Release()
 		g = w

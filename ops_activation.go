@@ -13,7 +13,7 @@ import (
 
 // ReLU returns max(x, 0).
 func ReLU(x *Tensor) *Tensor {
-	if isBF16(x) {
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return ReLU(w[0]) }, x)
 	}
 	out, tp := unary("relu", device.ReLU, x, 0)
@@ -25,7 +25,7 @@ func ReLU(x *Tensor) *Tensor {
 
 // GELU returns x·Φ(x) with the exact normal CDF (PyTorch: gelu(x)).
 func GELU(x *Tensor) *Tensor {
-	if isBF16(x) {
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return GELU(w[0]) }, x)
 	}
 	out, tp := unary("gelu", device.GELU, x, 0)
@@ -38,7 +38,7 @@ func GELU(x *Tensor) *Tensor {
 // GELUTanh returns GELU with the tanh approximation (PyTorch:
 // gelu(x, approximate="tanh")).
 func GELUTanh(x *Tensor) *Tensor {
-	if isBF16(x) {
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return GELUTanh(w[0]) }, x)
 	}
 	out, tp := unary("gelu_tanh", device.GELUTanh, x, 0)
@@ -50,7 +50,7 @@ func GELUTanh(x *Tensor) *Tensor {
 
 // Tanh returns tanh x.
 func Tanh(x *Tensor) *Tensor {
-	if isBF16(x) {
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return Tanh(w[0]) }, x)
 	}
 	out, tp := unary("tanh", device.Tanh, x, 0)
@@ -67,7 +67,7 @@ func Tanh(x *Tensor) *Tensor {
 
 // Sigmoid returns 1/(1+e⁻ˣ).
 func Sigmoid(x *Tensor) *Tensor {
-	if isBF16(x) {
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return Sigmoid(w[0]) }, x)
 	}
 	out, tp := unary("sigmoid", device.Sigmoid, x, 0)

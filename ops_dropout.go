@@ -19,20 +19,20 @@ type DropoutKey = device.DropoutKey
 // training). It saves nothing: backward draws the same mask again from the
 // key. p = 0 returns a new handle to x's values; p = 1 returns zeros.
 func Dropout(x *Tensor, p float32, key DropoutKey) *Tensor {
-	if isBF16(x) {
+	if p == 0 {
+		return x.Contiguous()
+	}
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return Dropout(w[0], p, key) }, x)
 	}
 	const op = "dropout"
 	tp := tapeOf(op, x)
-	floats32(op, x)
+	floatType(op, x)
 	if !(p >= 0 && p <= 1) {
 		panicf(op, "probability must be in [0, 1], got %v", p)
 	}
-	if p == 0 {
-		return x.Contiguous()
-	}
 	dev := x.st.dev
-	out := newOutput(tp, dev, x.shape)
+	out := newOutputOf(tp, dev, x.dtype, x.shape)
 	if out.st.block != nil {
 		xc, rx := contiguousInput(x)
 		dropoutInto(op, out, xc, p, key)
@@ -41,7 +41,7 @@ func Dropout(x *Tensor, p float32, key DropoutKey) *Tensor {
 	record(tp, op, out, []*Tensor{x}, nil, func(bk *backward) {
 		g, rg := contiguousInput(bk.Grad())
 		defer rg()
-		dx := newOutput(bk.tape, dev, g.shape)
+		dx := newOutputOf(bk.tape, dev, g.dtype, g.shape)
 		if dx.st.block != nil {
 			dropoutInto(op+"_backward", dx, g, p, key)
 		}

@@ -21,16 +21,20 @@ func floats32(op string, ts ...*Tensor) {
 func binary(op string, kop device.BinaryOp, a, b *Tensor) (*Tensor, *Tape) {
 	tp := tapeOf(op, a, b)
 	dev := sameDevice(op, a, b)
-	floats32(op, a, b)
+	floatType(op, a, b)
+	dt := device.Float32 // bfloat16 when both are (callers widen otherwise, unless the device takes both)
+	if a.dtype == b.dtype {
+		dt = a.dtype
+	}
 	if slices.Equal(a.shape, b.shape) { // no broadcast: the operands' own views
-		out := newOutput(tp, dev, a.shape)
+		out := newOutputOf(tp, dev, dt, a.shape)
 		if out.st.block != nil {
 			check(op, dev.Kernels().Binary(kop, out.view(), a.view(), b.view()))
 		}
 		return out, tp
 	}
 	shape := broadcastShapes(op, a.shape, b.shape)
-	out := newOutput(tp, dev, shape)
+	out := newOutputOf(tp, dev, dt, shape)
 	if out.st.block != nil {
 		check(op, dev.Kernels().Binary(kop, out.view(), a.broadcastView(shape), b.broadcastView(shape)))
 	}
@@ -39,7 +43,7 @@ func binary(op string, kop device.BinaryOp, a, b *Tensor) (*Tensor, *Tape) {
 
 // Add returns a + b.
 func Add(a, b *Tensor) *Tensor {
-	if isBF16(a, b) {
+	if isBF16(a, b) && !nativeBF16(a, b) {
 		return inFloat32(allBF16(a, b), func(w []*Tensor) *Tensor { return Add(w[0], w[1]) }, a, b)
 	}
 	out, tp := binary("add", device.Add, a, b)
@@ -52,7 +56,7 @@ func Add(a, b *Tensor) *Tensor {
 
 // Sub returns a - b.
 func Sub(a, b *Tensor) *Tensor {
-	if isBF16(a, b) {
+	if isBF16(a, b) && !nativeBF16(a, b) {
 		return inFloat32(allBF16(a, b), func(w []*Tensor) *Tensor { return Sub(w[0], w[1]) }, a, b)
 	}
 	out, tp := binary("sub", device.Sub, a, b)
@@ -67,7 +71,7 @@ func Sub(a, b *Tensor) *Tensor {
 
 // Mul returns a · b, elementwise.
 func Mul(a, b *Tensor) *Tensor {
-	if isBF16(a, b) {
+	if isBF16(a, b) && !nativeBF16(a, b) {
 		return inFloat32(allBF16(a, b), func(w []*Tensor) *Tensor { return Mul(w[0], w[1]) }, a, b)
 	}
 	out, tp := binary("mul", device.Mul, a, b)
@@ -85,7 +89,7 @@ func Mul(a, b *Tensor) *Tensor {
 
 // Div returns a / b, elementwise.
 func Div(a, b *Tensor) *Tensor {
-	if isBF16(a, b) {
+	if isBF16(a, b) && !nativeBF16(a, b) {
 		return inFloat32(allBF16(a, b), func(w []*Tensor) *Tensor { return Div(w[0], w[1]) }, a, b)
 	}
 	out, tp := binary("div", device.Div, a, b)
@@ -111,8 +115,8 @@ func Div(a, b *Tensor) *Tensor {
 // unary computes kop(x) on x's tape, without recording.
 func unary(op string, kop device.UnaryOp, x *Tensor, alpha float32) (*Tensor, *Tape) {
 	tp := tapeOf(op, x)
-	floats32(op, x)
-	out := newOutput(tp, x.st.dev, x.shape)
+	floatType(op, x)
+	out := newOutputOf(tp, x.st.dev, x.dtype, x.shape)
 	if out.st.block != nil {
 		check(op, kernels(x).Unary(kop, out.view(), x.view(), alpha))
 	}
@@ -121,7 +125,7 @@ func unary(op string, kop device.UnaryOp, x *Tensor, alpha float32) (*Tensor, *T
 
 // Scale returns alpha · x.
 func Scale(x *Tensor, alpha float32) *Tensor {
-	if isBF16(x) {
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return Scale(w[0], alpha) }, x)
 	}
 	out, tp := unary("scale", device.Scale, x, alpha)
@@ -133,7 +137,7 @@ func Scale(x *Tensor, alpha float32) *Tensor {
 
 // Neg returns -x.
 func Neg(x *Tensor) *Tensor {
-	if isBF16(x) {
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return Neg(w[0]) }, x)
 	}
 	out, tp := unary("neg", device.Neg, x, 0)
@@ -145,7 +149,7 @@ func Neg(x *Tensor) *Tensor {
 
 // AddScalar returns x + c.
 func AddScalar(x *Tensor, c float32) *Tensor {
-	if isBF16(x) {
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return AddScalar(w[0], c) }, x)
 	}
 	out, tp := unary("add_scalar", device.AddScalar, x, c)
@@ -179,7 +183,7 @@ func Log(x *Tensor) *Tensor {
 
 // Sqrt returns √x.
 func Sqrt(x *Tensor) *Tensor {
-	if isBF16(x) {
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return Sqrt(w[0]) }, x)
 	}
 	out, tp := unary("sqrt", device.Sqrt, x, 0)
@@ -193,7 +197,7 @@ func Sqrt(x *Tensor) *Tensor {
 
 // Square returns x².
 func Square(x *Tensor) *Tensor {
-	if isBF16(x) {
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return Square(w[0]) }, x)
 	}
 	out, tp := unary("square", device.Square, x, 0)

@@ -32,7 +32,7 @@ func composite(tp *Tape, f func() *Tensor) *Tensor {
 
 // SiLU returns x·σ(x) (PyTorch: nn.functional.silu), saving x.
 func SiLU(x *Tensor) *Tensor {
-	if isBF16(x) {
+	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return SiLU(w[0]) }, x)
 	}
 	const op = "silu"

@@ -328,3 +328,15 @@ func linearInPrecision(tp *Tape, x, weight, bias *Tensor, f func(x, w, b *Tensor
 	}
 	return nil, false
 }
+
+// nativeBF16 reports whether the device of ts (the first non-nil one)
+// computes elementwise ops on bfloat16 views in one pass
+// (device.ElementwiseBF16Kernels), so that an op need not widen.
+func nativeBF16(ts ...*Tensor) bool {
+	for _, t := range ts {
+		if t != nil {
+			return device.TakesElementwiseBF16(t.st.dev.Kernels())
+		}
+	}
+	return false
+}

@@ -135,6 +135,7 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	default:
 		p.MatmulBF16FLOPS = rate
 	}
+	p.ElementwiseBF16 = device.TakesElementwiseBF16(dev.Kernels())
 
 	// Host link: 64 MiB each way on a side stream.
 	const linkBytes = 64 << 20

@@ -16,6 +16,7 @@ var cpuProfile = meta.Profile{
 	Name:                 "cpu",
 	Source:               "measured on the 2-core development machine (AMD EPYC Zen 5) by ferry calibrate --seconds 1 on 2026-12-02",
 	MatmulFLOPS:          3.444e+11,
+	ElementwiseBF16:      true, // the CPU device's kernels take bfloat16 views
 	MemoryBytesPerSec:    3.082e+10,
 	KernelSeconds:        4.45e-08,
 	H2DBytesPerSec:       2.515e+10,
@@ -43,6 +44,7 @@ var cpuGPTProfile = meta.Profile{
 	Name:                 "cpu-gpt",
 	Source:               "measured on the 2-core development machine (AMD EPYC Zen 5) by ferry calibrate --model gpt --seconds 1 on 2026-12-03",
 	MatmulFLOPS:          2.504e+11,
+	ElementwiseBF16:      true,
 	MemoryBytesPerSec:    7.277e+09,
 	KernelSeconds:        4.31e-08,
 	H2DBytesPerSec:       2.658e+10,

@@ -27,6 +27,13 @@ func (k kernels) costAt(bf16 bool, flops, bytes float64) {
 // writes out.
 func (k kernels) elementwise(n int, in, out int) { k.cost(0, float64(n*4*(in+out))) }
 
+// ElementwiseBF16 follows the profile (device.ElementwiseBF16Kernels):
+// true without one, so that the meta device allocates as the CPU device.
+func (k kernels) ElementwiseBF16() bool {
+	p := k.d.sim.profile
+	return p == nil || p.ElementwiseBF16
+}
+
 // Gemm accounts a product's FLOPs, at the bfloat16 rate when its operands
 // are bfloat16, and its operands' bytes, each at its element's size.
 func (k kernels) Gemm(p device.GemmParams) error {

@@ -45,6 +45,12 @@ type Profile struct {
 	// MatmulFLOPS, right where no faster bfloat16 path is known (a CPU
 	// without a measured figure).
 	MatmulBF16FLOPS float64 `json:"matmul_bf16_flops,omitempty"`
+	// ElementwiseBF16 says the device's elementwise kernels take bfloat16
+	// views (device.ElementwiseBF16Kernels), as the CPU device's do: the
+	// meta device then allocates as that device does for bfloat16 ops
+	// (no float32 temporaries). Without a profile it does; the GPU
+	// profiles leave it false, as the CUDA device's kernels are.
+	ElementwiseBF16 bool `json:"elementwise_bf16,omitempty"`
 	// AttentionFLOPS is the rate the attention kernels reach on their
 	// products (q·kᵀ and weights·v, and backward's); 0 means MatmulFLOPS,
 	// which is right where attention runs on the matrix-product kernel
