@@ -370,6 +370,10 @@ func TestGoldenBF16GPT(t *testing.T) {
 	matmulBackends(t, func(t *testing.T, dev device.Device) {
 		bf := trainGoldGPT(t, dev, g, device.BFloat16)
 		fp := trainGoldGPT(t, dev, g, device.Float32)
+		restore := ferry.SetWidenAlways(true)
+		widened := trainGoldGPT(t, dev, g, device.BFloat16)
+		restore()
+		sameRunBits(t, bf, widened)
 		checkBF16Golden(t, "logits", bf, fp, &g.GPT.Logits0, &g.GPT.goldBF16Losses, bf16LossChecks["gpt"])
 	})
 }
@@ -379,6 +383,27 @@ func TestGoldenBF16MLP(t *testing.T) {
 	matmulBackends(t, func(t *testing.T, dev device.Device) {
 		bf := trainGoldMLP(t, dev, g, device.BFloat16)
 		fp := trainGoldMLP(t, dev, g, device.Float32)
+		restore := ferry.SetWidenAlways(true)
+		widened := trainGoldMLP(t, dev, g, device.BFloat16)
+		restore()
+		sameRunBits(t, bf, widened)
 		checkBF16Golden(t, "outputs", bf, fp, &g.MLP.Out0, &g.MLP.goldBF16Losses, bf16LossChecks["mlp"])
 	})
+}
+
+// sameRunBits checks that a run whose ops widened every bfloat16 input
+// into float32 temporaries gave the bits of one whose device computed on
+// bfloat16 views in one pass (device.ElementwiseBF16Kernels).
+func sameRunBits(t *testing.T, onePass, widened bf16Run) {
+	t.Helper()
+	for i := range onePass.losses {
+		if math.Float64bits(onePass.losses[i]) != math.Float64bits(widened.losses[i]) {
+			t.Fatalf("step %d: loss %v in one pass, %v widened", i, onePass.losses[i], widened.losses[i])
+		}
+	}
+	for i := range onePass.first {
+		if math.Float32bits(onePass.first[i]) != math.Float32bits(widened.first[i]) {
+			t.Fatalf("first-step output %d: %v in one pass, %v widened", i, onePass.first[i], widened.first[i])
+		}
+	}
 }
