@@ -197,7 +197,11 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 }
 
 func printDemo(w io.Writer, r *demo.Result) {
-	fmt.Fprintf(w, "ferry demo: %s, on %s\n", r.Description, r.Device)
+	prec := ""
+	if r.Precision == "bf16" {
+		prec = ", bf16 mixed precision"
+	}
+	fmt.Fprintf(w, "ferry demo: %s%s, on %s\n", r.Description, prec, r.Device)
 	if r.MatmulBackend != "" {
 		fmt.Fprintf(w, "matrix products: %s\n", r.MatmulBackend)
 	}

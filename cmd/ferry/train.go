@@ -601,8 +601,12 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 	if s.ResumedFrom > 0 {
 		resumed = fmt.Sprintf(" (steps %d–%d; resumed from step %d)", s.ResumedFrom+1, s.Steps, s.ResumedFrom)
 	}
-	fmt.Fprintf(w, "\n%s: %d steps in %.1f s%s (median step %.1f ms, %s %s/s) on %s, mode %s\n",
-		state, s.RunSteps, s.WallSeconds, resumed, 1e3*s.StepSeconds, siCount(s.ItemsPerSecond), unit, s.Device, s.Mode)
+	prec := ""
+	if s.Precision == "bf16" {
+		prec = ", bf16 mixed precision"
+	}
+	fmt.Fprintf(w, "\n%s: %d steps in %.1f s%s (median step %.1f ms, %s %s/s) on %s, mode %s%s\n",
+		state, s.RunSteps, s.WallSeconds, resumed, 1e3*s.StepSeconds, siCount(s.ItemsPerSecond), unit, s.Device, s.Mode, prec)
 	if len(s.Metrics) > 0 {
 		fmt.Fprintf(w, "  train loss %.4f (smoothed; the last step's alone %.4f); %s\n", s.SmoothedLoss, s.FinalTrainLoss, formatMetricsOf(s.Metrics, s.higher))
 	}

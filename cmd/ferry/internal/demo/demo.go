@@ -186,6 +186,7 @@ type Result struct {
 	Description     string       `json:"description,omitempty"`
 	ParameterCount  int64        `json:"parameter_count"`
 	MatmulBackend   string       `json:"matmul_backend,omitempty"`
+	Precision       string       `json:"precision"` // fp32 or bf16 (Config.Precision)
 	Runs            []Run        `json:"runs"`
 	Notes           []string     `json:"notes,omitempty"`
 }
@@ -212,7 +213,10 @@ func Execute(cfg Config) (*Result, error) {
 	rows, width := w.MatmulShape()
 	res := &Result{Device: cfg.Device, Layers: cfg.Sizes.Int("layers"), Width: width, Batch: cfg.Sizes.Int("batch"), Steps: cfg.Steps,
 		ActivationBytes: w.ActivationBytes(), ParameterCount: w.ParameterCount(), ParameterBytes: 4 * w.ParameterCount(),
-		Model: cfg.Family.Name(), Description: w.Describe(), Sizes: cfg.Sizes}
+		Model: cfg.Family.Name(), Description: w.Describe(), Sizes: cfg.Sizes, Precision: "fp32"}
+	if cfg.Precision == device.BFloat16 {
+		res.Precision = "bf16"
+	}
 	_ = rows
 	w.Release()
 	if cfg.Modes == nil {
