@@ -92,6 +92,13 @@ func (k *kernels) Fill(dst device.View, v float32) error {
 }
 
 func (k *kernels) Unary(op device.UnaryOp, dst, src device.View, alpha float32) error {
+	if hasBF16(dst, src) { // Note [bfloat16 elementwise]
+		if err := checkEW("unary", dst, src); err != nil {
+			return err
+		}
+		ewMixed(dst, src, device.View{}, 1, unaryRow(op, alpha))
+		return nil
+	}
 	n := dst.Numel()
 	if src.IsContiguous() && (op == device.ReLU || op == device.Scale || op == device.GELUTanh) {
 		d, s := floats(dst)[:n], floats(src)[:n]
@@ -174,6 +181,13 @@ func unaryFunc(op device.UnaryOp, alpha float32) func(float32) float32 {
 }
 
 func (k *kernels) Binary(op device.BinaryOp, dst, a, b device.View) error {
+	if hasBF16(dst, a, b) { // Note [bfloat16 elementwise]
+		if err := checkEW("binary", dst, a, b); err != nil {
+			return err
+		}
+		ewMixed(dst, a, b, 2, binaryRow(op))
+		return nil
+	}
 	n := dst.Numel()
 	if (op == device.Add || op == device.ReLUGrad || op == device.GELUTanhGrad) && a.IsContiguous() && b.IsContiguous() {
 		d, x, y := floats(dst)[:n], floats(a)[:n], floats(b)[:n]

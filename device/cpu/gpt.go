@@ -195,10 +195,26 @@ func (k *kernels) LayerNormBackward(dx, dweight, dbias, grad, x, mean, rstd, wei
 }
 
 func (k *kernels) Dropout(dst, src device.View, p float32, key device.DropoutKey) error {
+	if err := checkEW("dropout", dst, src); err != nil {
+		return err
+	}
+	if dst.DType != src.DType {
+		return &device.UnsupportedError{Op: "dropout", DType: fmt.Sprintf("%s→%s", src.DType, dst.DType), Device: "cpu"}
+	}
 	n := src.Numel()
-	d, s := floats(dst)[:n], floats(src)[:n]
+	// bfloat16 (Note [bfloat16 elementwise]): a kept element is widened,
+	// scaled in float32 and rounded, a dropped one is +0 as in float32.
+	bf := src.DType == device.BFloat16
+	var d, s []float32
+	var dh, sh []uint16
+	if bf {
+		dh, sh = uint16s(dst)[:n], uint16s(src)[:n]
+	} else {
+		d, s = floats(dst)[:n], floats(src)[:n]
+	}
 	if p >= 1 {
 		clear(d)
+		clear(dh)
 		return nil
 	}
 	scale := 1 / (1 - p)
@@ -219,9 +235,15 @@ func (k *kernels) Dropout(dst, src device.View, p float32, key device.DropoutKey
 				if i >= n {
 					break
 				}
-				if bits[lane] >= thr {
+				keep := bits[lane] >= thr
+				switch {
+				case bf && keep:
+					dh[i] = device.ToBFloat16(device.FromBFloat16(sh[i]) * scale)
+				case bf:
+					dh[i] = 0
+				case keep:
 					d[i] = s[i] * scale
-				} else {
+				default:
 					d[i] = 0
 				}
 			}

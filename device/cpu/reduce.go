@@ -12,11 +12,27 @@ import (
 // which adds fixed-size partial sums in a fixed order: results do not depend
 // on the number of threads.
 func (k *kernels) Sum(dst, src device.View, alpha float32) error {
-	d, s := floats(dst), floats(src)
+	if hasBF16(dst, src) {
+		return k.sumBF16(dst, src, alpha)
+	}
+	p := planSum(dst, src)
+	if p.runs == 0 { // nothing to reduce: a scaled copy
+		return k.Unary(device.Scale, dst, src, alpha)
+	}
+	sumFloat32(floats(dst), floats(src), dst, src, alpha, p)
+	return nil
+}
+
+// sumPlan is the shape of a reduction: the number of runs of reduced
+// axes (size-1 axes ignored) and, for one run, the product of the axes
+// before it, in it and after it.
+type sumPlan struct {
+	runs, outer, red, inner int
+}
+
+func planSum(dst, src device.View) sumPlan {
 	rank := len(src.Shape)
 	reduced := func(i int) bool { return dst.Shape[i] == 1 && src.Shape[i] != 1 }
-	// Find the reduced axes, ignoring size-1 axes; fast path when they form
-	// one run and src is contiguous.
 	first, last, runs := -1, -1, 0
 	for i := 0; i < rank; i++ {
 		if src.Shape[i] == 1 {
@@ -32,24 +48,30 @@ func (k *kernels) Sum(dst, src device.View, alpha float32) error {
 			last = i
 		}
 	}
-	if runs == 0 { // nothing to reduce: a scaled copy
-		return k.Unary(device.Scale, dst, src, alpha)
-	}
-	if runs > 1 || !src.IsContiguous() {
-		sumGeneral(d, s, dst, src, alpha)
-		return nil
-	}
-	outer, red, inner := 1, 1, 1
+	p := sumPlan{runs: runs, outer: 1, red: 1, inner: 1}
 	for i := 0; i < rank; i++ {
 		switch {
 		case i < first:
-			outer *= src.Shape[i]
+			p.outer *= src.Shape[i]
 		case i <= last:
-			red *= src.Shape[i]
+			p.red *= src.Shape[i]
 		default:
-			inner *= src.Shape[i]
+			p.inner *= src.Shape[i]
 		}
 	}
+	return p
+}
+
+// sumFloat32 is Sum on float32 elements d and s (from the views'
+// offsets) laid out as dst and src say (their Blocks are not read), with
+// something to reduce (p.runs > 0). A single run over a contiguous src
+// has loops of its own; any other layout goes through sumGeneral.
+func sumFloat32(d, s []float32, dst, src device.View, alpha float32, p sumPlan) {
+	if p.runs > 1 || !src.IsContiguous() {
+		sumGeneral(d, s, dst, src, alpha)
+		return
+	}
+	outer, red, inner := p.outer, p.red, p.inner
 	s = s[:outer*red*inner]
 	a := float64(alpha)
 	switch {
@@ -88,7 +110,6 @@ func (k *kernels) Sum(dst, src device.View, alpha float32) error {
 			}
 		})
 	}
-	return nil
 }
 
 // Note [column sums]. The sums over the rows of a rows × cols matrix (a
