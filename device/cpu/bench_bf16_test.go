@@ -113,3 +113,61 @@ func BenchmarkConvert(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkElementwiseBF16 times a bfloat16 GELU (bfloat16 in and out)
+// and the residual add of a bfloat16 branch into a float32 stream
+// (float32 + bfloat16 → float32) at 3M elements (a GPT-2 small MLP
+// activation at batch 4, T 256): in one pass (Note [bfloat16
+// elementwise]), as the tensor layer composed them before (Convert the
+// bfloat16 inputs into float32 temporaries, the float32 kernel, Convert
+// the result), and the float32 op alone.
+func BenchmarkElementwiseBF16(b *testing.B) {
+	const n = 3 << 20
+	d := open(&testing.T{}, device.Options{})
+	defer d.Close()
+	k := d.Kernels()
+	ck := k.(device.ConvertKernels)
+	r := rand.New(rand.NewPCG(1, 2))
+	alloc := func(dt device.DType) device.View {
+		blk, err := d.Allocator().Alloc(int64(n*dt.Size()), device.Activation)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return device.View{Block: blk, Shape: []int{n}, Strides: []int{1}, DType: dt}
+	}
+	x32, y32, t32, u32, o32 := alloc(device.Float32), alloc(device.Float32), alloc(device.Float32), alloc(device.Float32), alloc(device.Float32)
+	x16, o16 := alloc(device.BFloat16), alloc(device.BFloat16)
+	for i := range n {
+		vals(x32)[i], vals(y32)[i] = float32(r.NormFloat64()), float32(r.NormFloat64())
+		halves(x16)[i] = device.ToBFloat16(vals(y32)[i])
+	}
+	run := func(name string, fn func() error) {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if err := fn(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gelem/s")
+		})
+	}
+	run("GELUTanh/bf16_one_pass", func() error { return k.Unary(device.GELUTanh, o16, x16, 0) })
+	run("GELUTanh/bf16_composed", func() error {
+		if err := ck.Convert(t32, x16); err != nil {
+			return err
+		}
+		if err := k.Unary(device.GELUTanh, u32, t32, 0); err != nil {
+			return err
+		}
+		return ck.Convert(o16, u32)
+	})
+	run("GELUTanh/f32", func() error { return k.Unary(device.GELUTanh, o32, x32, 0) })
+	run("Add/f32+bf16_one_pass", func() error { return k.Binary(device.Add, o32, x32, x16) })
+	run("Add/f32+bf16_composed", func() error {
+		if err := ck.Convert(t32, x16); err != nil {
+			return err
+		}
+		return k.Binary(device.Add, o32, x32, t32)
+	})
+	run("Add/f32", func() error { return k.Binary(device.Add, o32, x32, y32) })
+}

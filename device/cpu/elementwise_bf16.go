@@ -223,8 +223,13 @@ func (k *kernels) sumBF16(dst, src device.View, alpha float32) error {
 		return k.Unary(device.Scale, dst, src, alpha)
 	}
 	var d []float32
-	if dst.DType == device.BFloat16 {
-		d = make([]float32, dst.Numel())
+	if dst.DType == device.BFloat16 { // the float32 sums, then rounded
+		tp := sumTemps.Get().(*[]float32)
+		defer sumTemps.Put(tp)
+		if cap(*tp) < dst.Numel() {
+			*tp = make([]float32, dst.Numel())
+		}
+		d = (*tp)[:dst.Numel()]
 	} else {
 		d = floats(dst)
 	}
@@ -254,6 +259,9 @@ func (k *kernels) sumBF16(dst, src device.View, alpha float32) error {
 	}
 	return nil
 }
+
+// sumTemps recycles the float32 sums of a bfloat16 Sum.
+var sumTemps = sync.Pool{New: func() any { return new([]float32) }}
 
 // floats32Of returns v's float32 elements from its offset, or, for a
 // bfloat16 view, its elements widened into a new contiguous slice in
