@@ -18,7 +18,8 @@
 # Usage: bench/gpt_step.sh [rounds [layers heads embd seq vocab batch [steps]]]
 #        (defaults 5 rounds, 6 6 384 256 65 8, 5 steps)
 # BACKENDS lists ferry's matrix-product backends to run (default "auto go":
-# OpenBLAS when present, and the pure-Go kernel). CONTENDERS=pytorch times
+# OpenBLAS when present, and the pure-Go kernel); a backend with the suffix
+# -bf16 ("go-bf16") runs the forward in bfloat16 mixed precision. CONTENDERS=pytorch times
 # PyTorch alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +46,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
     if [[ $c == pytorch ]]; then
       t[$c]=$(env "${MALLOC[@]}" "$PY" bench/gpt_step.py "$L" "$H" "$C" "$T" "$V" "$B" "$S" | tee -a "$tmp/log" | median)
     else
-      t[$c]=$("$tmp/gptstep" -layers "$L" -heads "$H" -embd "$C" -seq "$T" -vocab "$V" -batch "$B" -steps "$S" -backend "$c" | tee -a "$tmp/log" | median)
+      t[$c]=$("$tmp/gptstep" -layers "$L" -heads "$H" -embd "$C" -seq "$T" -vocab "$V" -batch "$B" -steps "$S" -backend "${c%-bf16}" -precision "$([[ $c == *-bf16 ]] && echo bf16 || echo fp32)" | tee -a "$tmp/log" | median)
     fi
   done
   line="round $r: pytorch ${t[pytorch]:-} s"

@@ -38,7 +38,16 @@ func main() {
 	warmup := flag.Int("warmup", 2, "untimed steps first")
 	backend := flag.String("backend", "auto", "matrix products: auto, blas (OpenBLAS), go (pure Go)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the timed steps to this file")
+	precision := flag.String("precision", "fp32", "fp32, or bf16 (forward under ferry.Tape.Autocast(device.BFloat16))")
 	flag.Parse()
+	switch *precision {
+	case "fp32":
+	case "bf16":
+		autocast = device.BFloat16
+	default:
+		fmt.Fprintf(os.Stderr, "gptstep: -precision %q: want fp32 or bf16\n", *precision)
+		os.Exit(2)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -54,6 +63,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// autocast is the forward's matrix-product type (-precision).
+var autocast = device.Float32
 
 func run(cfg nn.GPTConfig, batch, steps, warmup int, backend string) error {
 	if batch < 1 || steps < 1 || warmup < 0 {
@@ -98,7 +110,9 @@ func run(cfg nn.GPTConfig, batch, steps, warmup int, backend string) error {
 	var loss float32
 	step := func() error {
 		return ferry.Step(func(tape *ferry.Tape) error {
-			l := ferry.CrossEntropy(model.Forward(tape.Input(x)), tape.Input(y))
+			var logits *ferry.Tensor
+			tape.Autocast(autocast, func() { logits = model.Forward(tape.Input(x)) })
+			l := ferry.CrossEntropy(logits, tape.Input(y))
 			if err := l.Backward(); err != nil {
 				return err
 			}
@@ -112,8 +126,8 @@ func run(cfg nn.GPTConfig, batch, steps, warmup int, backend string) error {
 			return nil
 		})
 	}
-	fmt.Printf("ferry: GPT %d layers %d heads embd %d seq %d vocab %d (%d parameters), batch %d, %s\n",
-		cfg.Layers, cfg.Heads, cfg.Embd, cfg.Seq, cfg.Vocab, cfg.ParameterCount(), batch, cpu.Paths())
+	fmt.Printf("ferry: GPT %d layers %d heads embd %d seq %d vocab %d (%d parameters), batch %d, %s, %s\n",
+		cfg.Layers, cfg.Heads, cfg.Embd, cfg.Seq, cfg.Vocab, cfg.ParameterCount(), batch, autocast, cpu.Paths())
 	for range warmup {
 		if err := step(); err != nil {
 			return err
