@@ -23,6 +23,11 @@ type trainRun struct {
 }
 
 func train(t *testing.T, dev device.Device, steps int) trainRun {
+	return trainIn(t, dev, steps, device.Float32)
+}
+
+// trainIn is train with the forward under autocast type prec.
+func trainIn(t *testing.T, dev device.Device, steps int, prec device.DType) trainRun {
 	t.Helper()
 	const batch, in, hidden, out = 24, 20, 48, 10
 	rng := rand.New(rand.NewPCG(11, 3))
@@ -52,8 +57,15 @@ func train(t *testing.T, dev device.Device, steps int) trainRun {
 		err := ferry.Step(func(tape *ferry.Tape) error {
 			x := tape.Adopt(ferry.FromFloat32s(dev, xs, batch, in))
 			y := tape.Adopt(ferry.FromFloat32s(dev, ys, batch, out))
-			h := ferry.ReLU(ferry.Linear(x, w1, b1))
-			loss := ferry.MSELoss(ferry.Linear(h, w2, b2), y)
+			var out *ferry.Tensor
+			tape.Autocast(prec, func() {
+				h := ferry.ReLU(ferry.Linear(x, w1, b1))
+				out = ferry.Linear(h, w2, b2)
+			})
+			if out.DType() != prec {
+				t.Fatalf("%s: the output is %s under autocast %s", dev.Name(), out.DType(), prec)
+			}
+			loss := ferry.MSELoss(out, y)
 			r.losses = append(r.losses, loss.Item())
 			return loss.Backward()
 		})
@@ -121,5 +133,34 @@ func TestTrainingMatchesCPU(t *testing.T) {
 	}
 	if err := gpu.Allocator().CheckInvariants(); err != nil {
 		t.Error(err)
+	}
+}
+
+// In bfloat16 mixed precision too: the CUDA device (fake driver: cuBLAS's
+// bfloat16 product, the convert kernel, float32 elementwise kernels on
+// widened temporaries) trains as the CPU device (VDPBF16PS or widened
+// products, one-pass elementwise kernels) does, up to bfloat16's rounding
+// of sums taken in another order.
+func TestTrainingMatchesCPUInBF16(t *testing.T) {
+	gpu, _ := openFake(t, fake.Options{SMs: 4}, device.Options{PoisonFreed: true})
+	c, err := cpu.New(device.Options{PoisonFreed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	want := trainIn(t, c, 3, device.BFloat16)
+	got := trainIn(t, gpu, 3, device.BFloat16)
+	fp := trainIn(t, c, 3, device.Float32)
+	closeTo(t, "losses", got.losses, want.losses, 1e-2)
+	for i := range want.grads {
+		closeTo(t, fmt.Sprintf("gradient of parameter %d", i), got.grads[i], want.grads[i], 3e-2)
+		closeTo(t, fmt.Sprintf("parameter %d after 3 steps", i), got.params[i], want.params[i], 1e-2)
+	}
+	if fmt.Sprint(want.losses) == fmt.Sprint(fp.losses) {
+		t.Errorf("bfloat16 losses equal float32's %v: autocast did nothing", fp.losses)
+	}
+	st := gpu.Allocator().Stats()
+	if st.AllocatedBytes.Current != st.ByCategory[device.Workspace].Current {
+		t.Errorf("after training: %s; by category %v", st, st.ByCategory)
 	}
 }
