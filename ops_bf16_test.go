@@ -79,9 +79,13 @@ func opsInBF16(t *testing.T, dev device.Device) {
 		{"relu", [][]int{{R, C}}, device.BFloat16, func(x []*ferry.Tensor) *ferry.Tensor { return ferry.ReLU(x[0]) },
 			func(x [][]float64) []float64 { return each(x[0], func(v float64) float64 { return math.Max(v, 0) }) }},
 		{"silu", [][]int{{R, C}}, device.BFloat16, func(x []*ferry.Tensor) *ferry.Tensor { return ferry.SiLU(x[0]) },
-			func(x [][]float64) []float64 { return each(x[0], func(v float64) float64 { return v / (1 + math.Exp(-v)) }) }},
+			func(x [][]float64) []float64 {
+				return each(x[0], func(v float64) float64 { return v / (1 + math.Exp(-v)) })
+			}},
 		{"scale", [][]int{{R, C}}, device.BFloat16, func(x []*ferry.Tensor) *ferry.Tensor { return ferry.Scale(x[0], 0.3) },
-			func(x [][]float64) []float64 { return each(x[0], func(v float64) float64 { return v * float64(float32(0.3)) }) }},
+			func(x [][]float64) []float64 {
+				return each(x[0], func(v float64) float64 { return v * float64(float32(0.3)) })
+			}},
 		{"add", [][]int{{R, C}, {R, C}}, device.BFloat16, func(x []*ferry.Tensor) *ferry.Tensor { return ferry.Add(x[0], x[1]) },
 			func(x [][]float64) []float64 {
 				o := make([]float64, len(x[0]))
