@@ -242,8 +242,26 @@ extern "C" __global__ void ferry_unary_mixed64(int op, float alpha, int types, v
   unary_mixed<i64>(op, types, dst, src, n, alpha, L);
 }
 
+// Add, Mul and the ReLU gradient (a bias add, a broadcast product, ReLU's
+// backward) compiled with their index arithmetic, as binary_strided_any
+// does for float32; the other ops through binary_any.
+template <int OP, typename I>
+__device__ void binary_mixed_op(int types, void* dst, const void* a, const void* b, i64 n, const Strided& L) {
+  const bool hd = TYPE_BF16(types, 0), ha = TYPE_BF16(types, 1), hb = TYPE_BF16(types, 2);
+  GRID_STRIDE_LOOP(I, i, n) {
+    I off[3];
+    strided_offsets<I, 3>(L, i, off);
+    store_f32_or_bf16(dst, off[0], hd, binary_op<OP>(load_f32_or_bf16(a, off[1], ha), load_f32_or_bf16(b, off[2], hb)));
+  }
+}
+
 template <typename I>
 __device__ void binary_mixed(int op, int types, void* dst, const void* a, const void* b, i64 n, const Strided& L) {
+  switch (op) {
+    case B_ADD: binary_mixed_op<B_ADD, I>(types, dst, a, b, n, L); return;
+    case B_MUL: binary_mixed_op<B_MUL, I>(types, dst, a, b, n, L); return;
+    case B_RELU_GRAD: binary_mixed_op<B_RELU_GRAD, I>(types, dst, a, b, n, L); return;
+  }
   const bool hd = TYPE_BF16(types, 0), ha = TYPE_BF16(types, 1), hb = TYPE_BF16(types, 2);
   GRID_STRIDE_LOOP(I, i, n) {
     I off[3];
