@@ -33,6 +33,7 @@ var builtin = map[string]meta.Profile{
 		AttentionFLOPS: attentionFLOPS(67e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,
+		ElementwiseBF16:          true, // the CUDA device's kernels take bfloat16 views
 		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 141e9,
 	},
 	"h100-pcie5": {
@@ -46,6 +47,7 @@ var builtin = map[string]meta.Profile{
 		AttentionFLOPS: attentionFLOPS(51e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,
+		ElementwiseBF16:          true, // the CUDA device's kernels take bfloat16 views
 		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
 	},
 	"a100-pcie4": {
@@ -59,6 +61,7 @@ var builtin = map[string]meta.Profile{
 		AttentionFLOPS: attentionFLOPS(19.5e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 32e9, D2HBytesPerSec: 0.8 * 32e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,
+		ElementwiseBF16:          true, // the CUDA device's kernels take bfloat16 views
 		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
 	},
 	// Measured on the 2-core development machine (AMD EPYC, Zen 5) with

@@ -22,13 +22,15 @@
 // cannot be loaded. Everything else runs on the kernels, with the same
 // arithmetic as the CPU device's, operation by operation.
 //
-// bfloat16 (Note [bfloat16] in package device) reaches two places: Convert
-// (ferry_convert_strided: float32 to bfloat16 rounds with
-// device.ToBFloat16's bits, in integer operations) and products with
+// bfloat16 (Note [bfloat16] in package device) reaches three places:
+// Convert (ferry_convert_strided: float32 to bfloat16 rounds with
+// device.ToBFloat16's bits, in integer operations); products with
 // bfloat16 operands, through cublasGemmStridedBatchedEx with float32
 // compute (CUBLAS_COMPUTE_32F), or ferry_gemm_bf16 where cuBLAS is absent
-// or has no bfloat16 kernel for the GPU. A view's Off and strides count
-// elements of its own DType.
+// or has no bfloat16 kernel for the GPU; and Unary, Binary, Sum and
+// Dropout, which take bfloat16 views in one pass (Note [bfloat16
+// elementwise on the GPU]). A view's Off and strides count elements of its
+// own DType.
 //
 // Every kernel runs on the compute stream, a stream the device creates (not
 // the legacy default stream), asynchronously: a kernel's error surfaces at

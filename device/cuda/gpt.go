@@ -199,6 +199,9 @@ func (k *kernels) Dropout(dst, src device.View, p float32, key device.DropoutKey
 	if n == 0 {
 		return nil
 	}
+	if dst.DType == device.BFloat16 || src.DType == device.BFloat16 {
+		return k.dropoutBF16(dst, src, n, p, key)
+	}
 	if p >= 1 {
 		return k.Fill(dst, 0)
 	}

@@ -135,6 +135,17 @@ func (k *kernels) Unary(op device.UnaryOp, dst, src device.View, alpha float32) 
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", k.d.name, op, err)
 	}
+	if types, mixed, err := k.mixedTypes(op.String(), dst, src); err != nil || mixed {
+		if err != nil {
+			return err
+		}
+		name := "ferry_unary_mixed64" // Note [bfloat16 elementwise on the GPU]
+		if l.fits32(n, 2) && !k.d.index64 {
+			name = "ferry_unary_mixed32"
+		}
+		return k.launch(name, k.grid1(n), block1,
+			newArgs().I32(int32(op)).F32(alpha).I32(types).Ptr(p[0]).Ptr(p[1]).I64(n).Int64s(l.encode()...))
+	}
 	a := newArgs().I32(int32(op)).F32(alpha).Ptr(p[0]).Ptr(p[1]).I64(n)
 	if l.contiguous(2) {
 		return k.launch("ferry_unary_contig", k.grid1(n), block1, a)
@@ -161,6 +172,17 @@ func (k *kernels) Binary(op device.BinaryOp, dst, a, b device.View) error {
 	l, err := collapse(dst.Shape, dst.Strides, a.Strides, b.Strides)
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", k.d.name, op, err)
+	}
+	if types, mixed, err := k.mixedTypes(op.String(), dst, a, b); err != nil || mixed {
+		if err != nil {
+			return err
+		}
+		name := "ferry_binary_mixed64" // Note [bfloat16 elementwise on the GPU]
+		if l.fits32(n, 3) && !k.d.index64 {
+			name = "ferry_binary_mixed32"
+		}
+		return k.launch(name, k.grid1(n), block1,
+			newArgs().I32(int32(op)).I32(types).Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I64(n).Int64s(l.encode()...))
 	}
 	args := newArgs().I32(int32(op)).Ptr(p[0]).Ptr(p[1]).Ptr(p[2]).I64(n)
 	if l.contiguous(3) {

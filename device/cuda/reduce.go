@@ -26,8 +26,18 @@ func (k *kernels) Sum(dst, src device.View, alpha float32) error {
 	if dst.Numel() == 0 {
 		return nil
 	}
+	types, mixed, err := k.mixedTypes("sum", dst, src)
+	if err != nil {
+		return err
+	}
 	if src.Numel() == 0 { // sums of nothing
+		if mixed {
+			return k.zero(dst)
+		}
 		return k.Fill(dst, 0)
+	}
+	if src.DType == device.BFloat16 && !src.IsContiguous() {
+		return k.sumWidened(dst, src, alpha)
 	}
 	r, err := reduceLayout(dst.Shape, src.Shape, src.Strides)
 	if err != nil {
@@ -57,6 +67,17 @@ func (k *kernels) Sum(dst, src device.View, alpha float32) error {
 		if pp, err = k.d.ptr(device.View{Block: partial}); err != nil {
 			return err
 		}
+	}
+	if mixed { // the same plan, the kernels that take bfloat16 (Note [bfloat16 elementwise on the GPU])
+		a := newArgs().I32(types).Ptr(p[0]).Ptr(pp).Ptr(p[1]).F32(alpha).I64(r.nOut).I64(r.nRed).I64(plan.chunk).Int64s(r.encode()...)
+		if err := k.launch(plan.kernel+"_mixed", plan.grid, block1, a); err != nil {
+			return err
+		}
+		if plan.splits > 1 {
+			return k.launch("ferry_sum_finish_mixed", k.grid1(r.nOut), block1,
+				newArgs().I32(types).Ptr(p[0]).Ptr(pp).F32(alpha).I64(r.nOut).I64(plan.splits))
+		}
+		return nil
 	}
 	a := newArgs().Ptr(p[0]).Ptr(pp).Ptr(p[1]).F32(alpha).I64(r.nOut).I64(r.nRed).I64(plan.chunk).Int64s(r.encode()...)
 	if err := k.launch(plan.kernel, plan.grid, block1, a); err != nil {

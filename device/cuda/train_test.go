@@ -137,8 +137,8 @@ func TestTrainingMatchesCPU(t *testing.T) {
 }
 
 // In bfloat16 mixed precision too: the CUDA device (fake driver: cuBLAS's
-// bfloat16 product, the convert kernel, float32 elementwise kernels on
-// widened temporaries) trains as the CPU device (VDPBF16PS or widened
+// bfloat16 product, the convert kernel, one-pass elementwise kernels on
+// bfloat16 views) trains as the CPU device (VDPBF16PS or widened
 // products, one-pass elementwise kernels) does, up to bfloat16's rounding
 // of sums taken in another order.
 func TestTrainingMatchesCPUInBF16(t *testing.T) {

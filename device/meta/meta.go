@@ -46,10 +46,10 @@ type Profile struct {
 	// without a measured figure).
 	MatmulBF16FLOPS float64 `json:"matmul_bf16_flops,omitempty"`
 	// ElementwiseBF16 says the device's elementwise kernels take bfloat16
-	// views (device.ElementwiseBF16Kernels), as the CPU device's do: the
-	// meta device then allocates as that device does for bfloat16 ops
-	// (no float32 temporaries). Without a profile it does; the GPU
-	// profiles leave it false, as the CUDA device's kernels are.
+	// views (device.ElementwiseBF16Kernels), as the CPU and CUDA devices'
+	// do: the meta device then allocates as those devices do for bfloat16
+	// ops (no float32 temporaries). Without a profile it does, and so do
+	// the built-in GPU profiles.
 	ElementwiseBF16 bool `json:"elementwise_bf16,omitempty"`
 	// AttentionFLOPS is the rate the attention kernels reach on their
 	// products (q·kᵀ and weights·v, and backward's); 0 means MatmulFLOPS,

@@ -90,3 +90,22 @@ __device__ __forceinline__ unsigned short f32_to_bf16(unsigned u) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x0040u);
   return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+
+// Loads and stores of an operand that is float32 or bfloat16 (h), for the
+// kernels that take bfloat16 views (device.ElementwiseBF16Kernels): off
+// counts the operand's own elements; a load widens exactly, a store rounds
+// as f32_to_bf16.
+__device__ __forceinline__ float load_f32_or_bf16(const void* p, i64 off, bool h) {
+  return h ? __uint_as_float((unsigned)((const unsigned short*)p)[off] << 16) : ((const float*)p)[off];
+}
+__device__ __forceinline__ void store_f32_or_bf16(void* p, i64 off, bool h, float v) {
+  if (h) {
+    ((unsigned short*)p)[off] = f32_to_bf16(__float_as_uint(v));
+  } else {
+    ((float*)p)[off] = v;
+  }
+}
+
+// The operand type bits of those kernels' types argument: operand k (0:
+// dst, 1: the first input, 2: the second) is bfloat16 when bit k is set.
+#define TYPE_BF16(types, k) (((types) >> (k)) & 1)

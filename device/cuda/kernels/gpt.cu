@@ -70,6 +70,28 @@ extern "C" __global__ void ferry_dropout(float* dst, const float* src, i64 n, un
   }
 }
 
+// ferry_dropout on bfloat16 src and dst: each element widened exactly,
+// multiplied by scale in float32 and rounded as Convert rounds, or +0; with
+// zero set (p ≥ 1) every element is +0, as Fill writes it. dst may be src.
+extern "C" __global__ void ferry_dropout_bf16(unsigned short* dst, const unsigned short* src, i64 n, unsigned thr,
+                                              float scale, unsigned k0, unsigned k1, unsigned s0, unsigned s1, i64 off,
+                                              int zero) {
+  const i64 first = off >> 2, skew = off & 3;
+  GRID_STRIDE_LOOP(i64, b, (skew + n + 3) / 4) {
+    uint4 r = dropout_bits((unsigned long long)(first + b), k0, k1, s0, s1);
+    unsigned bits[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int lane = 0; lane < 4; lane++) {
+      i64 i = 4 * b + lane - skew;
+      if (i >= 0 && i < n) {
+        unsigned short y = 0;
+        if (!zero && bits[lane] >= thr) y = f32_to_bf16(__float_as_uint(__uint_as_float((unsigned)src[i] << 16) * scale));
+        dst[i] = y;
+      }
+    }
+  }
+}
+
 // ---- embedding ----
 
 // Note [bad indices]: an index outside [0, V) is skipped, and the smallest

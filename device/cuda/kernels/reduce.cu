@@ -74,6 +74,59 @@ extern "C" __global__ void ferry_sum_finish(float* dst, const double* partial, f
   }
 }
 
+// The sums with a bfloat16 dst or src (device.ElementwiseBF16Kernels):
+// ferry_sum_blocks, ferry_sum_threads and ferry_sum_finish again, each
+// operand float32 or bfloat16 by its bit of types (TYPE_BF16: 0 dst, 1
+// src). A bfloat16 element is widened exactly, so the double sums are the
+// float32 kernels' on the widened source; a bfloat16 dst receives the
+// float32 result rounded as Convert rounds it.
+__device__ __forceinline__ void put_sum_mixed(bool hd, void* dst, double* partial, float alpha, i64 n_out, i64 o,
+                                              double sum) {
+  if (gridDim.y == 1) {
+    store_f32_or_bf16(dst, o, hd, (float)((double)alpha * sum));
+  } else {
+    partial[(i64)blockIdx.y * n_out + o] = sum;
+  }
+}
+
+extern "C" __global__ void ferry_sum_blocks_mixed(int types, void* dst, double* partial, const void* src, float alpha,
+                                                  i64 n_out, i64 n_red, i64 chunk, Reduce R) {
+  __shared__ double s[BLOCK];
+  const bool hs = TYPE_BF16(types, 1);
+  i64 o = blockIdx.x;
+  i64 lo = (i64)blockIdx.y * chunk;
+  i64 hi = min(lo + chunk, n_red);
+  i64 base = out_offset(R, o);
+  double acc = 0;
+  for (i64 r = lo + threadIdx.x; r < hi; r += BLOCK) acc += (double)load_f32_or_bf16(src, base + red_offset(R, r), hs);
+  s[threadIdx.x] = acc;
+  block_sum(s);
+  if (threadIdx.x == 0) put_sum_mixed(TYPE_BF16(types, 0), dst, partial, alpha, n_out, o, s[0]);
+}
+
+extern "C" __global__ void ferry_sum_threads_mixed(int types, void* dst, double* partial, const void* src, float alpha,
+                                                   i64 n_out, i64 n_red, i64 chunk, Reduce R) {
+  const bool hs = TYPE_BF16(types, 1);
+  i64 o = (i64)blockIdx.x * BLOCK + threadIdx.x;
+  if (o >= n_out) return;
+  i64 lo = (i64)blockIdx.y * chunk;
+  i64 hi = min(lo + chunk, n_red);
+  i64 base = out_offset(R, o);
+  double acc = 0;
+  for (i64 r = lo; r < hi; r++) acc += (double)load_f32_or_bf16(src, base + red_offset(R, r), hs);
+  put_sum_mixed(TYPE_BF16(types, 0), dst, partial, alpha, n_out, o, acc);
+}
+
+extern "C" __global__ void ferry_sum_finish_mixed(int types, void* dst, const double* partial, float alpha, i64 n_out,
+                                                  i64 splits) {
+  const bool hd = TYPE_BF16(types, 0);
+  GRID_STRIDE_LOOP(i64, o, n_out) {
+    double t = 0;
+    for (i64 s = 0; s < splits; s++) t += partial[s * n_out + o];
+    store_f32_or_bf16(dst, o, hd, (float)((double)alpha * t));
+  }
+}
+
 // The maximum of row x and Σ exp(x - maximum) in double, into every
 // thread's *m and *sum: the row statistics of softmax and of the fused
 // cross-entropy, one computation so that both have the same bits. smax

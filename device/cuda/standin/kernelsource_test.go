@@ -657,6 +657,10 @@ var kernelCases = map[string]kernelCase{
 	"ferry_binary_contig":     {nil, binaryContig},
 	"ferry_binary_strided32":  {nil, binaryStrided},
 	"ferry_binary_strided64":  {index64, binaryStrided},
+	"ferry_unary_mixed32":     {nil, unaryMixedDriver},
+	"ferry_unary_mixed64":     {index64, unaryMixedDriver},
+	"ferry_binary_mixed32":    {nil, binaryMixedDriver},
+	"ferry_binary_mixed64":    {index64, binaryMixedDriver},
 	"ferry_gemm":              {noBLAS, gemmDriver},
 	"ferry_gemm_bf16":         {noBLAS, gemmBF16Driver},
 	"ferry_sgd_step":          {nil, sgdDriver},
@@ -667,6 +671,9 @@ var kernelCases = map[string]kernelCase{
 	"ferry_sum_blocks":               {nil, func(p *kpair) { p.sumCase("sum of rows", []int{7, 5000}, []int{7, 1}) }},
 	"ferry_sum_threads":              {nil, func(p *kpair) { p.sumCase("sum of columns", []int{nRows * 2, 70}, []int{1, 70}) }},
 	"ferry_sum_finish":               {nil, func(p *kpair) { p.sumCase("sum of all", []int{200, nElems / 200}, []int{1, 1}) }},
+	"ferry_sum_blocks_mixed":         {nil, func(p *kpair) { p.sumMixedCase("sum of rows", []int{7, 5000}, []int{7, 1}) }},
+	"ferry_sum_threads_mixed":        {nil, func(p *kpair) { p.sumMixedCase("sum of columns", []int{nRows * 2, 70}, []int{1, 70}) }},
+	"ferry_sum_finish_mixed":         {nil, func(p *kpair) { p.sumMixedCase("sum of all", []int{200, nElems / 200}, []int{1, 1}) }},
 	"ferry_softmax":                  {nil, func(p *kpair) { softmaxDriver(p, false) }},
 	"ferry_softmax_backward":         {nil, func(p *kpair) { softmaxDriver(p, true) }},
 	"ferry_nll":                      {nil, func(p *kpair) { nllDriver(p, false) }},
@@ -676,6 +683,7 @@ var kernelCases = map[string]kernelCase{
 	"ferry_cross_entropy_loss":       {nil, func(p *kpair) { crossEntropyDriver(p, false) }},
 	"ferry_cross_entropy_backward":   {nil, func(p *kpair) { crossEntropyDriver(p, true) }},
 	"ferry_dropout":                  {nil, dropoutDriver},
+	"ferry_dropout_bf16":             {nil, dropoutBF16Driver},
 	"ferry_embedding_gather":         {nil, func(p *kpair) { embeddingDriver(p, false) }},
 	"ferry_embedding_links":          {nil, func(p *kpair) { embeddingDriver(p, true) }},
 	"ferry_embedding_scatter_add":    {nil, func(p *kpair) { embeddingDriver(p, true) }},
@@ -782,7 +790,7 @@ func TestStandInConformanceFromSource(t *testing.T) {
 	devicetest.Run(t, open(nil), caps)
 	t.Run("index64,cublas=false", func(t *testing.T) {
 		devicetest.RunKernels(t, open(map[string]string{"index64": "true", "cublas": "false"}), caps,
-			"CompareGemm", "CompareCopy", "CompareUnary", "CompareBinary")
+			"CompareGemm", "CompareCopy", "CompareUnary", "CompareBinary", "ConvertBF16", "GemmBF16", "ElementwiseBF16")
 	})
 	if n := k.Total("races") - races; n != 0 {
 		t.Errorf("%d shared-memory races", n)
