@@ -12,10 +12,10 @@ import (
 )
 
 // A GPT in bfloat16 mixed precision on the CUDA device over the fake
-// driver (cuBLAS's bfloat16 products, the convert kernel, and every other
-// op widening into float32 temporaries, as that device takes no bfloat16
-// elementwise views): every memory mode gives mode none's gradients, bit
-// for bit, and the loss is finite.
+// driver (cuBLAS's bfloat16 products, the convert kernel, the bfloat16
+// elementwise kernels, attention and the losses widening into float32
+// temporaries): every memory mode gives mode none's gradients, bit for
+// bit, and the loss is finite.
 func TestGPTInBF16OnFakeCUDA(t *testing.T) {
 	cfg := demo.DefaultConfig("cuda")
 	cfg.Family, _ = models.Lookup("gpt")
