@@ -53,6 +53,16 @@ var ewLayouts = []ewLayout{
 // goroutines in several blocks each.
 var ewShapes = [][2]int{{1, 1}, {1, 7}, {3, 5}, {2, 2049}, {7, 4099}, {33, 257}, {401, 499}}
 
+// testShapes is ewShapes, without the two largest under -short (which the
+// race detector's pass runs): the block boundary (2049) and the goroutine
+// split (SetParallelMin(1)) stay covered.
+func testShapes() [][2]int {
+	if testing.Short() {
+		return [][2]int{{1, 1}, {1, 7}, {3, 5}, {2, 2049}, {33, 257}}
+	}
+	return ewShapes
+}
+
 var bothTypes = []device.DType{device.Float32, device.BFloat16}
 
 // randomBits fills v's storage (n elements of v.DType from its block's
@@ -176,7 +186,7 @@ func TestUnaryBF16(t *testing.T) {
 	c := &ewCase{f: f}
 	for op := range device.UnaryOp(device.NumUnaryOps) {
 		alpha := unaryAlpha(op)
-		for _, sh := range ewShapes {
+		for _, sh := range testShapes() {
 			rows, cols := sh[0], sh[1]
 			for _, l := range ewLayouts {
 				if rows*cols > 100_000 && l.name != "contiguous" && l.name != "row broadcast" {
@@ -215,7 +225,7 @@ func TestBinaryBF16(t *testing.T) {
 	f := newFixture(t)
 	c := &ewCase{f: f}
 	for op := range device.BinaryOp(device.NumBinaryOps) {
-		for _, sh := range ewShapes {
+		for _, sh := range testShapes() {
 			rows, cols := sh[0], sh[1]
 			for _, lp := range binaryLayouts {
 				la, lb := ewLayouts[lp[0]], ewLayouts[lp[1]]
