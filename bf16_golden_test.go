@@ -88,11 +88,7 @@ type goldBF16Optim struct {
 
 type goldBF16 struct {
 	GPT struct {
-		Config struct {
-			Vocab, Seq, Layers, Heads, Embd int
-			Dropout                         float32
-			Bias                            bool
-		} `json:"config"`
+		Config    goldGPTConfig         `json:"config"`
 		Optimizer goldBF16Optim         `json:"optimizer"`
 		Names     []string              `json:"names"`
 		Init      map[string]goldTensor `json:"init"`
@@ -198,32 +194,8 @@ func newBF16AdamW(params []*ferry.Tensor, o goldBF16Optim, decay float32) *optim
 // type prec.
 func trainGoldGPT(t *testing.T, dev device.Device, g *goldBF16, prec device.DType) bf16Run {
 	m := &g.GPT
-	cfg := nn.GPTConfig{Vocab: m.Config.Vocab, Seq: m.Config.Seq, Layers: m.Config.Layers, Heads: m.Config.Heads,
-		Embd: m.Config.Embd, Dropout: m.Config.Dropout, Bias: m.Config.Bias}
-	w := map[string]*ferry.Tensor{}
-	for n, v := range m.Init {
-		w[n] = v.tensor(t, dev)
-	}
-	model, err := nn.NewGPTFromWeights(cfg, w)
-	if err != nil {
-		t.Fatal(err)
-	}
+	model, decay, noDecay := newGoldGPT(t, dev, m.Config, m.Init, m.Names)
 	defer nn.Release(model)
-	params := model.Parameters()
-	if len(params) != len(m.Names) {
-		t.Fatalf("%d parameters, PyTorch has %d", len(params), len(m.Names))
-	}
-	var decay, noDecay []*ferry.Tensor
-	for i, p := range params {
-		if p.Name() != m.Names[i] {
-			t.Fatalf("parameter %d is %q, PyTorch's %q", i, p.Name(), m.Names[i])
-		}
-		if p.Rank() >= 2 {
-			decay = append(decay, p)
-		} else {
-			noDecay = append(noDecay, p)
-		}
-	}
 	opts := []*optim.AdamW{newBF16AdamW(decay, m.Optimizer, m.Optimizer.WeightDecay), newBF16AdamW(noDecay, m.Optimizer, 0)}
 	for _, o := range opts {
 		defer o.Release()

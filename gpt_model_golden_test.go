@@ -21,11 +21,7 @@ import (
 
 type goldGPT struct {
 	Model struct {
-		Config struct {
-			Vocab, Seq, Layers, Heads, Embd int
-			Dropout                         float32
-			Bias                            bool
-		} `json:"config"`
+		Config    goldGPTConfig `json:"config"`
 		Optimizer struct {
 			LR, Beta1, Beta2, Eps float32
 			WeightDecay           float32 `json:"weight_decay"`
@@ -52,34 +48,9 @@ func TestGoldenGPT(t *testing.T) {
 	}
 	m := g.Model
 	matmulBackends(t, func(t *testing.T, dev device.Device) {
-		cfg := nn.GPTConfig{Vocab: m.Config.Vocab, Seq: m.Config.Seq, Layers: m.Config.Layers, Heads: m.Config.Heads,
-			Embd: m.Config.Embd, Dropout: m.Config.Dropout, Bias: m.Config.Bias}
-		w := map[string]*ferry.Tensor{}
-		for n, v := range m.Init {
-			w[n] = v.tensor(t, dev)
-		}
-		model, err := nn.NewGPTFromWeights(cfg, w)
-		if err != nil {
-			t.Fatal(err)
-		}
+		model, decay, noDecay := newGoldGPT(t, dev, m.Config, m.Init, m.Names)
 		defer nn.Release(model)
 		params := model.Parameters()
-		if len(params) != len(m.Names) {
-			t.Fatalf("%d parameters, PyTorch has %d", len(params), len(m.Names))
-		}
-		for i, p := range params {
-			if p.Name() != m.Names[i] {
-				t.Errorf("parameter %d is %q, PyTorch's %q", i, p.Name(), m.Names[i])
-			}
-		}
-		var decay, noDecay []*ferry.Tensor
-		for _, p := range params {
-			if p.Rank() >= 2 {
-				decay = append(decay, p)
-			} else {
-				noDecay = append(noDecay, p)
-			}
-		}
 		opts := []*optim.AdamW{optim.NewAdamW(decay, m.Optimizer.LR), optim.NewAdamW(noDecay, m.Optimizer.LR)}
 		opts[0].WeightDecay, opts[1].WeightDecay = m.Optimizer.WeightDecay, 0
 		for _, o := range opts {
@@ -125,4 +96,45 @@ func TestGoldenGPT(t *testing.T) {
 			closeTo(t, "final "+p.Name(), p.Shape(), p.Float32s(), &want, tolerance{0, 1e-4 * want.maxAbs(t)})
 		}
 	})
+}
+
+// goldGPTConfig is a golden GPT's sizes, as the generators write them.
+type goldGPTConfig struct {
+	Vocab, Seq, Layers, Heads, Embd int
+	Dropout                         float32
+	Bias                            bool
+}
+
+// newGoldGPT builds the GPT of c from the golden initial weights on dev,
+// checks its parameters are PyTorch's, named and ordered as names, and
+// returns it with its parameters in nanoGPT's two optimizer groups:
+// matrices and embeddings (weight decay), and the rest.
+func newGoldGPT(t *testing.T, dev device.Device, c goldGPTConfig, init map[string]goldTensor, names []string) (model *nn.GPT, decay, noDecay []*ferry.Tensor) {
+	t.Helper()
+	cfg := nn.GPTConfig{Vocab: c.Vocab, Seq: c.Seq, Layers: c.Layers, Heads: c.Heads, Embd: c.Embd, Dropout: c.Dropout, Bias: c.Bias}
+	w := map[string]*ferry.Tensor{}
+	for n, v := range init {
+		w[n] = v.tensor(t, dev)
+	}
+	model, err := nn.NewGPTFromWeights(cfg, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := model.Parameters()
+	if len(params) != len(names) {
+		nn.Release(model)
+		t.Fatalf("%d parameters, PyTorch has %d", len(params), len(names))
+	}
+	for i, p := range params {
+		if p.Name() != names[i] {
+			nn.Release(model)
+			t.Fatalf("parameter %d is %q, PyTorch's %q", i, p.Name(), names[i])
+		}
+		if p.Rank() >= 2 {
+			decay = append(decay, p)
+		} else {
+			noDecay = append(noDecay, p)
+		}
+	}
+	return model, decay, noDecay
 }

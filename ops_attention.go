@@ -37,13 +37,7 @@ type AttentionOptions struct {
 // and Softmax, which saves the T×T weights as eager PyTorch does.
 func ScaledDotProductAttention(q, k, v *Tensor, opts AttentionOptions) *Tensor {
 	if tp := tapeOf("attention", q, k, v); tp.lowPrecision() && !allBF16(q, k, v) {
-		qb, rq := tp.castOperand(q)
-		defer rq()
-		kb, rk := tp.castOperand(k)
-		defer rk()
-		vb, rv := tp.castOperand(v)
-		defer rv()
-		return ScaledDotProductAttention(qb, kb, vb, opts)
+		return tp.inBF16(func(b []*Tensor) *Tensor { return ScaledDotProductAttention(b[0], b[1], b[2], opts) }, q, k, v)
 	}
 	if isBF16(q, k, v) {
 		_, fused := sameDevice("attention", q, k, v).Kernels().(device.AttentionKernels)

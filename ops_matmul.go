@@ -18,11 +18,7 @@ func MatMul(a, b *Tensor) *Tensor {
 		panicf("matmul", "operands need two axes or more, got %v and %v", a.shape, b.shape)
 	}
 	if tp.lowPrecision() && !allBF16(a, b) {
-		ab, ra := tp.castOperand(a)
-		defer ra()
-		bb, rb := tp.castOperand(b)
-		defer rb()
-		return MatMul(ab, bb)
+		return tp.inBF16(func(bs []*Tensor) *Tensor { return MatMul(bs[0], bs[1]) }, a, b)
 	}
 	if isBF16(a, b) && !allBF16(a, b) { // mixed operands: float32
 		return inFloat32(false, func(w []*Tensor) *Tensor { return MatMul(w[0], w[1]) }, a, b)
@@ -260,13 +256,8 @@ func linearReLU(x, weight, bias *Tensor, reluModule string) *Tensor {
 	if y, ok := linearInPrecision(tp, x, weight, bias, func(x, w, b *Tensor) *Tensor { return linearReLU(x, w, b, reluModule) }); ok {
 		return y
 	}
-	if x.dtype == device.BFloat16 { // the two ops: the ReLU widens and rounds
-		z := Linear(x, weight, bias)
-		restore := enterEpilogueScope(tp, reluModule)
-		y := ReLU(z)
-		restore()
-		z.Release()
-		return y
+	if x.dtype == device.BFloat16 {
+		return linearThen(tp, x, weight, bias, reluModule, ReLU)
 	}
 	shape := append(cloneShape(x.shape[:x.Rank()-1]), outF)
 	z := newOutput(tp, dev, shape) // the pre-activation, without the bias yet
@@ -311,6 +302,18 @@ func linearReLU(x, weight, bias *Tensor, reluModule string) *Tensor {
 		}
 		bk.Accumulate(0, dz)
 	})
+	z.Release()
+	return y
+}
+
+// linearThen is act(Linear(x, weight, bias)) as the two ops, act recorded
+// in epilogueScope (see LinearEpilogue): the fused forms for a bfloat16 x,
+// whose epilogue kernels take float32 only.
+func linearThen(tp *Tape, x, weight, bias *Tensor, epilogueScope string, act func(*Tensor) *Tensor) *Tensor {
+	z := Linear(x, weight, bias)
+	restore := enterEpilogueScope(tp, epilogueScope)
+	y := act(z)
+	restore()
 	z.Release()
 	return y
 }
@@ -361,13 +364,8 @@ func linearGELUTanh(x, weight, bias *Tensor, geluScope string) *Tensor {
 	if y, ok := linearInPrecision(tp, x, weight, bias, func(x, w, b *Tensor) *Tensor { return linearGELUTanh(x, w, b, geluScope) }); ok {
 		return y
 	}
-	if x.dtype == device.BFloat16 { // the two ops: the GELU widens and rounds
-		z := Linear(x, weight, bias)
-		restore := enterEpilogueScope(tp, geluScope)
-		y := GELUTanh(z)
-		restore()
-		z.Release()
-		return y
+	if x.dtype == device.BFloat16 {
+		return linearThen(tp, x, weight, bias, geluScope, GELUTanh)
 	}
 	shape := append(cloneShape(x.shape[:x.Rank()-1]), outF)
 	fk, fused := dev.Kernels().(device.FusedGELUKernels)

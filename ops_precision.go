@@ -198,19 +198,24 @@ func (tp *Tape) lowPrecision() bool {
 	return tp != nil && tp.autocast == device.BFloat16 && !tp.inBackward
 }
 
-// castOperand returns t as a bfloat16 operand of a matrix product under
-// autocast, and the function that releases what castOperand made: t
-// itself when it is bfloat16, the tape's cached copy for a parameter (a
-// tensor on no tape, cast once per tape: castOf), a new cast otherwise.
-func (tp *Tape) castOperand(t *Tensor) (*Tensor, func()) {
-	if t == nil || t.dtype == device.BFloat16 {
-		return t, func() {}
+// inBF16 runs f on ts as bfloat16 operands of an op on autocast's list,
+// the counterpart of inFloat32: each is itself when bfloat16, the tape's
+// cached copy for a parameter (a tensor on no tape, cast once per tape:
+// castOf), or a new cast, released once f returns.
+func (tp *Tape) inBF16(f func(bs []*Tensor) *Tensor, ts ...*Tensor) *Tensor {
+	bs := make([]*Tensor, len(ts))
+	for i, t := range ts {
+		switch {
+		case t == nil || t.dtype == device.BFloat16:
+			bs[i] = t
+		case t.tape == nil && t.node == nil:
+			bs[i] = tp.castOf(t)
+		default:
+			bs[i] = Cast(t, device.BFloat16)
+			defer bs[i].Release()
+		}
 	}
-	if t.tape == nil && t.node == nil {
-		return tp.castOf(t), func() {}
-	}
-	c := Cast(t, device.BFloat16)
-	return c, c.Release
+	return f(bs)
 }
 
 // castOf returns the tape's bfloat16 copy of parameter p, making it (a
@@ -317,11 +322,7 @@ func scaleView(op string, dev device.Device, v device.View, beta float32) {
 // in float32 when x and weight are of two types.
 func linearInPrecision(tp *Tape, x, weight, bias *Tensor, f func(x, w, b *Tensor) *Tensor) (*Tensor, bool) {
 	if tp.lowPrecision() && !allBF16(x, weight) {
-		xb, rx := tp.castOperand(x)
-		defer rx()
-		wb, rw := tp.castOperand(weight)
-		defer rw()
-		return f(xb, wb, bias), true
+		return tp.inBF16(func(b []*Tensor) *Tensor { return f(b[0], b[1], bias) }, x, weight), true
 	}
 	if x.dtype != weight.dtype {
 		return inFloat32(false, func(w []*Tensor) *Tensor { return f(w[0], w[1], bias) }, x, weight), true

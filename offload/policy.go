@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"ferry"
+	"ferry/device"
 	"ferry/internal/fsx"
 )
 
@@ -192,6 +193,16 @@ func summarize(modules []string) string {
 		return strings.Join(modules, ", ")
 	}
 	return fmt.Sprintf("%s, %s, …, %s (%d in all)", modules[0], modules[1], modules[len(modules)-1], len(modules))
+}
+
+// PrecisionName is how policies, plans and the CLI spell the precision of
+// a step whose autocast type is dt: "bf16" for device.BFloat16, else
+// "fp32".
+func PrecisionName(dt device.DType) string {
+	if dt == device.BFloat16 {
+		return "bf16"
+	}
+	return "fp32"
 }
 
 // LoadPolicy reads a policy file.

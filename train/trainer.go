@@ -512,10 +512,7 @@ func (t *Trainer) checkPolicy(pol *offload.Policy) error {
 	if err := pol.Validate(info, t.cfg.Memory.DiskDir != ""); err != nil {
 		return err
 	}
-	want := "fp32"
-	if t.cfg.Precision == device.BFloat16 {
-		want = "bf16"
-	}
+	want := offload.PrecisionName(t.cfg.Precision)
 	if s := pol.Precision; s != "" && s != want {
 		return fmt.Errorf("it was planned at precision %s and the run is %s; plan again at %s, or train at %s", s, want, want, s)
 	}

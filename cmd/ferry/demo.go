@@ -114,13 +114,8 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			} else if !slices.Contains(cfg.Modes, demo.Policy) {
 				return fmt.Errorf("--policy is applied by mode policy, and --modes %s has none: add policy to --modes, or drop --policy", *modes)
 			}
-			// A plan holds for the precision it recorded.
-			if s := p.Precision; s != "" {
-				pp, _ := parsePrecision(s)
-				if set["precision"] && pp != cfg.Precision {
-					return fmt.Errorf("--policy %s was planned at --precision %s; drop --precision %s, or plan again with it", *policy, s, *precision)
-				}
-				cfg.Precision = pp
+			if cfg.Precision, err = policyPrecision(*policy, p, set["precision"], *precision, cfg.Precision); err != nil {
+				return err
 			}
 			// The policy is checked against the model's saves, recorded on
 			// the meta device; disk placements need a disk tier.

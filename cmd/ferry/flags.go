@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"ferry/device"
+	"ferry/offload"
 	"ferry/train"
 )
 
@@ -151,21 +152,41 @@ const precisionUsage = "element type of the model's matrix products: fp32, or bf
 
 // parsePrecision reads --precision: fp32 or bf16 (and their long names).
 func parsePrecision(s string) (device.DType, error) {
+	dt, err := parseFloatType("--precision", s)
+	if dt == device.Float16 {
+		return 0, fmt.Errorf("--precision %s: float16 is not supported; bf16 needs no loss scaling and trains as well (--precision bf16)", s)
+	}
+	return dt, err
+}
+
+// parseFloatType reads flag's value s: fp32 or bf16 (and their long names);
+// device.Float16 for a float16 name, which no caller takes.
+func parseFloatType(flag, s string) (device.DType, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "fp32", "float32", "f32":
 		return device.Float32, nil
 	case "bf16", "bfloat16":
 		return device.BFloat16, nil
 	case "fp16", "float16", "f16", "half":
-		return 0, fmt.Errorf("--precision %s: float16 is not supported; bf16 needs no loss scaling and trains as well (--precision bf16)", s)
+		return device.Float16, fmt.Errorf("%s %s: float16 is not supported; want fp32 or bf16", flag, s)
 	}
-	return 0, fmt.Errorf("--precision %q: want fp32 or bf16", s)
+	return 0, fmt.Errorf("%s %q: want fp32 or bf16", flag, s)
 }
 
-// precisionName is the flag's spelling of dt.
-func precisionName(dt device.DType) string {
-	if dt == device.BFloat16 {
-		return "bf16"
+// policyPrecision is the precision a run with policy pol (file path) takes:
+// the one the plan recorded, which holds for its figures, else cur; a
+// --precision given (flagSet, spelled flag) that contradicts it is an
+// error.
+func policyPrecision(path string, pol *offload.Policy, flagSet bool, flag string, cur device.DType) (device.DType, error) {
+	if pol.Precision == "" {
+		return cur, nil
 	}
-	return "fp32"
+	pp, err := parsePrecision(pol.Precision)
+	if err != nil { // (LoadPolicy refuses other spellings)
+		return cur, fmt.Errorf("--policy %s: %w", path, err)
+	}
+	if flagSet && pp != cur {
+		return cur, fmt.Errorf("--policy %s was planned at --precision %s; drop --precision %s, or plan again with it", path, pol.Precision, flag)
+	}
+	return pp, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
+	"ferry/offload"
 	"ferry/plan"
 )
 
@@ -73,7 +74,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			return err
 		}
 		p, err := plan.Make(plan.Options{Model: demo.PlanModel(cfg), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
-			Ranks: *ranks, Shard: shard, OptimizerState: state, Precision: precisionName(cfg.Precision)})
+			Ranks: *ranks, Shard: shard, OptimizerState: state, Precision: offload.PrecisionName(cfg.Precision)})
 		if err != nil {
 			return err
 		}
@@ -84,7 +85,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			hc := cfg
 			hc.OptimizerState = "host"
 			hp, err := plan.Make(plan.Options{Model: demo.PlanModel(hc), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof,
-				NoDisk: *noDisk, OptimizerState: "host", Precision: precisionName(cfg.Precision)})
+				NoDisk: *noDisk, OptimizerState: "host", Precision: offload.PrecisionName(cfg.Precision)})
 			switch {
 			case err != nil || !hp.Fits:
 			case *optState == "auto":

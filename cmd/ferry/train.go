@@ -43,6 +43,7 @@ type trainOptions struct {
 	optimizer, optimizerState     string
 	precision, saveDType          string
 	precisionType                 device.DType
+	exportBF16                    bool // --save-dtype bf16
 	logPath, plotDir              string
 	checkpointDir                 string
 	checkpointEvery, keep         int
@@ -158,11 +159,11 @@ func (o *trainOptions) validate(set map[string]bool) error {
 		return err
 	}
 	o.precisionType = prec
-	switch strings.ToLower(o.saveDType) {
-	case "fp32", "float32", "f32", "bf16", "bfloat16":
-	default:
-		return fmt.Errorf("--save-dtype %q: want fp32 or bf16", o.saveDType)
+	save, err := parseFloatType("--save-dtype", o.saveDType)
+	if err != nil {
+		return err
 	}
+	o.exportBF16 = save == device.BFloat16
 	if o.policy != "" {
 		pol, err := offload.LoadPolicy(o.policy)
 		if err != nil {
@@ -176,12 +177,8 @@ func (o *trainOptions) validate(set map[string]bool) error {
 			}
 			o.optimizerState = s
 		}
-		if s := pol.Precision; s != "" {
-			pp, _ := parsePrecision(s)
-			if set["precision"] && pp != o.precisionType {
-				return fmt.Errorf("--policy %s was planned at --precision %s; drop --precision %s, or plan again with it", o.policy, s, o.precision)
-			}
-			o.precisionType = pp
+		if o.precisionType, err = policyPrecision(o.policy, pol, set["precision"], o.precision, o.precisionType); err != nil {
+			return err
 		}
 		o.pol = pol
 	}
@@ -295,7 +292,7 @@ func (p plannedTask) PlanModel() plan.Model { return p.planModel() }
 
 // runTrainer runs r under the shared flags o and returns the summary.
 func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (_ *trainSummary, retErr error) {
-	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, OptimizerState: o.optimizerState, Precision: precisionName(o.precisionType), Model: r.describe, WorldSize: 1}
+	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, OptimizerState: o.optimizerState, Precision: offload.PrecisionName(o.precisionType), Model: r.describe, WorldSize: 1}
 	if o.comm != nil {
 		sum.WorldSize = o.comm.Size()
 	}
@@ -372,7 +369,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath, PlotDir: o.plotDir,
 		CheckpointDir: ckptDir, CheckpointEvery: ckptEvery, Keep: o.keep, Resume: o.resume,
 		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit, Comm: o.comm, CheckEvery: o.checkEvery, Shard: o.zero,
-		Precision: o.precisionType, ExportBF16: strings.HasPrefix(strings.ToLower(o.saveDType), "b"),
+		Precision: o.precisionType, ExportBF16: o.exportBF16,
 		Overrides: overrides, OverrideNote: "--override " + o.override + " on resume",
 		Hooks: train.Hooks{
 			Start:   func(first, total int) { p.phase("train", total, first-1) },

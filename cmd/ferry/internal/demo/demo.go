@@ -213,10 +213,7 @@ func Execute(cfg Config) (*Result, error) {
 	rows, width := w.MatmulShape()
 	res := &Result{Device: cfg.Device, Layers: cfg.Sizes.Int("layers"), Width: width, Batch: cfg.Sizes.Int("batch"), Steps: cfg.Steps,
 		ActivationBytes: w.ActivationBytes(), ParameterCount: w.ParameterCount(), ParameterBytes: 4 * w.ParameterCount(),
-		Model: cfg.Family.Name(), Description: w.Describe(), Sizes: cfg.Sizes, Precision: "fp32"}
-	if cfg.Precision == device.BFloat16 {
-		res.Precision = "bf16"
-	}
+		Model: cfg.Family.Name(), Description: w.Describe(), Sizes: cfg.Sizes, Precision: offload.PrecisionName(cfg.Precision)}
 	_ = rows
 	w.Release()
 	if cfg.Modes == nil {
