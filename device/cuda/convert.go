@@ -1,8 +1,6 @@
 package cuda
 
 import (
-	"fmt"
-
 	"ferry/device"
 )
 
@@ -27,36 +25,14 @@ func (k *kernels) Convert(dst, src device.View) error {
 	if dst.DType == src.DType && dst.DType.Size() == 4 {
 		return k.copy32(dst, src)
 	}
-	n := int64(dst.Numel())
-	if n == 0 {
-		return nil
-	}
-	p, err := k.ptrs(dst, src)
-	if err != nil {
-		return err
-	}
-	l, err := collapse(dst.Shape, dst.Strides, src.Strides)
-	if err != nil {
-		return fmt.Errorf("%s: convert: %w", k.d.name, err)
-	}
-	mode := int32(convertCopy16)
+	mode, memcpyBytes := int32(convertCopy16), int64(2) // 2-byte copies are a memcpy where contiguous
 	switch {
 	case dst.DType == device.BFloat16 && src.DType == device.Float32:
-		mode = convertF32BF16
+		mode, memcpyBytes = convertF32BF16, 0
 	case dst.DType == device.Float32 && src.DType == device.BFloat16:
-		mode = convertBF16F32
+		mode, memcpyBytes = convertBF16F32, 0
 	}
-	if mode == convertCopy16 && l.contiguous(2) {
-		if err := k.d.ctx.MemcpyDtoDAsync(p[0], p[1], n*2, k.d.compute.h); err != nil {
-			return fmt.Errorf("%s: convert: %w", k.d.name, err)
-		}
-		return nil
-	}
-	name := "ferry_convert_strided64"
-	if l.fits32(n, 2) && !k.d.index64 {
-		name = "ferry_convert_strided32"
-	}
-	return k.launch(name, k.grid1(n), block1, newArgs().I32(mode).Ptr(p[0]).Ptr(p[1]).I64(n).Int64s(l.encode()...))
+	return k.stridedCopy("convert", "ferry_convert_strided", dst, src, memcpyBytes, mode)
 }
 
 var _ device.ConvertKernels = (*kernels)(nil)

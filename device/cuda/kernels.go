@@ -74,6 +74,15 @@ func (k *kernels) Copy(dst, src device.View) error {
 
 // copy32 copies src into dst, 4-byte elements of any strides.
 func (k *kernels) copy32(dst, src device.View) error {
+	return k.stridedCopy("copy", "ferry_copy_strided", dst, src, 4)
+}
+
+// stridedCopy writes src into dst, of one shape and any strides, element
+// by element: a memcpy of memcpyBytes-byte elements where both collapse to
+// one contiguous run (0: never), else kernel's 32- or 64-bit index variant
+// (kernel + "32" or "64") with the int32 arguments lead, then dst, src,
+// the element count and the layout.
+func (k *kernels) stridedCopy(op, kernel string, dst, src device.View, memcpyBytes int64, lead ...int32) error {
 	n := int64(dst.Numel())
 	if n == 0 {
 		return nil
@@ -84,19 +93,23 @@ func (k *kernels) copy32(dst, src device.View) error {
 	}
 	l, err := collapse(dst.Shape, dst.Strides, src.Strides)
 	if err != nil {
-		return fmt.Errorf("%s: copy: %w", k.d.name, err)
+		return fmt.Errorf("%s: %s: %w", k.d.name, op, err)
 	}
-	if l.contiguous(2) {
-		if err := k.d.ctx.MemcpyDtoDAsync(p[0], p[1], n*4, k.d.compute.h); err != nil {
-			return fmt.Errorf("%s: copy: %w", k.d.name, err)
+	if memcpyBytes > 0 && l.contiguous(2) {
+		if err := k.d.ctx.MemcpyDtoDAsync(p[0], p[1], n*memcpyBytes, k.d.compute.h); err != nil {
+			return fmt.Errorf("%s: %s: %w", k.d.name, op, err)
 		}
 		return nil
 	}
-	name := "ferry_copy_strided64"
+	name := kernel + "64"
 	if l.fits32(n, 2) && !k.d.index64 {
-		name = "ferry_copy_strided32"
+		name = kernel + "32"
 	}
-	return k.launch(name, k.grid1(n), block1, newArgs().Ptr(p[0]).Ptr(p[1]).I64(n).Int64s(l.encode()...))
+	args := newArgs()
+	for _, v := range lead {
+		args.I32(v)
+	}
+	return k.launch(name, k.grid1(n), block1, args.Ptr(p[0]).Ptr(p[1]).I64(n).Int64s(l.encode()...))
 }
 
 // CopyStrided is Copy: its strided kernels already place each element by
