@@ -80,7 +80,8 @@ func checkDType(op string, dev device.Device, dt device.DType) {
 }
 
 // convertInto writes src into dst (same shape, dst's elements distinct)
-// with the device's Convert, or Copy when both are float32 or int32.
+// with the device's Convert; a device without ConvertKernels holds no
+// bfloat16 and panics with an *Error wrapping a *device.UnsupportedError.
 func convertInto(op string, dst, src device.View, dev device.Device) {
 	if dst.Numel() == 0 {
 		return
