@@ -181,7 +181,7 @@ func (b *backward) Saved(i int) *Tensor {
 	var t *Tensor
 	switch {
 	case s.leaf != nil:
-		s.leaf.live("backward")
+		s.leaf.use("backward")
 		t = s.leaf
 	case s.hooks == nil:
 		t = s.packed.(*Tensor)
@@ -195,6 +195,7 @@ func (b *backward) Saved(i int) *Tensor {
 		}
 		t = u
 	}
+	t.use("backward")
 	if s.widen {
 		s.widened = widenTemp(t)
 		t = s.widened
@@ -266,6 +267,7 @@ func accumulate(dst **Tensor, g *Tensor) {
 // AccumulateGrad does; the gradient then belongs to the leaf, on no tape.
 func accumulateLeaf(leaf *Tensor, g *Tensor) {
 	if leaf.grad != nil {
+		leaf.grad.use("accumulate_grad")
 		addInto(leaf.grad, g)
 		leaf.grad.st.bumpVersion("accumulate_grad")
 		g.Release()

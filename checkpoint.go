@@ -100,7 +100,7 @@ func (tp *Tape) Checkpoint(f func(xs ...*Tensor) *Tensor, xs ...*Tensor) *Tensor
 		panicf(op, "checkpoint segments do not nest; checkpoint either the outer or the inner segment")
 	}
 	for _, x := range xs {
-		x.live(op)
+		x.use(op)
 		if x.tape != nil && x.tape != tp {
 			panicf(op, "%s belongs to another tape", x.describe())
 		}
@@ -170,6 +170,7 @@ func (g *segment) recompute() error {
 	sub := NewTape()
 	defer sub.Close()
 	sub.autocast = g.autocast
+	sub.recordHook = g.tape.recordHook // a pager frees parameters after use here too
 	inputs := make([]*Tensor, len(g.packed))
 	for i, p := range g.packed {
 		var u *Tensor

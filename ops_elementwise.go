@@ -214,7 +214,7 @@ func Square(x *Tensor) *Tensor {
 // a recording tape may not be; and kernels write contiguous outputs only,
 // so a strided view (x.T()) may not be either.
 func inPlace(op string, t *Tensor) {
-	t.live(op)
+	t.use(op)
 	floats32(op, t)
 	if t.requiresGrad && t.tape != nil && t.tape.recording() {
 		panicf(op, "%s requires grad on a recording tape; in-place ops are not differentiable. Use the out-of-place op, or run under NoGrad", t.describe())
@@ -226,7 +226,7 @@ func inPlace(op string, t *Tensor) {
 
 func inPlaceBinary(op string, kop device.BinaryOp, dst, src *Tensor) {
 	inPlace(op, dst)
-	src.live(op)
+	src.use(op)
 	sameDevice(op, dst, src)
 	floats32(op, src)
 	if !slices.Equal(broadcastShapes(op, dst.shape, src.shape), dst.shape) {
@@ -272,7 +272,7 @@ func (t *Tensor) FillInPlace(v float32) {
 // CopyFrom sets t's elements to src's (same shape; t contiguous).
 func (t *Tensor) CopyFrom(src *Tensor) {
 	inPlace("copy_", t)
-	src.live("copy_")
+	src.use("copy_")
 	sameDevice("copy_", t, src)
 	if !slices.Equal(t.shape, src.shape) || !t.IsContiguous() {
 		panicf("copy_", "copy of %v into %v (must be the same shape, destination contiguous)", src.shape, t.shape)

@@ -242,7 +242,7 @@ func (tp *Tape) castOf(p *Tensor) *Tensor {
 // parameter), recorded there.
 func castOn(tp *Tape, x *Tensor, dt device.DType) *Tensor {
 	const op = "cast"
-	x.live(op)
+	x.use(op)
 	floatType(op, x)
 	checkDType(op, x.st.dev, dt)
 	out := newOutputOf(tp, x.st.dev, dt, x.shape)

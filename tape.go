@@ -42,6 +42,8 @@ type Tape struct {
 	// casts holds the bfloat16 copies of parameters made under it.
 	autocast device.DType
 	casts    map[castKey]castEntry
+	// recordHook is called after each recorded op (SetRecordHook).
+	recordHook func(op string, inputs []*Tensor)
 }
 
 // NewTape returns an empty tape. Most code uses Step instead, which closes
@@ -62,7 +64,7 @@ func Step(f func(tape *Tape) error) error {
 // on it are recorded here. t stays the caller's. If t requires grad (a
 // parameter), gradients reaching the returned handle flow to t.
 func (tp *Tape) Input(t *Tensor) *Tensor {
-	t.live("input")
+	t.use("input")
 	tp.usable("input")
 	if t.tape != nil && t.tape != tp {
 		panicf("input", "%s belongs to another tape", t.describe())
@@ -362,6 +364,9 @@ func (tp *Tape) record(op string, out *Tensor, inputs []*Tensor, save []*Tensor,
 	}
 	out.node = n
 	out.requiresGrad = true
+	if tp.recordHook != nil {
+		tp.recordHook(op, inputs)
+	}
 }
 
 func (tp *Tape) pack(n *node, slot int, t *Tensor) savedTensor {
@@ -430,7 +435,7 @@ func tapeOf(op string, inputs ...*Tensor) *Tape {
 		if t == nil {
 			continue
 		}
-		t.live(op)
+		t.use(op)
 		if t.tape == nil {
 			continue
 		}

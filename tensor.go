@@ -74,6 +74,11 @@ type storage struct {
 	tapeHandles int32
 	version     uint32
 	lastInPlace string // the in-place op that last bumped version
+	// pager, when set, owns the data while pagedOut (paging.go); bytes is
+	// the storage's size then, when block is nil.
+	pager    Pager
+	pagedOut bool
+	bytes    int64
 }
 
 func newStorage(dev device.Device, block *device.Block) *storage {
@@ -470,12 +475,12 @@ func (t *Tensor) view() device.View {
 }
 
 // View returns how kernels see t. For device code and offloaders.
-func (t *Tensor) View() device.View { t.live("view"); return t.view() }
+func (t *Tensor) View() device.View { t.use("view"); return t.view() }
 
 // Float32s copies t's elements to a new slice, in row-major order. It
 // panics with an *Error on a device that holds no values (meta).
 func (t *Tensor) Float32s() []float32 {
-	t.live("float32s")
+	t.use("float32s")
 	if t.dtype != device.Float32 {
 		panicf("float32s", "%s is %s", t.describe(), t.dtype)
 	}
@@ -490,7 +495,7 @@ func (t *Tensor) Float32s() []float32 {
 
 // Int32s copies an int32 tensor's elements to a new slice.
 func (t *Tensor) Int32s() []int32 {
-	t.live("int32s")
+	t.use("int32s")
 	if t.dtype != device.Int32 {
 		panicf("int32s", "%s is %s", t.describe(), t.dtype)
 	}

@@ -3,6 +3,7 @@ package offload
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"ferry"
@@ -82,6 +83,17 @@ type Setup struct {
 	// too (Begin … End), as the planner records a step, instead of around
 	// forward alone (Forward).
 	HooksOverLoss bool
+
+	// Params are the model's parameters, which ParamsOnHost and
+	// GradsOnHost place (mode policy takes the policy's placements).
+	Params []*ferry.Tensor
+	// ParamsOnHost names the parameters that live in host memory and
+	// stream to the device around their uses ("*": all of them).
+	ParamsOnHost []string
+	// GradsOnHost sends every parameter's gradient to host memory as
+	// backward completes it; the optimizer must then keep its state on
+	// the host (optim.OnHost).
+	GradsOnHost bool
 }
 
 // Memory is a memory mode set up on a device: the hooks and segments a
@@ -95,6 +107,7 @@ type Memory struct {
 	inBwd    bool
 	off      *Offloader
 	saver    *HostSaver
+	stream   *Streamer // parameters or gradients in host memory; nil: none
 }
 
 // NewMemory sets up s.Mode on dev (the zero Mode is None).
@@ -113,10 +126,16 @@ func NewMemory(dev device.Device, s Setup) (*Memory, error) {
 	cfg.DiskDir = s.DiskDir
 	switch s.Mode {
 	case None, Recompute:
+		if err := m.setupStream(dev, s); err != nil {
+			return nil, err
+		}
 		return m, nil
 	case SaveOnHost:
 		m.saver = NewHostSaver(dev)
 		m.hooks = m.saver.Hooks()
+		if err := m.setupStream(dev, s); err != nil {
+			return nil, err
+		}
 		return m, nil
 	case OffloadDisk:
 		if cfg.DiskDir == "" {
@@ -131,6 +150,8 @@ func NewMemory(dev device.Device, s Setup) (*Memory, error) {
 		cfg.Policy = s.Policy.Place
 		m.segs = s.Policy.SegmentHooks()
 		m.inBwd = m.inBwd || s.Policy.OptimizerInBackward
+		s.ParamsOnHost = s.Policy.ParametersOnHost
+		s.GradsOnHost = s.Policy.Gradients == "host"
 	default:
 		return nil, fmt.Errorf("offload: unknown memory mode %q", s.Mode)
 	}
@@ -139,7 +160,61 @@ func NewMemory(dev device.Device, s Setup) (*Memory, error) {
 		return nil, err
 	}
 	m.off, m.hooks = off, off.Hooks()
+	if err := m.setupStream(dev, s); err != nil {
+		off.Close()
+		return nil, err
+	}
 	return m, nil
+}
+
+// setupStream makes the Streamer of s's state placements, if any, on the
+// offloader's side streams when there is one.
+func (m *Memory) setupStream(dev device.Device, s Setup) error {
+	if len(s.ParamsOnHost) == 0 && !s.GradsOnHost {
+		return nil
+	}
+	params, err := SelectParams(s.Params, s.ParamsOnHost)
+	if err != nil {
+		return err
+	}
+	cfg := StreamConfig{Params: params}
+	if s.GradsOnHost {
+		cfg.Grads = s.Params
+	}
+	if m.off != nil {
+		cfg.D2H, cfg.H2D = m.off.d2h, m.off.h2d
+		cfg.Prefetch = m.off.cfg.Lookahead
+	}
+	m.stream, err = NewStreamer(dev, cfg)
+	return err
+}
+
+// SelectParams returns the parameters named in names ("*" alone: all), in
+// params' order; a name no parameter has is an error.
+func SelectParams(params []*ferry.Tensor, names []string) ([]*ferry.Tensor, error) {
+	if len(names) == 1 && names[0] == "*" {
+		return params, nil
+	}
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []*ferry.Tensor
+	for _, p := range params {
+		if want[p.Name()] {
+			out = append(out, p)
+			delete(want, p.Name())
+		}
+	}
+	if len(want) > 0 {
+		missing := make([]string, 0, len(want))
+		for n := range want {
+			missing = append(missing, n)
+		}
+		slices.Sort(missing)
+		return nil, fmt.Errorf("offload: parameters to place on the host that the model does not have: %s", strings.Join(missing, ", "))
+	}
+	return out, nil
 }
 
 // Mode is the mode set up.
@@ -166,6 +241,9 @@ func (m *Memory) Forward(tape *ferry.Tape, f func()) {
 	if m.segs != nil {
 		tape.SetSegmentHooks(m.segs)
 	}
+	if m.stream != nil {
+		m.stream.Attach(tape)
+	}
 	if m.hooks != nil {
 		tape.WithHooks(m.hooks, f)
 		return
@@ -182,6 +260,9 @@ func (m *Memory) HooksOverLoss() bool { return m.overLoss }
 func (m *Memory) Begin(tape *ferry.Tape) {
 	if m.segs != nil {
 		tape.SetSegmentHooks(m.segs)
+	}
+	if m.stream != nil {
+		m.stream.Attach(tape)
 	}
 	if m.hooks != nil {
 		tape.PushHooks(m.hooks)
@@ -207,10 +288,63 @@ func (m *Memory) Stats() (s Stats, ok bool) {
 	return Stats{}, false
 }
 
-// Close waits for transfers in flight and frees what the mode holds.
-func (m *Memory) Close() error {
-	if m.off != nil {
-		return m.off.Close()
+// Streamer is the streamer of parameters and gradients in host memory,
+// or nil when they stay on the device.
+func (m *Memory) Streamer() *Streamer { return m.stream }
+
+// BeginStep is called before a training step's first forward.
+func (m *Memory) BeginStep() error {
+	if m.stream == nil {
+		return nil
 	}
-	return nil
+	return m.stream.BeginStep()
+}
+
+// Backward runs backward from loss under the mode, with opts: parameters
+// in host memory come back as backward needs them and leave when their
+// gradients are complete, and gradients placed on the host leave the
+// device then. opts.GradReady runs after that (an optimizer inside
+// backward then finds the gradient where it was placed).
+func (m *Memory) Backward(loss *ferry.Tensor, opts ferry.BackwardOptions) error {
+	if m.stream == nil {
+		return loss.BackwardWith(opts)
+	}
+	if err := m.stream.BeginBackward(); err != nil {
+		return err
+	}
+	next := opts.GradReady
+	opts.GradReady = func(p *ferry.Tensor) {
+		m.stream.gradReady(p, next != nil)
+		if next != nil {
+			next(p)
+		}
+	}
+	err := loss.BackwardWith(opts)
+	if eerr := m.stream.EndBackward(); err == nil {
+		err = eerr
+	}
+	return err
+}
+
+// EndStep is called after the optimizer's step.
+func (m *Memory) EndStep() error {
+	if m.stream == nil {
+		return nil
+	}
+	return m.stream.EndStep()
+}
+
+// Close waits for transfers in flight and frees what the mode holds;
+// parameters in host memory come back to the device.
+func (m *Memory) Close() error {
+	var err error
+	if m.stream != nil {
+		err = m.stream.Close()
+	}
+	if m.off != nil {
+		if oerr := m.off.Close(); err == nil {
+			err = oerr
+		}
+	}
+	return err
 }

@@ -36,6 +36,13 @@ type Policy struct {
 	// "" or "fp32", or "bf16" (mixed precision, ferry.Tape.Autocast), which
 	// a run must then use: saved tensors are half the bytes in bf16.
 	Precision string `json:"precision,omitempty"`
+	// ParametersOnHost names the parameters the plan keeps in host
+	// memory, streamed to the device around their uses ("*": all).
+	ParametersOnHost []string `json:"parameters_on_host,omitempty"`
+	// Gradients records where the plan puts the parameters' gradients:
+	// "" or "device", or "host" (sent to host memory as backward completes
+	// them; the optimizer's state must then be on the host too).
+	Gradients string `json:"gradients,omitempty"`
 	// Comment says where the policy came from (ferry plan writes the
 	// budget and predicted figures here).
 	Comment string `json:"comment,omitempty"`

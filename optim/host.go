@@ -96,40 +96,89 @@ func asBytes(f []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), len(f)*4)
 }
 
-// stage downloads p's values and its gradient g into the staging buffers
-// and returns them (n elements each). On a device without data, or for an
-// empty parameter, it returns nil slices and moves nothing.
-func (h *hostStore) stage(p, g *ferry.Tensor) (w, gr []float32, err error) {
+// HostCopier is the pager of a parameter that lives in host memory
+// (offload.Streamer): an optimizer with its state on the host updates the
+// host copy in place, and the device copy is made from it at the next use.
+type HostCopier interface {
+	// HostCopy returns p's host copy, p's device copy (if any) freed and,
+	// if changed, written back first; nil if p does not live on the host.
+	HostCopy(p *ferry.Tensor) (*ferry.Tensor, error)
+}
+
+// staged is one parameter's values and gradient on the host, and whether
+// each was already there (a streamed parameter's host copy, an offloaded
+// gradient) or was downloaded.
+type staged struct {
+	w, g             []float32 // nil on a device without data, or for no elements
+	wOnHost, gOnHost bool
+}
+
+// stage finds p's values and its gradient g on the host: a streamed
+// parameter's host copy and an offloaded gradient in place, the others
+// downloaded into the staging buffers. On a device without data, or for
+// an empty parameter, its slices are nil and nothing moves.
+func (h *hostStore) stage(p, g *ferry.Tensor) (s staged, err error) {
 	if p.DType() != device.Float32 || g.DType() != device.Float32 {
-		return nil, nil, fmt.Errorf("optim: parameter %q is %s with a %s gradient; the host optimizer updates float32", p.Name(), p.DType(), g.DType())
+		return s, fmt.Errorf("optim: parameter %q is %s with a %s gradient; the host optimizer updates float32", p.Name(), p.DType(), g.DType())
 	}
 	n := p.Numel()
-	if n == 0 || !device.HasData(p.Device()) {
-		return nil, nil, nil
-	}
 	if g.Numel() != n {
-		return nil, nil, fmt.Errorf("optim: gradient of %q has %d elements, the parameter %d", p.Name(), g.Numel(), n)
+		return s, fmt.Errorf("optim: gradient of %q has %d elements, the parameter %d", p.Name(), g.Numel(), n)
+	}
+	var master *ferry.Tensor
+	if hc, ok := p.Pager().(HostCopier); ok {
+		if master, err = hc.HostCopy(p); err != nil {
+			return s, err
+		}
+	}
+	s.wOnHost, s.gOnHost = master != nil, g.Device() != p.Device()
+	if n == 0 || !device.HasData(p.Device()) {
+		return s, nil
 	}
 	if cap(h.w) < n {
 		h.w, h.g = make([]float32, n), make([]float32, n)
 	}
-	w, gr = h.w[:n], h.g[:n]
 	k := p.Device().Kernels()
-	if err := k.Download(asBytes(w), p.View()); err != nil {
-		return nil, nil, err
+	if s.wOnHost {
+		if s.w, err = hostFloats(master); err != nil {
+			return s, err
+		}
+	} else {
+		s.w = h.w[:n]
+		if err := k.Download(asBytes(s.w), p.View()); err != nil {
+			return s, err
+		}
 	}
-	if err := k.Download(asBytes(gr), g.View()); err != nil {
-		return nil, nil, err
+	if s.gOnHost {
+		s.g, err = hostFloats(g)
+	} else {
+		s.g = h.g[:n]
+		err = k.Download(asBytes(s.g), g.View())
 	}
-	return w, gr, nil
+	return s, err
 }
 
-// unstage uploads the updated values w into p (nothing for nil w).
-func (h *hostStore) unstage(p *ferry.Tensor, w []float32) error {
-	if w == nil {
+// unstage uploads the updated values into p, unless they were updated
+// in p's host copy.
+func (h *hostStore) unstage(p *ferry.Tensor, s staged) error {
+	if s.w == nil || s.wOnHost {
 		return nil
 	}
-	return p.Device().Kernels().Upload(p.View(), asBytes(w))
+	return p.Device().Kernels().Upload(p.View(), asBytes(s.w))
+}
+
+// hostFloats is the float32 memory of a contiguous host tensor.
+func hostFloats(t *ferry.Tensor) ([]float32, error) {
+	b, off := t.Block()
+	if b == nil {
+		return []float32{}, nil
+	}
+	seg, ok := b.Segment().(interface{ Bytes() []byte })
+	if !ok || !t.IsContiguous() {
+		return nil, fmt.Errorf("optim: %q's host memory is not addressable", t.Name())
+	}
+	bs := seg.Bytes()[b.Offset()+int64(off)*4:]
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(bs))), t.Numel()), nil
 }
 
 // dropShown releases the tensors of the last State call.
@@ -202,15 +251,23 @@ type hostWorkSimulator interface {
 }
 
 // simulate charges p's host step to a device without data that simulates
-// time: the values and the gradient down (8 bytes an element), hostBytes
-// an element read and written on the host, the values back up (4).
-func simulate(p *ferry.Tensor, hostBytes int64) {
+// time: the values and the gradient down (4 bytes an element each, unless
+// already on the host), hostBytes an element read and written on the
+// host, the values back up (4, unless updated in the host copy).
+func simulate(p *ferry.Tensor, st staged, hostBytes int64) {
 	if device.HasData(p.Device()) {
 		return
 	}
 	if s, ok := p.Device().(hostWorkSimulator); ok {
 		n := int64(p.Numel())
-		s.SimulateHostWork(8*n, hostBytes*n, 4*n)
+		var down, up int64
+		if !st.wOnHost {
+			down, up = 4*n, 4*n
+		}
+		if !st.gOnHost {
+			down += 4 * n
+		}
+		s.SimulateHostWork(down, hostBytes*n, up)
 	}
 }
 
@@ -219,25 +276,25 @@ func (o *AdamW) hostStep(p, g *ferry.Tensor) error {
 	h := o.host
 	h.dropShown()
 	return ferry.Catch(func() error {
-		w, gr, err := h.stage(p, g)
+		st, err := h.stage(p, g)
 		if err != nil {
 			return err
 		}
 		s, ok := h.slots[p]
 		if !ok {
 			s = &hostSlot{}
-			if w != nil {
-				s.a, s.b = make([]float32, len(w)), make([]float32, len(w))
+			if st.w != nil {
+				s.a, s.b = make([]float32, len(st.w)), make([]float32, len(st.w))
 			}
 			h.slots[p] = s
 		}
 		s.step++
-		if w != nil {
+		if st.w != nil {
 			hp := device.AdamWParams{LR: o.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
-			hostAdamW(w, gr, s.a, s.b, hp)
+			hostAdamW(st.w, st.g, s.a, s.b, hp)
 		}
-		simulate(p, 28) // reads w, g, m, v; writes w, m, v
-		if err := h.unstage(p, w); err != nil {
+		simulate(p, st, 28) // reads w, g, m, v; writes w, m, v
+		if err := h.unstage(p, st); err != nil {
 			return err
 		}
 		ferry.BumpVersion(p, "adamw_step")
@@ -250,7 +307,7 @@ func (o *SGD) hostStep(p, g *ferry.Tensor) error {
 	h := o.host
 	h.dropShown()
 	return ferry.Catch(func() error {
-		w, gr, err := h.stage(p, g)
+		st, err := h.stage(p, g)
 		if err != nil {
 			return err
 		}
@@ -260,23 +317,23 @@ func (o *SGD) hostStep(p, g *ferry.Tensor) error {
 			s, ok := h.slots[p]
 			if !ok {
 				s = &hostSlot{}
-				if w != nil {
-					s.a = make([]float32, len(w))
+				if st.w != nil {
+					s.a = make([]float32, len(st.w))
 				}
 				h.slots[p] = s
 				hp.First = true
 			}
 			buf = s.a
 		}
-		if w != nil {
-			hostSGD(w, gr, buf, hp)
+		if st.w != nil {
+			hostSGD(st.w, st.g, buf, hp)
 		}
 		if o.Momentum != 0 {
-			simulate(p, 20) // reads w, g, buf; writes w, buf
+			simulate(p, st, 20) // reads w, g, buf; writes w, buf
 		} else {
-			simulate(p, 12)
+			simulate(p, st, 12)
 		}
-		if err := h.unstage(p, w); err != nil {
+		if err := h.unstage(p, st); err != nil {
 			return err
 		}
 		ferry.BumpVersion(p, "sgd_step")

@@ -76,6 +76,27 @@ func checkParam(p *ferry.Tensor) error {
 	return nil
 }
 
+// pageOut sends a parameter that lives in host memory (a HostCopier's)
+// back there once the device has updated it, so that parameters do not
+// gather on the device during the step.
+func pageOut(p *ferry.Tensor) error {
+	if hc, ok := p.Pager().(HostCopier); ok {
+		_, err := hc.HostCopy(p)
+		return err
+	}
+	return nil
+}
+
+// checkOnDevice refuses a gradient that is not on its parameter's device
+// (offloaded to the host) for an optimizer whose state is on the device.
+func checkOnDevice(p *ferry.Tensor) error {
+	if g := p.Grad(); g != nil && g.Device() != p.Device() {
+		return fmt.Errorf("optim: the gradient of %q is on %s, the parameter on %s (gradients offloaded to the host): "+
+			"make the optimizer with optim.OnHost, which updates it there", p.Name(), g.Device().Name(), p.Device().Name())
+	}
+	return nil
+}
+
 // SGD is stochastic gradient descent with optional momentum, dampening,
 // Nesterov momentum and (L2) weight decay (PyTorch: torch.optim.SGD).
 type SGD struct {
@@ -119,6 +140,9 @@ func (o *SGD) step(p *ferry.Tensor) error {
 	if o.host != nil {
 		return o.hostStep(p, g)
 	}
+	if err := checkOnDevice(p); err != nil {
+		return err
+	}
 	return ferry.Catch(func() error {
 		hp := device.SGDParams{LR: o.lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
 		var mv device.View
@@ -138,7 +162,7 @@ func (o *SGD) step(p *ferry.Tensor) error {
 			return err
 		}
 		ferry.BumpVersion(p, "sgd_step")
-		return nil
+		return pageOut(p)
 	})
 }
 
@@ -242,6 +266,9 @@ func (b *adamBatch) add(p *ferry.Tensor, mk device.MultiTensorOptimKernels) erro
 	if err := checkParam(p); err != nil {
 		return err
 	}
+	if err := checkOnDevice(p); err != nil {
+		return err
+	}
 	return ferry.Catch(func() error {
 		s, ok := b.o.state[p]
 		if !ok {
@@ -313,6 +340,9 @@ func (o *AdamW) step(p *ferry.Tensor) error {
 	if o.host != nil {
 		return o.hostStep(p, g)
 	}
+	if err := checkOnDevice(p); err != nil {
+		return err
+	}
 	return ferry.Catch(func() error {
 		s, ok := o.state[p]
 		if !ok {
@@ -328,7 +358,7 @@ func (o *AdamW) step(p *ferry.Tensor) error {
 			return err
 		}
 		ferry.BumpVersion(p, "adamw_step")
-		return nil
+		return pageOut(p)
 	})
 }
 

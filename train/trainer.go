@@ -399,6 +399,12 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 			return nil, &ConfigError{"LogPath", err}
 		}
 	}
+	if err := checkStatePlacement(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Memory.Params == nil {
+		cfg.Memory.Params = task.Model().Parameters()
+	}
 	mem, err := offload.NewMemory(dev, cfg.Memory)
 	if err != nil {
 		return nil, err
@@ -411,6 +417,10 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 	}
 	t.mem = mem
 	if cfg.Comm != nil && cfg.Comm.Size() > 1 {
+		if mem.Streamer() != nil {
+			mem.Close()
+			return nil, configErr("Memory", "parameters or gradients in host memory are not yet supported with data-parallel training")
+		}
 		if mem.OptimizerInBackward() {
 			mem.Close()
 			return nil, configErr("Memory.Policy", "it updates each parameter inside backward, from this rank's gradient alone; "+
@@ -448,6 +458,20 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 		}
 	}
 	return t, nil
+}
+
+// checkStatePlacement refuses gradients in host memory with an optimizer
+// that keeps its state on the device, which could not use them.
+func checkStatePlacement(cfg Config) error {
+	m := cfg.Memory
+	grads := m.GradsOnHost || m.Policy != nil && m.Policy.Gradients == "host"
+	if !grads {
+		return nil
+	}
+	if h, ok := cfg.Optimizer.(optim.HostPlaced); !ok || !h.StateOnHost() {
+		return configErr("Memory", "gradients in host memory need the optimizer's state there too (optim.OnHost, --optimizer-state host)")
+	}
+	return nil
 }
 
 // writableDir makes dir (and its parents) if needed and checks that a
@@ -858,6 +882,9 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 	if h.StepStart != nil {
 		h.StepStart(step)
 	}
+	if err := t.mem.BeginStep(); err != nil {
+		return 0, 0, err
+	}
 	for micro := 0; micro < cfg.Accum; micro++ {
 		nn.SetStep(model, uint64((step-1)*cfg.Accum+micro+1))
 		x, y, n, err := t.batch(step, micro)
@@ -920,7 +947,7 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 					update := opts.GradReady
 					opts.GradReady = func(p *ferry.Tensor) { h.GradReady(step, p); update(p) }
 				}
-				if err := scaled.BackwardWith(opts); err != nil {
+				if err := t.mem.Backward(scaled, opts); err != nil {
 					return err
 				}
 				return e.Err()
@@ -931,7 +958,7 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 				// them, overlapping the rest of backward.
 				err = scaled.BackwardWith(ferry.BackwardOptions{GradReady: t.red.GradReady})
 			} else {
-				err = scaled.Backward()
+				err = t.mem.Backward(scaled, ferry.BackwardOptions{})
 			}
 			if err != nil {
 				return err
@@ -980,6 +1007,9 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 			return 0, 0, err
 		}
 		opt.ZeroGrad()
+	}
+	if err := t.mem.EndStep(); err != nil {
+		return 0, 0, err
 	}
 	if h.StepEnd != nil {
 		h.StepEnd(step)

@@ -1,0 +1,581 @@
+package offload
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"ferry"
+	"ferry/device"
+)
+
+// StreamConfig says which training state a Streamer keeps in host memory.
+type StreamConfig struct {
+	// Params live in host memory: each has a device copy only around its
+	// uses (from its prefetch, or the op that needs it, to the end of the
+	// op in forward and to the completion of its gradient in backward).
+	Params []*ferry.Tensor
+	// Grads are parameters whose gradients leave the device as soon as
+	// backward completes them, accumulating in host memory across
+	// micro-batches. Their optimizer must keep its state on the host
+	// (optim.OnHost), which updates them there.
+	Grads []*ferry.Tensor
+	// Prefetch is how many parameter uses ahead of the current one an
+	// upload starts: the previous step's order of uses says which come
+	// next (the first step faults each in when it is used). 0 means 2.
+	Prefetch int
+	// D2H and H2D are the side streams the copies run on (an Offloader's,
+	// Offloader.Streams, so that parameters and activations share them);
+	// nil makes the Streamer's own.
+	D2H, H2D device.Stream
+}
+
+// StreamStats counts what a Streamer moved.
+type StreamStats struct {
+	ParamUploads    int     `json:"param_uploads"`     // device copies made
+	ParamBytesIn    int64   `json:"param_bytes_in"`    // bytes of them
+	Prefetched      int     `json:"param_prefetched"`  // uploads started ahead of use
+	WrittenBack     int     `json:"param_written_back"` // device copies changed in place, copied back
+	GradBytesOut    int64   `json:"grad_bytes_out"`    // gradient bytes to the host
+	StallSeconds    float64 `json:"param_stall_seconds"`
+	HostParamBytes  int64   `json:"host_param_bytes"`  // host copies of parameters
+	HostGradPeak    int64   `json:"host_grad_peak_bytes"`
+}
+
+// Streamer keeps parameters and gradients in host memory during
+// training (ZeRO-Offload's and FSDP's CPU offload, for one device).
+//
+// A streamed parameter's values live in a host tensor (its master copy);
+// its device storage is paged (ferry.Pager): an op that uses it brings it
+// back, a prefetch brings it back ahead of use, and the Streamer frees it
+// when the op that used it in forward has been recorded, and when its
+// gradient is complete in backward. A tied weight is one storage: one
+// master, one device copy at a time.
+//
+// An offloaded gradient leaves the device when backward completes it
+// (GradReady): it is copied to a host tensor on a side stream, added to
+// what earlier micro-batches left there, and the device copy is freed.
+// After backward (EndBackward) the parameter's Grad is the host tensor,
+// on device.Host(): the host optimizer (optim.OnHost) updates the master
+// from it, and clipping computes on it with the host's kernels.
+//
+// Nothing changes a bit: masters hold the parameters' float32 values,
+// copies are exact, and the host's kernels are the CPU device's, so on the
+// CPU device a run streams to the same bits as one that does not.
+//
+// Use, on the training goroutine, per micro-batch: BeginStep, the
+// forward with the tape's record hook set (Attach), BeginBackward,
+// backward with GradReady in the options, EndBackward; after the
+// optimizer's step, EndStep. Close gives the parameters back to the
+// device.
+type Streamer struct {
+	dev, host device.Device
+	d2h, h2d  device.Stream
+	prefetch  int
+	params    []*streamed         // in StreamConfig.Params order
+	byStorage map[any]*streamed   // by storage
+	grads     map[*ferry.Tensor]bool
+	// hostGrads are the offloaded gradients while backward runs, by
+	// parameter; shells are the paged-out device tensors standing for
+	// them as the parameters' Grad, which backward brings in if it adds
+	// to them (so that it adds in the order it would on the device).
+	hostGrads map[*ferry.Tensor]*ferry.Tensor
+	shells    map[*ferry.Tensor]*streamed
+	pending   []*gradCopy         // gradient copies to the host in flight
+	order     []*streamed         // the previous step's uses, in order
+	uses      []*streamed         // this step's so far
+	pos       int                 // where in order the last use was found
+	stats     StreamStats
+	hostGrad  int64
+	closed    bool
+}
+
+// streamed is one parameter storage in host memory.
+type streamed struct {
+	p        *ferry.Tensor // the parameter (the caller's handle), or a gradient shell
+	master   *ferry.Tensor // its values, on the host
+	cat      device.Category
+	version  uint32        // p's version when it was last brought in
+	// A prefetch in flight: the block being filled and the copy's event.
+	// The storage stays paged out until its first use waits for the copy
+	// and installs the block (PageIn).
+	pending *device.Block
+	ready   device.Event
+	// resident: the storage holds a device block (installed).
+	resident bool
+	used     bool // used since it was installed
+}
+
+// gradCopy is one gradient on its way to the host.
+type gradCopy struct {
+	p   *ferry.Tensor
+	dev *ferry.Tensor // the device gradient, held until the copy is done
+	dst *ferry.Tensor // on the host
+	ev  device.Event
+}
+
+// NewStreamer moves cfg.Params to host memory (their device memory is
+// freed) and returns the Streamer that brings them back.
+func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
+	if cfg.Prefetch < 0 {
+		return nil, fmt.Errorf("offload: parameter prefetch %d: want 0 (the default) or more", cfg.Prefetch)
+	}
+	s := &Streamer{dev: dev, host: dev.Host(), prefetch: cfg.Prefetch, d2h: cfg.D2H, h2d: cfg.H2D,
+		byStorage: map[any]*streamed{}, grads: map[*ferry.Tensor]bool{},
+		hostGrads: map[*ferry.Tensor]*ferry.Tensor{}, shells: map[*ferry.Tensor]*streamed{}}
+	if s.prefetch == 0 {
+		s.prefetch = 2
+	}
+	var err error
+	if s.d2h == nil {
+		if s.d2h, err = dev.NewStream("d2h-state"); err != nil {
+			return nil, fmt.Errorf("offload: %w", err)
+		}
+	}
+	if s.h2d == nil {
+		if s.h2d, err = dev.NewStream("h2d-state"); err != nil {
+			return nil, fmt.Errorf("offload: %w", err)
+		}
+	}
+	for _, p := range cfg.Grads {
+		if p.Device() != dev {
+			return nil, fmt.Errorf("offload: parameter %q is on %s, the streamer on %s", p.Name(), p.Device().Name(), dev.Name())
+		}
+		s.grads[p] = true
+	}
+	err = ferry.Catch(func() error {
+		for _, p := range cfg.Params {
+			if _, dup := s.byStorage[p.Storage()]; dup {
+				continue
+			}
+			if err := s.adopt(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// adopt copies p to a new master on the host and pages p out.
+func (s *Streamer) adopt(p *ferry.Tensor) error {
+	switch {
+	case p.Device() != s.dev:
+		return fmt.Errorf("offload: parameter %q is on %s, the streamer on %s", p.Name(), p.Device().Name(), s.dev.Name())
+	case p.Pager() != nil:
+		return fmt.Errorf("offload: parameter %q already has a pager", p.Name())
+	case !p.IsContiguous() || p.StorageBytes() != p.Bytes():
+		return fmt.Errorf("offload: parameter %q is a view of a larger storage; stream whole parameters", p.Name())
+	}
+	st := &streamed{p: p, cat: device.Parameter}
+	if p.Numel() > 0 {
+		m := ferry.ZerosAs(s.host, device.Parameter, p.Shape()...)
+		if err := s.copy(s.d2h, m, p, true); err != nil {
+			m.Release()
+			return err
+		}
+		st.master = m
+		s.stats.HostParamBytes += p.Bytes()
+	}
+	s.params = append(s.params, st)
+	s.byStorage[p.Storage()] = st
+	p.SetPager(s)
+	st.resident = p.Numel() > 0
+	st.version = p.Version()
+	return s.pageOut(st)
+}
+
+// copy copies src into dst (whole blocks, same size) on stream, after the
+// compute stream's work so far; with wait, it returns when the copy is
+// done.
+func (s *Streamer) copy(stream device.Stream, dst, src *ferry.Tensor, wait bool) error {
+	db, _ := dst.Block()
+	sb, _ := src.Block()
+	if db == nil || sb == nil {
+		return nil
+	}
+	stream.Wait(s.dev.Compute().Record())
+	if err := s.dev.Copy(stream, device.Span{Block: db, Len: dst.Bytes()}, device.Span{Block: sb, Len: src.Bytes()}); err != nil {
+		return err
+	}
+	if wait {
+		return stream.Record().Synchronize()
+	}
+	return nil
+}
+
+// HostCopy returns p's master copy on the host, paging p out first (its
+// device copy, if changed in place, written back), for an optimizer that
+// updates the master; nil if p is not streamed.
+func (s *Streamer) HostCopy(p *ferry.Tensor) (*ferry.Tensor, error) {
+	st := s.byStorage[p.Storage()]
+	if st == nil {
+		return nil, nil
+	}
+	var err error
+	if cerr := ferry.Catch(func() error { err = s.pageOut(st); return nil }); cerr != nil {
+		return nil, cerr
+	}
+	return st.master, err
+}
+
+// Streams reports whether p lives in host memory.
+func (s *Streamer) Streams(p *ferry.Tensor) bool { return s.byStorage[p.Storage()] != nil }
+
+// PageIn brings t's storage back: the prefetched copy if one was started,
+// else a copy started now. (ferry.Pager.)
+func (s *Streamer) PageIn(t *ferry.Tensor) error {
+	st := s.byStorage[t.Storage()]
+	if st == nil {
+		return errors.New("offload: a storage the streamer does not hold")
+	}
+	if st.resident {
+		return nil
+	}
+	if st.pending == nil {
+		if err := s.bringIn(st, false); err != nil {
+			return err
+		}
+	}
+	if !st.ready.Done() {
+		start := time.Now()
+		s.dev.Compute().Wait(st.ready)
+		s.stats.StallSeconds += time.Since(start).Seconds()
+	}
+	st.p.InstallBlock(st.pending)
+	st.pending, st.ready = nil, nil
+	st.resident, st.used = true, false
+	st.version = st.p.Version()
+	if st.cat == device.Parameter {
+		s.noteUse(st)
+	}
+	return nil
+}
+
+// bringIn allocates st's device copy and starts the upload; prefetched
+// says whether it is ahead of use.
+func (s *Streamer) bringIn(st *streamed, prefetched bool) error {
+	b, err := s.dev.Allocator().Alloc(st.p.PagedBytes(), st.cat)
+	if err != nil {
+		return err
+	}
+	st.pending = b
+	// The new block may have been used by compute work not yet finished.
+	s.h2d.Wait(s.dev.Compute().Record())
+	mb, _ := st.master.Block()
+	if err := s.dev.Copy(s.h2d, device.Whole(b), device.Span{Block: mb, Len: st.p.PagedBytes()}); err != nil {
+		st.pending = nil
+		s.dev.Allocator().Free(b)
+		return err
+	}
+	st.ready = s.h2d.Record()
+	s.stats.ParamUploads++
+	s.stats.ParamBytesIn += st.p.PagedBytes()
+	if prefetched {
+		s.stats.Prefetched++
+	}
+	return nil
+}
+
+// noteUse records a use of st in this step's order and starts the uploads
+// of the next Prefetch uses the previous step made after it.
+func (s *Streamer) noteUse(st *streamed) {
+	if n := len(s.uses); n == 0 || s.uses[n-1] != st {
+		s.uses = append(s.uses, st)
+	}
+	i := s.pos
+	for i < len(s.order) && s.order[i] != st {
+		i++
+	}
+	if i == len(s.order) {
+		return // not where the previous step had it: no guess
+	}
+	s.pos = i + 1
+	for j := s.pos; j < len(s.order) && j < s.pos+s.prefetch; j++ {
+		if next := s.order[j]; !next.resident && next.pending == nil {
+			if err := s.bringIn(next, true); err != nil {
+				return // out of memory ahead of use: the use itself will ask again
+			}
+		}
+	}
+}
+
+// pageOut frees st's device copy, first copying it back to the master if
+// an in-place op changed it since it came in; a prefetch in flight is
+// waited for and dropped.
+func (s *Streamer) pageOut(st *streamed) error {
+	if st.pending != nil {
+		err := st.ready.Synchronize()
+		s.dev.Allocator().RecordStream(st.pending, s.h2d)
+		s.dev.Allocator().Free(st.pending)
+		st.pending, st.ready = nil, nil
+		if err != nil {
+			return err
+		}
+	}
+	if !st.resident {
+		return nil
+	}
+	if st.p.Version() != st.version && st.master != nil {
+		if err := s.copy(s.d2h, st.master, st.p, true); err != nil {
+			return err
+		}
+		s.stats.WrittenBack++
+	}
+	if b, _ := st.p.Block(); b != nil {
+		// Uploads read the master on h2d; the block goes back for compute.
+		s.dev.Allocator().RecordStream(b, s.h2d)
+	}
+	st.p.PageOut()
+	st.resident, st.used = false, false
+	return nil
+}
+
+// Attach sets tape's record hook, which frees a parameter's device copy
+// once the ops using it are recorded.
+func (s *Streamer) Attach(tape *ferry.Tape) { tape.SetRecordHook(s.recorded) }
+
+// recorded pages out the streamed parameters that earlier ops used and
+// op does not.
+func (s *Streamer) recorded(op string, inputs []*ferry.Tensor) {
+	for _, in := range inputs {
+		if in == nil {
+			continue
+		}
+		if st := s.byStorage[in.Storage()]; st != nil && op != "input" {
+			st.used = true
+		}
+	}
+	for _, st := range s.params {
+		if !st.resident || !st.used || s.usedBy(st, inputs) {
+			continue
+		}
+		if err := s.pageOut(st); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (s *Streamer) usedBy(st *streamed, inputs []*ferry.Tensor) bool {
+	for _, in := range inputs {
+		if in != nil && in.Storage() == st.p.Storage() {
+			return true
+		}
+	}
+	return false
+}
+
+// BeginStep starts a step: parameters still on the device (a checkpoint
+// read them) leave, and the first Prefetch uses of the last step start
+// their uploads.
+func (s *Streamer) BeginStep() error {
+	if err := s.pageOutAll(false); err != nil {
+		return err
+	}
+	if len(s.uses) > 0 {
+		s.order, s.uses = s.uses, s.order[:0]
+	}
+	s.pos = 0
+	for j := 0; j < len(s.order) && j < s.prefetch; j++ {
+		if next := s.order[j]; !next.resident && next.pending == nil {
+			if err := s.bringIn(next, true); err != nil {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// pageOutAll pages out every resident parameter (used ones only, unless
+// all).
+func (s *Streamer) pageOutAll(all bool) error {
+	return ferry.Catch(func() error {
+		for _, st := range s.params {
+			if st.resident || all && st.pending != nil {
+				if err := s.pageOut(st); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// BeginBackward is called between forward and backward: parameters forward
+// used leave the device (backward brings them back as it needs them), and
+// each offloaded gradient that earlier micro-batches left in host memory
+// is set aside, the parameter's Grad a paged-out device tensor standing
+// for it: backward's first addition to it brings it back, so that the
+// additions are the device's, in its order.
+func (s *Streamer) BeginBackward() error {
+	err := ferry.Catch(func() error {
+		for p := range s.grads {
+			g := p.Grad()
+			if g == nil || g.Device() == s.dev {
+				continue
+			}
+			h := g.Detach()
+			shell := ferry.NewPagedOut(s.dev, h.DType(), h.Shape(), s)
+			st := &streamed{p: shell, master: h, cat: device.Gradient}
+			s.byStorage[shell.Storage()], s.shells[p], s.hostGrads[p] = st, st, h
+			p.SetGrad(shell) // releases p's handle on h; the streamer keeps its own
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return s.pageOutAll(false)
+}
+
+// GradReady is backward's hook (ferry.BackwardOptions.GradReady): p's
+// gradient is complete. p's device copy leaves, and an offloaded gradient
+// starts its copy to the host.
+func (s *Streamer) GradReady(p *ferry.Tensor) { s.gradReady(p, false) }
+
+// gradReady is GradReady; with now, an offloaded gradient's copy is waited
+// for and the host gradient is p's Grad at once (for an optimizer that
+// updates p next, inside backward).
+func (s *Streamer) gradReady(p *ferry.Tensor, now bool) {
+	if st := s.byStorage[p.Storage()]; st != nil {
+		if err := s.pageOut(st); err != nil {
+			panic(err)
+		}
+	}
+	if !s.grads[p] {
+		return
+	}
+	g := p.Grad()
+	if g == nil || g.Device() != s.dev || g.PagedOut() {
+		return // nothing added this backward: the host's stands
+	}
+	if sh := s.shells[p]; sh != nil {
+		delete(s.byStorage, g.Storage())
+		delete(s.shells, p)
+		g.SetPager(nil)
+	}
+	dst := s.hostGrads[p]
+	if dst == nil {
+		dst = ferry.ZerosAs(s.host, device.Gradient, g.Shape()...)
+		s.hostGrads[p] = dst
+		s.hostGrad += dst.Bytes()
+		s.stats.HostGradPeak = max(s.stats.HostGradPeak, s.hostGrad)
+	}
+	if err := s.copy(s.d2h, dst, g, false); err != nil {
+		panic(err)
+	}
+	s.pending = append(s.pending, &gradCopy{p: p, dev: g.Detach(), dst: dst, ev: s.d2h.Record()})
+	s.stats.GradBytesOut += g.Bytes()
+	p.SetGrad(nil)
+	s.reap(now)
+	if now {
+		p.SetGrad(s.takeHostGrad(p))
+	}
+}
+
+// takeHostGrad removes p's host gradient from the streamer and returns it
+// (nil if none), dropping the shell standing for it, if any.
+func (s *Streamer) takeHostGrad(p *ferry.Tensor) *ferry.Tensor {
+	if sh := s.shells[p]; sh != nil {
+		delete(s.byStorage, sh.p.Storage())
+		delete(s.shells, p)
+		if g := p.Grad(); g != nil && g.Storage() == sh.p.Storage() {
+			p.SetGrad(nil) // paged out: holds no device memory
+		}
+	}
+	h := s.hostGrads[p]
+	delete(s.hostGrads, p)
+	return h
+}
+
+// reap finishes the gradient copies that are done (all, with wait),
+// freeing their device copies.
+func (s *Streamer) reap(wait bool) {
+	kept := s.pending[:0]
+	for _, c := range s.pending {
+		if !wait && !c.ev.Done() {
+			kept = append(kept, c)
+			continue
+		}
+		if err := c.ev.Synchronize(); err != nil {
+			panic(err)
+		}
+		s.dev.Allocator().RecordStream(blockOf(c.dev), s.d2h)
+		c.dev.Release()
+	}
+	clear(s.pending[len(kept):])
+	s.pending = kept
+}
+
+func blockOf(t *ferry.Tensor) *device.Block {
+	b, _ := t.Block()
+	return b
+}
+
+// EndBackward waits for the gradients' copies and hands each offloaded
+// gradient to its parameter (Grad, on the host); parameters backward
+// brought back leave the device.
+func (s *Streamer) EndBackward() error {
+	err := ferry.Catch(func() error {
+		s.reap(true)
+		for p := range s.hostGrads {
+			if g := p.Grad(); g != nil && g.Device() == s.dev && !g.PagedOut() {
+				return fmt.Errorf("offload: the gradient of %q is still on the device after backward", p.Name())
+			}
+			p.SetGrad(s.takeHostGrad(p))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return s.pageOutAll(true)
+}
+
+// EndStep is called after the optimizer's step: no parameter stays on the
+// device, and host gradients the optimizer dropped are no longer counted.
+func (s *Streamer) EndStep() error {
+	s.hostGrad = 0
+	for p := range s.grads {
+		if g := p.Grad(); g != nil && g.Device() != s.dev {
+			s.hostGrad += g.Bytes()
+		}
+	}
+	return s.pageOutAll(true)
+}
+
+// Stats returns what the streamer moved so far.
+func (s *Streamer) Stats() StreamStats { return s.stats }
+
+// Close brings every parameter back to the device, to stay, and frees the
+// masters. Closing twice does nothing.
+func (s *Streamer) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return ferry.Catch(func() error {
+		s.reap(true)
+		for p := range s.hostGrads {
+			p.SetGrad(s.takeHostGrad(p))
+		}
+		for _, st := range s.params {
+			if !st.resident && st.p.Numel() > 0 {
+				if err := s.PageIn(st.p); err != nil {
+					return err
+				}
+			}
+			st.p.SetPager(nil)
+			if st.master != nil {
+				st.master.Release()
+			}
+		}
+		s.params = nil
+		clear(s.byStorage)
+		return nil
+	})
+}

@@ -1,0 +1,184 @@
+package train_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"ferry"
+	"ferry/device"
+	"ferry/nn"
+	"ferry/offload"
+	"ferry/optim"
+	"ferry/train"
+	"ferry/train/traintest"
+)
+
+// gptTask is a small GPT on random tokens, with dropout.
+type gptTask struct {
+	dev device.Device
+	lm  *nn.GPT
+	cfg nn.GPTConfig
+}
+
+func newGPTTask(t testing.TB, dev device.Device) *gptTask {
+	cfg := nn.GPTConfig{Vocab: 23, Seq: 8, Layers: 2, Heads: 2, Embd: 16, Dropout: 0.1, Bias: true, Seed: 5}
+	lm, err := nn.NewGPT(dev, cfg, rand.New(rand.NewPCG(7, 7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &gptTask{dev: dev, lm: lm, cfg: cfg}
+}
+
+func (g *gptTask) Model() nn.Module { return g.lm }
+
+func (g *gptTask) Batch(step, micro int) (x, y *ferry.Tensor, items int, err error) {
+	rng := rand.New(rand.NewPCG(uint64(step), uint64(micro)))
+	const b = 3
+	xs, ys := make([]int32, b*g.cfg.Seq), make([]int32, b*g.cfg.Seq)
+	for i := range xs {
+		xs[i], ys[i] = int32(rng.IntN(g.cfg.Vocab)), int32(rng.IntN(g.cfg.Vocab))
+	}
+	return ferry.FromInt32s(g.dev, xs, b, g.cfg.Seq), ferry.FromInt32s(g.dev, ys, b, g.cfg.Seq), b, nil
+}
+
+func (g *gptTask) Forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor {
+	g.lm.SetRecompute(recompute)
+	return g.lm.Forward(x)
+}
+
+func (g *gptTask) Loss(out, y *ferry.Tensor) *ferry.Tensor { return ferry.CrossEntropy(out, y) }
+
+// streamRun is what one training run left: its losses, its parameters'
+// bits, and the device's peaks of parameter, gradient and optimizer-state
+// bytes.
+type streamRun struct {
+	losses                   []float64
+	params                   [][]float32
+	paramPeak, gradPeak, opt int64
+	stats                    offload.StreamStats
+}
+
+func trainStreamed(t *testing.T, gpt bool, setup offload.Setup, hostOpt bool, cfg train.Config) streamRun {
+	t.Helper()
+	dev := cpu(t)
+	var task train.Task
+	if gpt {
+		task = newGPTTask(t, dev)
+	} else {
+		task = &traintest.MLP{Dev: dev, Layers: 3, Width: 16, Rows: 8, Seed: 3}
+	}
+	model := task.Model()
+	defer nn.Release(model)
+	var opts []optim.Option
+	if hostOpt {
+		opts = append(opts, optim.OnHost())
+	}
+	opt := optim.NewAdamW(model.Parameters(), 1e-2, opts...)
+	defer opt.Release()
+	var r streamRun
+	cfg.Optimizer, cfg.Memory = opt, setup
+	cfg.Hooks.Step = func(s train.StepInfo) { r.losses = append(r.losses, s.Loss) }
+	tr, err := train.New(dev, task, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.Allocator().ResetPeak() // the model was built on the device
+	if _, err := tr.Run(context.Background()); err != nil {
+		tr.Close()
+		t.Fatal(err)
+	}
+	if s := tr.Memory().Streamer(); s != nil {
+		r.stats = s.Stats()
+	}
+	st := dev.Allocator().Stats()
+	r.paramPeak = st.ByCategory[device.Parameter].Peak
+	r.gradPeak = st.ByCategory[device.Gradient].Peak
+	r.opt = st.ByCategory[device.OptimizerState].Peak
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range model.Parameters() {
+		if p.PagedOut() {
+			t.Errorf("%s is still paged out after Close", p.Name())
+		}
+		r.params = append(r.params, p.Float32s())
+	}
+	return r
+}
+
+// Parameters streamed from the host, gradients sent to the host and the
+// optimizer stepping there train to the bits of a run that keeps all of
+// it on the device: the MLP and a GPT with dropout, with gradient
+// accumulation and clipping, the optimizer after backward and inside it,
+// with and without the activation offloader.
+func TestStreamingTrainsToTheSameBits(t *testing.T) {
+	for _, gpt := range []bool{false, true} {
+		for _, inBwd := range []bool{false, true} {
+			cfg := train.Config{Steps: 3, Accum: 2, Clip: 0.05}
+			if inBwd {
+				cfg = train.Config{Steps: 3} // a step inside backward neither accumulates nor clips
+			}
+			base := offload.Setup{Mode: offload.None, OptimizerInBackward: inBwd}
+			want := trainStreamed(t, gpt, base, false, cfg)
+			for _, c := range []struct {
+				name           string
+				mode           offload.Mode
+				params         []string
+				grads, hostOpt bool
+			}{
+				{"params", offload.None, []string{"*"}, false, false},
+				{"grads", offload.None, nil, true, true},
+				{"params+grads+host optimizer", offload.None, []string{"*"}, true, true},
+				{"params+grads+host optimizer, offload", offload.Offload, []string{"*"}, true, true},
+				{"params+host optimizer", offload.Recompute, []string{"*"}, false, true},
+			} {
+				t.Run(fmt.Sprintf("gpt=%v/inBackward=%v/%s", gpt, inBwd, c.name), func(t *testing.T) {
+					s := base
+					s.Mode, s.ParamsOnHost, s.GradsOnHost = c.mode, c.params, c.grads
+					got := trainStreamed(t, gpt, s, c.hostOpt, cfg)
+					if !sameBits(got.params, want.params) {
+						t.Error("parameters differ from the run on the device")
+					}
+					for i := range want.losses {
+						if math.Float64bits(got.losses[i]) != math.Float64bits(want.losses[i]) {
+							t.Errorf("step %d: loss %v, want %v", i+1, got.losses[i], want.losses[i])
+						}
+					}
+					if c.params != nil {
+						if got.paramPeak >= want.paramPeak {
+							t.Errorf("parameters peak at %d bytes on the device, as many as without streaming (%d)", got.paramPeak, want.paramPeak)
+						}
+						if got.stats.ParamUploads == 0 || got.stats.Prefetched == 0 {
+							t.Errorf("stats %+v: nothing uploaded or nothing prefetched", got.stats)
+						}
+					}
+					if c.grads && (got.gradPeak >= want.gradPeak && !inBwd || got.gradPeak > want.gradPeak) {
+						t.Errorf("gradients peak at %d bytes on the device, as many as without offloading them (%d)", got.gradPeak, want.gradPeak)
+					}
+					if c.hostOpt && got.opt != 0 {
+						t.Errorf("%d bytes of optimizer state on the device", got.opt)
+					}
+				})
+			}
+		}
+	}
+}
+
+// Gradients on the host with the optimizer's state on the device cannot
+// work: the Trainer says so before training.
+func TestGradientsOnHostNeedAHostOptimizer(t *testing.T) {
+	dev := cpu(t)
+	task := &traintest.MLP{Dev: dev, Layers: 2, Width: 8, Rows: 4, Seed: 1}
+	model := task.Model()
+	defer nn.Release(model)
+	opt := optim.NewAdamW(model.Parameters(), 1e-2)
+	defer opt.Release()
+	_, err := train.New(dev, task, train.Config{Steps: 1, Optimizer: opt, Memory: offload.Setup{GradsOnHost: true}})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	t.Log(err)
+}
