@@ -32,14 +32,14 @@ type StreamConfig struct {
 
 // StreamStats counts what a Streamer moved.
 type StreamStats struct {
-	ParamUploads    int     `json:"param_uploads"`     // device copies made
-	ParamBytesIn    int64   `json:"param_bytes_in"`    // bytes of them
-	Prefetched      int     `json:"param_prefetched"`  // uploads started ahead of use
-	WrittenBack     int     `json:"param_written_back"` // device copies changed in place, copied back
-	GradBytesOut    int64   `json:"grad_bytes_out"`    // gradient bytes to the host
-	StallSeconds    float64 `json:"param_stall_seconds"`
-	HostParamBytes  int64   `json:"host_param_bytes"`  // host copies of parameters
-	HostGradPeak    int64   `json:"host_grad_peak_bytes"`
+	ParamUploads   int     `json:"param_uploads"`      // device copies made
+	ParamBytesIn   int64   `json:"param_bytes_in"`     // bytes of them
+	Prefetched     int     `json:"param_prefetched"`   // uploads started ahead of use
+	WrittenBack    int     `json:"param_written_back"` // device copies changed in place, copied back
+	GradBytesOut   int64   `json:"grad_bytes_out"`     // gradient bytes to the host
+	StallSeconds   float64 `json:"param_stall_seconds"`
+	HostParamBytes int64   `json:"host_param_bytes"` // host copies of parameters
+	HostGradPeak   int64   `json:"host_grad_peak_bytes"`
 }
 
 // Streamer keeps parameters and gradients in host memory during
@@ -72,8 +72,8 @@ type Streamer struct {
 	dev, host device.Device
 	d2h, h2d  device.Stream
 	prefetch  int
-	params    []*streamed         // in StreamConfig.Params order
-	byStorage map[any]*streamed   // by storage
+	params    []*streamed       // in StreamConfig.Params order
+	byStorage map[any]*streamed // by storage
 	grads     map[*ferry.Tensor]bool
 	// hostGrads are the offloaded gradients while backward runs, by
 	// parameter; shells are the paged-out device tensors standing for
@@ -81,10 +81,10 @@ type Streamer struct {
 	// to them (so that it adds in the order it would on the device).
 	hostGrads map[*ferry.Tensor]*ferry.Tensor
 	shells    map[*ferry.Tensor]*streamed
-	pending   []*gradCopy         // gradient copies to the host in flight
-	order     []*streamed         // the previous step's uses, in order
-	uses      []*streamed         // this step's so far
-	pos       int                 // where in order the last use was found
+	pending   []*gradCopy // gradient copies to the host in flight
+	order     []*streamed // the previous step's uses, in order
+	uses      []*streamed // this step's so far
+	pos       int         // where in order the last use was found
 	stats     StreamStats
 	hostGrad  int64
 	closed    bool
@@ -92,10 +92,10 @@ type Streamer struct {
 
 // streamed is one parameter storage in host memory.
 type streamed struct {
-	p        *ferry.Tensor // the parameter (the caller's handle), or a gradient shell
-	master   *ferry.Tensor // its values, on the host
-	cat      device.Category
-	version  uint32        // p's version when it was last brought in
+	p       *ferry.Tensor // the parameter (the caller's handle), or a gradient shell
+	master  *ferry.Tensor // its values, on the host
+	cat     device.Category
+	version uint32 // p's version when it was last brought in
 	// A prefetch in flight: the block being filled and the copy's event.
 	// The storage stays paged out until its first use waits for the copy
 	// and installs the block (PageIn).
