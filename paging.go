@@ -144,3 +144,32 @@ func (tp *Tape) SetRecordHook(f func(op string, inputs []*Tensor)) {
 	tp.checkOwner("set_record_hook")
 	tp.recordHook = f
 }
+
+// MigrateToPager makes t, a whole contiguous tensor on dev's host
+// (dev.Host()), a tensor of dev whose storage is paged out to p, without
+// allocating device memory: t's host memory becomes the returned tensor
+// (the master copy, which the caller, being p, owns and keeps), and every
+// handle on t's storage is now a handle on dev's. A model too large for a
+// device is built on its host and migrated this way.
+func (t *Tensor) MigrateToPager(dev device.Device, p Pager) *Tensor {
+	t.live("migrate")
+	st := t.st
+	switch {
+	case p == nil:
+		panicf("migrate", "no pager")
+	case st.dev != dev.Host() || st.dev == dev:
+		panicf("migrate", "%s is on %s, not on %s's host", t.describe(), st.dev.Name(), dev.Name())
+	case st.pager != nil:
+		panicf("migrate", "%s already has a pager", t.describe())
+	case t.offset != 0 || !t.IsContiguous() || st.block != nil && st.block.Requested() != t.Bytes():
+		panicf("migrate", "%s is a view of a larger storage; migrate whole tensors", t.describe())
+	case t.tape != nil:
+		panicf("migrate", "%s belongs to a tape", t.describe())
+	}
+	master := &Tensor{shape: t.shape, strides: t.strides, dtype: t.dtype, st: newStorage(st.dev, st.block), name: t.name}
+	st.dev, st.alloc = dev, dev.Allocator()
+	st.bytes = t.Bytes()
+	st.block = nil
+	st.pager, st.pagedOut = p, st.bytes > 0
+	return master
+}

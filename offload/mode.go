@@ -85,7 +85,10 @@ type Setup struct {
 	HooksOverLoss bool
 
 	// Params are the model's parameters, which ParamsOnHost and
-	// GradsOnHost place (mode policy takes the policy's placements).
+	// GradsOnHost place (mode policy takes the policy's placements). A
+	// model too large for the device is built on its host (dev.Host()):
+	// its streamed parameters then never take device memory but around
+	// their uses, and the others move to the device.
 	Params []*ferry.Tensor
 	// ParamsOnHost names the parameters that live in host memory and
 	// stream to the device around their uses ("*": all of them).
@@ -185,8 +188,11 @@ func (m *Memory) setupStream(dev device.Device, s Setup) error {
 		cfg.D2H, cfg.H2D = m.off.d2h, m.off.h2d
 		cfg.Prefetch = m.off.cfg.Lookahead
 	}
-	m.stream, err = NewStreamer(dev, cfg)
-	return err
+	if m.stream, err = NewStreamer(dev, cfg); err != nil {
+		return err
+	}
+	// A model built on the host: what is not streamed moves to the device.
+	return MoveToDevice(dev, s.Params)
 }
 
 // SelectParams returns the parameters named in names ("*" alone: all), in
@@ -198,6 +204,13 @@ func SelectParams(params []*ferry.Tensor, names []string) ([]*ferry.Tensor, erro
 	want := make(map[string]bool, len(names))
 	for _, n := range names {
 		want[n] = true
+	}
+	seen := make(map[string]*ferry.Tensor, len(params))
+	for _, p := range params {
+		if q, dup := seen[p.Name()]; dup && q != p && want[p.Name()] {
+			return nil, fmt.Errorf("offload: two parameters are named %q; name parameters uniquely to place them by name", p.Name())
+		}
+		seen[p.Name()] = p
 	}
 	var out []*ferry.Tensor
 	for _, p := range params {
@@ -309,21 +322,7 @@ func (m *Memory) Backward(loss *ferry.Tensor, opts ferry.BackwardOptions) error 
 	if m.stream == nil {
 		return loss.BackwardWith(opts)
 	}
-	if err := m.stream.BeginBackward(); err != nil {
-		return err
-	}
-	next := opts.GradReady
-	opts.GradReady = func(p *ferry.Tensor) {
-		m.stream.gradReady(p, next != nil)
-		if next != nil {
-			next(p)
-		}
-	}
-	err := loss.BackwardWith(opts)
-	if eerr := m.stream.EndBackward(); err == nil {
-		err = eerr
-	}
-	return err
+	return m.stream.Backward(loss, opts)
 }
 
 // EndStep is called after the optimizer's step.

@@ -138,7 +138,7 @@ func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
 		}
 	}
 	for _, p := range cfg.Grads {
-		if p.Device() != dev {
+		if p.Device() != dev && p.Device() != dev.Host() {
 			return nil, fmt.Errorf("offload: parameter %q is on %s, the streamer on %s", p.Name(), p.Device().Name(), dev.Name())
 		}
 		s.grads[p] = true
@@ -161,8 +161,26 @@ func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
 	return s, nil
 }
 
-// adopt copies p to a new master on the host and pages p out.
+// adopt copies p to a new master on the host and pages p out; a p built
+// on the host is migrated instead, its memory the master (no device
+// memory is used).
 func (s *Streamer) adopt(p *ferry.Tensor) error {
+	if p.Device() == s.host && s.host != s.dev {
+		if p.Pager() != nil {
+			return fmt.Errorf("offload: parameter %q already has a pager", p.Name())
+		}
+		st := &streamed{p: p, cat: device.Parameter}
+		st.master = p.MigrateToPager(s.dev, s)
+		if st.master.Numel() == 0 {
+			st.master.Release()
+			st.master = nil
+		}
+		s.stats.HostParamBytes += p.Bytes()
+		s.params = append(s.params, st)
+		s.byStorage[p.Storage()] = st
+		st.version = p.Version()
+		return nil
+	}
 	switch {
 	case p.Device() != s.dev:
 		return fmt.Errorf("offload: parameter %q is on %s, the streamer on %s", p.Name(), p.Device().Name(), s.dev.Name())
@@ -405,6 +423,28 @@ func (s *Streamer) pageOutAll(all bool) error {
 	})
 }
 
+// Backward runs backward from loss with opts between BeginBackward and
+// EndBackward, the Streamer's GradReady before opts.GradReady (which then
+// finds an offloaded gradient on the host, as an optimizer inside
+// backward needs it).
+func (s *Streamer) Backward(loss *ferry.Tensor, opts ferry.BackwardOptions) error {
+	if err := s.BeginBackward(); err != nil {
+		return err
+	}
+	next := opts.GradReady
+	opts.GradReady = func(p *ferry.Tensor) {
+		s.gradReady(p, next != nil)
+		if next != nil {
+			next(p)
+		}
+	}
+	err := loss.BackwardWith(opts)
+	if eerr := s.EndBackward(); err == nil {
+		err = eerr
+	}
+	return err
+}
+
 // BeginBackward is called between forward and backward: parameters forward
 // used leave the device (backward brings them back as it needs them), and
 // each offloaded gradient that earlier micro-batches left in host memory
@@ -576,6 +616,55 @@ func (s *Streamer) Close() error {
 		}
 		s.params = nil
 		clear(s.byStorage)
+		return nil
+	})
+}
+
+// onceIn is the pager of a parameter moved to the device for good
+// (MoveToDevice): its one page-in uploads the host copy.
+type onceIn struct {
+	dev    device.Device
+	master *ferry.Tensor
+}
+
+func (o *onceIn) PageIn(t *ferry.Tensor) error {
+	b, err := o.dev.Allocator().Alloc(t.PagedBytes(), device.Parameter)
+	if err != nil {
+		return err
+	}
+	mb, _ := o.master.Block()
+	s := o.dev.Compute()
+	if err := o.dev.Copy(s, device.Whole(b), device.Span{Block: mb, Len: t.PagedBytes()}); err != nil {
+		o.dev.Allocator().Free(b)
+		return err
+	}
+	if err := s.Record().Synchronize(); err != nil {
+		o.dev.Allocator().Free(b)
+		return err
+	}
+	t.InstallBlock(b)
+	return nil
+}
+
+// MoveToDevice moves parameters built on dev's host to dev, in place (the
+// model's handles stay valid): those a Streamer does not stream when the
+// model was built on the host. Parameters already on dev are left alone.
+func MoveToDevice(dev device.Device, params []*ferry.Tensor) error {
+	return ferry.Catch(func() error {
+		for _, p := range params {
+			if p.Device() == dev || p.Device() != dev.Host() || p.Pager() != nil {
+				continue
+			}
+			o := &onceIn{dev: dev}
+			o.master = p.MigrateToPager(dev, o)
+			if p.PagedOut() {
+				if err := o.PageIn(p); err != nil {
+					return err
+				}
+			}
+			p.SetPager(nil)
+			o.master.Release()
+		}
 		return nil
 	})
 }

@@ -57,6 +57,13 @@ type Options struct {
 	// the planner records it in the plan and its policy, so that a run
 	// applies it too.
 	OptimizerState string
+	// Gradients ("device", "" too, or "host") and ParamsOnHost (parameter
+	// names, "*": all) say where the Model's step keeps the gradients and
+	// which parameters it streams from host memory (offload.Streamer), as
+	// the Model builds it: recorded in the plan and its policy. MakeJoint
+	// chooses them.
+	Gradients    string
+	ParamsOnHost []string
 	// Precision says the precision the Model's step runs in, "fp32" (""
 	// too) or "bf16", as the Model builds it: recorded in the plan and its
 	// policy, which a run must then match.
@@ -105,6 +112,11 @@ type Plan struct {
 	KeepsEverything     bool    `json:"keeps_everything"`
 	OptimizerInBackward bool    `json:"optimizer_in_backward"`
 	OptimizerState      string  `json:"optimizer_state"` // device or host
+	Gradients           string  `json:"gradients"`       // device or host
+	// ParamsOnHost names the parameters in host memory ("*": all);
+	// ParamsOnHostBytes is their size.
+	ParamsOnHost      []string `json:"parameters_on_host,omitempty"`
+	ParamsOnHostBytes int64    `json:"parameters_on_host_bytes,omitempty"`
 	Precision           string  `json:"precision"`       // fp32 or bf16
 	Counts              Counts  `json:"placements"`
 	Predicted           Outcome `json:"predicted"`
@@ -209,6 +221,20 @@ func makePlan(opts Options) (*Plan, error) {
 	default:
 		return nil, fmt.Errorf("plan: optimizer state %q: want device or host", opts.OptimizerState)
 	}
+	switch opts.Gradients {
+	case "":
+		opts.Gradients = "device"
+	case "device":
+	case "host":
+		if opts.OptimizerState != "host" {
+			return nil, fmt.Errorf("plan: gradients on the host need the optimizer's state there too")
+		}
+	default:
+		return nil, fmt.Errorf("plan: gradients %q: want device or host", opts.Gradients)
+	}
+	if opts.Ranks > 1 && (opts.Gradients == "host" || len(opts.ParamsOnHost) > 0) {
+		return nil, fmt.Errorf("plan: parameters or gradients in host memory are not yet planned with several ranks")
+	}
 	switch opts.Precision {
 	case "":
 		opts.Precision = "fp32"
@@ -235,7 +261,8 @@ func makePlan(opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p := &Plan{Model: opts.Model.String(), Profile: opts.Profile.Name, Budget: opts.Budget, HostBudget: opts.HostBudget,
-		OptimizerState: opts.OptimizerState, Precision: opts.Precision, info: pl.plain[0].modelInfo()}
+		OptimizerState: opts.OptimizerState, Gradients: opts.Gradients, ParamsOnHost: opts.ParamsOnHost,
+		Precision: opts.Precision, info: pl.plain[0].modelInfo()}
 	if opts.Ranks > 1 {
 		p.Ranks, p.Shard = opts.Ranks, opts.Shard
 	}
@@ -574,6 +601,10 @@ func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offlo
 	if pl.opts.OptimizerState == "host" {
 		pol.OptimizerState = "host"
 	}
+	if pl.opts.Gradients == "host" {
+		pol.Gradients = "host"
+	}
+	pol.ParametersOnHost = pl.opts.ParamsOnHost
 	if pl.opts.Precision == "bf16" {
 		pol.Precision = "bf16"
 	}

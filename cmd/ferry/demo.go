@@ -43,6 +43,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	traceDir := fs.String("trace", "", "write each mode's last step as a Chrome trace and an SVG memory chart into this directory")
 	inBackward := fs.Bool("optimizer-in-backward", false, "update each parameter inside backward and free its gradient at once")
 	optState := fs.String("optimizer-state", "device", "where the optimizer keeps its state and steps, in every mode: device, or host (default: the policy's, else device)")
+	state := defineStateFlags(fs)
 	precision := fs.String("precision", "fp32", precisionUsage)
 	profile := fs.String("profile", "", "meta device only: hardware profile for predicted times ("+strings.Join(plan.Profiles(), ", ")+" or a JSON file)")
 	return func(out io.Writer, asJSON bool) error {
@@ -107,6 +108,9 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			return fmt.Errorf("--optimizer-state %q: want device or host", *optState)
 		}
 		cfg.OptimizerState = *optState
+		if cfg.GradsOnHost, cfg.ParamsOnHost, err = state.resolve(set, nil, "", *optState); err != nil && pol == nil {
+			return err
+		}
 		cfg.TraceDir = *traceDir
 		if p := pol; p != nil {
 			if !set["modes"] {
@@ -135,6 +139,9 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 					return fmt.Errorf("--policy %s was planned with the optimizer state on the %s; drop --optimizer-state %s, or plan again with it", *policy, s, *optState)
 				}
 				cfg.OptimizerState = s
+			}
+			if cfg.GradsOnHost, cfg.ParamsOnHost, err = state.resolve(set, p, *policy, cfg.OptimizerState); err != nil {
+				return err
 			}
 		}
 		if *profile != "" {

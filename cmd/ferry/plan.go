@@ -25,7 +25,9 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	noDisk := fs.Bool("no-disk", false, "do not use the disk tier")
 	out := fs.String("out", "", "write the policy file here (for ferry demo/train --policy); without it nothing is written")
 	ranks := fs.Int("ranks", 1, "plan one rank of data-parallel training over this many ranks (the rank holding the most sharded state)")
-	optState := fs.String("optimizer-state", "auto", "where the optimizer keeps its state and steps: device; host (its state then takes no device memory); or auto: on the device if the plan fits there, else on the host if it fits there (the policy records it)")
+	optState := fs.String("optimizer-state", "auto", "where the optimizer keeps its state and steps: device; host (its state then takes no device memory); or auto: the planner chooses (the policy records it)")
+	grads := fs.String("gradients", "auto", "where gradients go as backward completes them: device; host (needs the optimizer's state on the host); or auto: the planner chooses")
+	params := fs.String("parameters", "auto", "where parameters live between uses: device; host (all of them streamed to the device around their uses); or auto: the planner chooses, streaming the fewest that fit")
 	precision := fs.String("precision", "fp32", precisionUsage)
 	zero := fs.Int("zero", 1, "with --ranks above 1, the ZeRO stage: 0 every rank holds the whole optimizer state and gradients, 1 its share of the optimizer state, 2 of the gradients too")
 	return func(w io.Writer, asJSON bool) error {
@@ -42,18 +44,22 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if *ranks == 1 {
 			shard = 0
 		}
-		if *optState != "device" && *optState != "host" && *optState != "auto" {
-			return fmt.Errorf("--optimizer-state %q: want device, host or auto", *optState)
+		for _, v := range []struct{ flag, val string }{{"optimizer-state", *optState}, {"gradients", *grads}, {"parameters", *params}} {
+			if v.val != "device" && v.val != "host" && v.val != "auto" {
+				return fmt.Errorf("--%s %q: want device, host or auto", v.flag, v.val)
+			}
 		}
-		if *optState == "host" && *ranks > 1 {
-			return fmt.Errorf("--optimizer-state host plans one process: with --ranks, ZeRO (--zero) shares the optimizer state instead")
+		jo := plan.JointOptions{OptimizerState: *optState, Gradients: *grads, Params: *params}
+		if *ranks > 1 {
+			if *optState == "host" || *grads == "host" || *params == "host" {
+				return fmt.Errorf("--optimizer-state, --gradients and --parameters host plan one process: with --ranks, ZeRO (--zero) shares the state instead")
+			}
+			jo = plan.JointOptions{OptimizerState: "device", Gradients: "device", Params: "device"}
 		}
-		state := *optState
-		if state == "auto" {
-			state = "device" // first: the host only when nothing fits there
+		if *optState == "device" && (*grads == "host" || *params == "host") {
+			return fmt.Errorf("--gradients host and --parameters host need the optimizer's state on the host: drop --optimizer-state device")
 		}
 		cfg := demo.DefaultConfig("meta")
-		cfg.OptimizerState = state
 		var err error
 		if cfg.Precision, err = parsePrecision(*precision); err != nil {
 			return err
@@ -73,28 +79,33 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if err != nil {
 			return err
 		}
-		p, err := plan.Make(plan.Options{Model: demo.PlanModel(cfg), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
-			Ranks: *ranks, Shard: shard, OptimizerState: state, Precision: offload.PrecisionName(cfg.Precision)})
+		modelParams, err := demo.PlanParams(cfg)
 		if err != nil {
 			return err
 		}
-		chose := ""
-		if !p.Fits && state == "device" && *ranks == 1 {
-			// Would the optimizer's state on the host make it fit? With
-			// auto, that plan is the answer; else it is a suggestion.
-			hc := cfg
-			hc.OptimizerState = "host"
-			hp, err := plan.Make(plan.Options{Model: demo.PlanModel(hc), Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof,
-				NoDisk: *noDisk, OptimizerState: "host", Precision: offload.PrecisionName(cfg.Precision)})
-			switch {
-			case err != nil || !hp.Fits:
-			case *optState == "auto":
-				p, cfg = hp, hc
-				chose = fmt.Sprintf("(--optimizer-state auto chose the host: with the state on the device nothing fits in %s)", device.FormatBytes(p.Budget))
-			default:
-				p.Suggestions = append(p.Suggestions, fmt.Sprintf("--optimizer-state host (the optimizer's state on the host: peak %s, step %.4g s predicted)",
-					device.FormatBytes(hp.Predicted.PeakBytes), hp.Predicted.StepSeconds))
+		p, tried, err := plan.MakeJoint(plan.Options{Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
+			Ranks: *ranks, Shard: shard, Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), jo)
+		if err != nil {
+			return err
+		}
+		if !p.Fits && *ranks == 1 && (*optState != "auto" || *grads != "auto" || *params != "auto") {
+			// Would the planner's own choice of the state fit? Say so.
+			ap, _, err := plan.MakeJoint(plan.Options{Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
+				Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), plan.JointOptions{})
+			if err == nil && ap.Fits {
+				flags := "--optimizer-state " + ap.OptimizerState + " --gradients " + ap.Gradients
+				if len(ap.ParamsOnHost) > 0 {
+					flags += " --parameters host"
+				}
+				p.Suggestions = append(p.Suggestions, fmt.Sprintf("%s (%s: peak %s, step %.4g s predicted)", flags,
+					plan.State{OptimizerState: ap.OptimizerState, Gradients: ap.Gradients, ParamsOnHost: ap.ParamsOnHost},
+					device.FormatBytes(ap.Predicted.PeakBytes), ap.Predicted.StepSeconds))
 			}
+		}
+		cfg.OptimizerState, cfg.GradsOnHost, cfg.ParamsOnHost = p.OptimizerState, p.Gradients == "host", p.ParamsOnHost
+		chose := ""
+		if len(tried) > 1 {
+			chose = "training state placements tried (the fastest that fits wins):\n" + plan.DescribeTried(tried)
 		}
 		written := ""
 		if p.Fits && *out != "" {
@@ -110,13 +121,13 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			replay = replayCommand(cfg, *profile, written, p.Counts.Disk > 0)
 		}
 		if asJSON {
-			if err := writeJSON(w, planJSON(p, written, replay)); err != nil {
+			if err := writeJSON(w, planJSON(p, written, replay, tried)); err != nil {
 				return err
 			}
 		} else {
 			printPlan(w, p, replay)
 			if chose != "" {
-				fmt.Fprintln(w, chose)
+				fmt.Fprint(w, chose)
 			}
 			if written != "" {
 				fmt.Fprintf(w, "policy written to %s\n", written)
@@ -149,16 +160,17 @@ type figures struct {
 	Placements           plan.Counts `json:"placements"`
 }
 
-func planJSON(p *plan.Plan, written, replay string) any {
+func planJSON(p *plan.Plan, written, replay string, tried []plan.Tried) any {
 	return struct {
 		*plan.Plan
-		PredictedPeakBytes   int64   `json:"predicted_peak_bytes"`
-		PredictedStepSeconds float64 `json:"predicted_step_seconds"`
-		AllRecompute         figures `json:"all_recompute"`
-		AllOffload           figures `json:"all_offload"`
-		PolicyFile           string  `json:"policy_file,omitempty"`
-		Replay               string  `json:"replay_command,omitempty"`
-	}{p, p.Predicted.PeakBytes, p.Predicted.StepSeconds, baselineJSON(p.AllRecompute), baselineJSON(p.AllOffload), written, replay}
+		PredictedPeakBytes   int64        `json:"predicted_peak_bytes"`
+		PredictedStepSeconds float64      `json:"predicted_step_seconds"`
+		AllRecompute         figures      `json:"all_recompute"`
+		AllOffload           figures      `json:"all_offload"`
+		PolicyFile           string       `json:"policy_file,omitempty"`
+		Replay               string       `json:"replay_command,omitempty"`
+		Tried                []plan.Tried `json:"state_placements_tried,omitempty"`
+	}{p, p.Predicted.PeakBytes, p.Predicted.StepSeconds, baselineJSON(p.AllRecompute), baselineJSON(p.AllOffload), written, replay, tried}
 }
 
 func baselineJSON(b plan.Baseline) figures {
@@ -215,6 +227,16 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 	}
 	if p.OptimizerState == "host" {
 		fmt.Fprintln(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host): no optimizer state on the device")
+	}
+	if p.Gradients == "host" {
+		fmt.Fprintln(w, "  gradients go to host memory as backward completes them (--gradients host)")
+	}
+	if n := len(p.ParamsOnHost); n > 0 {
+		what := fmt.Sprintf("%d parameters", n)
+		if n == 1 && p.ParamsOnHost[0] == "*" {
+			what = "every parameter"
+		}
+		fmt.Fprintf(w, "  %s (%s) in host memory, streamed to the device around their uses (--parameters host)\n", what, device.FormatBytes(p.ParamsOnHostBytes))
 	}
 	fmt.Fprintf(w, "predicted: peak %s of %s · step %.4g s, %.3f × unlimited · stall %.4g s · %s to host, %s to disk per step\n",
 		device.FormatBytes(p.Predicted.PeakBytes), device.FormatBytes(p.Budget), p.Predicted.StepSeconds, p.Slowdown,

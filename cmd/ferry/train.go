@@ -41,6 +41,9 @@ type trainOptions struct {
 	lr, minLR, clip               float64
 	weightDecay, momentum         float64
 	optimizer, optimizerState     string
+	state                         *stateFlags
+	gradsOnHost                   bool
+	paramsOnHost                  []string
 	precision, saveDType          string
 	precisionType                 device.DType
 	exportBF16                    bool // --save-dtype bf16
@@ -99,6 +102,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) 
 	fs.Float64Var(&o.clip, "clip", 0, "clip gradients to this global L2 norm (0: no clipping)")
 	fs.StringVar(&o.optimizer, "optimizer", optimizer, "sgd or adamw")
 	fs.StringVar(&o.optimizerState, "optimizer-state", "device", "where the optimizer keeps its state and steps: device, or host (host memory, updated on the CPU cores: no optimizer state on the device)")
+	o.state = defineStateFlags(fs)
 	fs.StringVar(&o.precision, "precision", "fp32", precisionUsage)
 	fs.StringVar(&o.saveDType, "save-dtype", "fp32", "element type of the saved model: fp32 (model.safetensors, the master weights each checkpoint resumes from), or bf16 to also write model.bf16.safetensors (rounded, half the bytes) in each checkpoint")
 	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "weight decay (default: 0 for sgd, 0.1 for adamw)")
@@ -181,6 +185,9 @@ func (o *trainOptions) validate(set map[string]bool) error {
 			return err
 		}
 		o.pol = pol
+	}
+	if o.gradsOnHost, o.paramsOnHost, err = o.state.resolve(set, o.pol, o.policy, o.optimizerState); err != nil {
+		return err
 	}
 	if !set["min-lr"] {
 		o.minLR = o.lr / 10
@@ -328,7 +335,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	if warmup < 0 {
 		warmup = o.steps / 10
 	}
-	mem := offload.Setup{Mode: offload.Mode(o.mode), DiskDir: o.diskDir}
+	mem := offload.Setup{Mode: offload.Mode(o.mode), DiskDir: o.diskDir, GradsOnHost: o.gradsOnHost, ParamsOnHost: o.paramsOnHost}
 	task := r.task
 	if o.policy != "" {
 		pol := o.pol

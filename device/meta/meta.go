@@ -156,6 +156,10 @@ type Device struct {
 type sim struct {
 	profile *Profile
 	disk    float64 // the disk's clock
+	// link is when the host link is next free each way (0: to the
+	// device, 1: to the host): copies on any streams share it, as they
+	// share a GPU's copy engines.
+	link [2]float64
 	stall   float64 // total time compute waited for events
 }
 
@@ -219,16 +223,25 @@ func (d *Device) Copy(s device.Stream, dst, src device.Span) error {
 		return fmt.Errorf("meta: Copy on a stream of another device (%T)", s)
 	}
 	var cost float64
+	link := -1
 	if p := d.sim.profile; p != nil {
 		dh, sh := isHost(dst.Block), isHost(src.Block)
 		switch {
 		case sh && !dh:
-			cost = float64(src.Len) / p.H2DBytesPerSec
+			cost, link = float64(src.Len)/p.H2DBytesPerSec, 0
 		case dh && !sh:
-			cost = float64(src.Len) / p.D2HBytesPerSec
+			cost, link = float64(src.Len)/p.D2HBytesPerSec, 1
 		default:
 			cost = 2 * float64(src.Len) / p.MemoryBytesPerSec
 		}
+	}
+	if link >= 0 && !st.compute {
+		// One link each way: a copy waits for the copies before it on
+		// every stream.
+		st.clock = max(st.clock, d.sim.link[link])
+		st.run(cost)
+		d.sim.link[link] = st.clock
+		return nil
 	}
 	st.run(cost)
 	return nil

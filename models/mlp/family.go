@@ -58,6 +58,12 @@ func (f family) Workload(dev device.Device, s models.Sizes, seed uint64) (models
 			w.Release()
 			return nil, err
 		}
+		// Named as the layers' saved tensors are (module layers.N), so
+		// that a policy can name them.
+		l.Weight.SetName(fmt.Sprintf("layers.%d.weight", i))
+		if l.Bias != nil {
+			l.Bias.SetName(fmt.Sprintf("layers.%d.bias", i))
+		}
 		w.layers = append(w.layers, l)
 	}
 	return w, nil

@@ -92,6 +92,11 @@ type Config struct {
 	// OptimizerState places the optimizer's state: "" or "device", or
 	// "host" (optim.OnHost), for every mode alike (it changes no value).
 	OptimizerState string
+	// ParamsOnHost names the parameters that live in host memory ("*":
+	// all), and GradsOnHost sends the gradients there (offload.Setup), for
+	// every mode alike.
+	ParamsOnHost []string
+	GradsOnHost  bool
 	// Precision is the element type of the model's matrix products
 	// (train.Config.Precision): device.Float32 (the zero value) or
 	// device.BFloat16.
@@ -327,7 +332,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		return nil, fmt.Errorf("%w\n(`ferry doctor` reports which devices ferry found; --device cpu and --device meta run anywhere)", err)
 	}
 	defer dev.Close()
-	m, err := cfg.Family.Workload(dev, cfg.Sizes, cfg.Seed)
+	m, err := cfg.Family.Workload(buildOn(dev, cfg), cfg.Sizes, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +360,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	// optimizer placement with the hooks over the loss too, as the
 	// planner replays a step.
 	setup := offload.Setup{Mode: offload.Mode(mode), Config: &cfg.Offload, DiskDir: cfg.DiskDir,
-		OptimizerInBackward: cfg.OptimizerInBackward}
+		OptimizerInBackward: cfg.OptimizerInBackward, Params: m.Parameters(), ParamsOnHost: cfg.ParamsOnHost, GradsOnHost: cfg.GradsOnHost}
 	switch mode {
 	case Naive:
 		setup.Mode = offload.None

@@ -7,6 +7,7 @@ import (
 	"ferry/device"
 	"ferry/device/meta"
 	"ferry/dist"
+	"ferry/offload"
 	"ferry/optim"
 	"ferry/plan"
 )
@@ -65,6 +66,49 @@ func (m planModel) ForRanks(ranks, shard int) (plan.Model, error) {
 	return planModel{cfg: m.cfg, ranks: ranks, shard: shard, rank: rank}, nil
 }
 
+// buildOn is where a workload's parameters are made: on dev's host when
+// some are streamed from there (they never take device memory but around
+// their uses; the others move to dev), else on dev.
+func buildOn(dev device.Device, cfg Config) device.Device {
+	if len(cfg.ParamsOnHost) > 0 {
+		return dev.Host()
+	}
+	return dev
+}
+
+// PlanParams lists the model's parameters for plan.MakeJoint, in the
+// model's order, each once.
+func PlanParams(cfg Config) ([]plan.Param, error) {
+	w, err := cfg.Family.Workload(meta.New(device.Options{}, nil), cfg.sizes(), cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Release()
+	var ps []plan.Param
+	seen := map[*ferry.Tensor]bool{}
+	named := map[string]bool{}
+	for _, p := range w.Parameters() {
+		if !seen[p] {
+			seen[p] = true
+			if named[p.Name()] {
+				return nil, fmt.Errorf("demo: %s has two parameters named %q; the planner places parameters by name", cfg.Family.Name(), p.Name())
+			}
+			named[p.Name()] = true
+			ps = append(ps, plan.Param{Name: p.Name(), Bytes: p.Bytes()})
+		}
+	}
+	return ps, nil
+}
+
+// StateModels is PlanModel for each placement of the training state.
+func StateModels(cfg Config) plan.StateModels {
+	return func(s plan.State) (plan.Model, error) {
+		c := cfg
+		c.OptimizerState, c.GradsOnHost, c.ParamsOnHost = s.OptimizerState, s.Gradients == "host", s.ParamsOnHost
+		return PlanModel(c), nil
+	}
+}
+
 func (m planModel) String() string {
 	w, err := m.cfg.Family.Workload(meta.New(device.Options{}, nil), m.cfg.sizes(), m.cfg.Seed)
 	if err != nil {
@@ -83,7 +127,7 @@ func (m planModel) String() string {
 
 func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error) {
 	cfg := m.cfg
-	w, err := cfg.Family.Workload(dev, cfg.sizes(), cfg.Seed)
+	w, err := cfg.Family.Workload(buildOn(dev, cfg), cfg.sizes(), cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -99,13 +143,43 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		w.Release()
 		return nil, err
 	}
+	var stream *offload.Streamer
+	if len(cfg.ParamsOnHost) > 0 || cfg.GradsOnHost {
+		// As the Trainer sets it up (offload.Memory), on streams of its
+		// own: the meta device's link is one each way whatever the
+		// streams.
+		sc := offload.StreamConfig{Prefetch: offload.DefaultConfig().Lookahead}
+		if sc.Params, err = offload.SelectParams(w.Parameters(), cfg.ParamsOnHost); err == nil && cfg.GradsOnHost {
+			sc.Grads = w.Parameters()
+		}
+		if err == nil {
+			stream, err = offload.NewStreamer(dev, sc)
+		}
+		if err == nil {
+			err = offload.MoveToDevice(dev, w.Parameters())
+		}
+		if err != nil {
+			input.Release()
+			target.Release()
+			opt.Release()
+			w.Release()
+			return nil, err
+		}
+	}
 	release := func() {
+		if stream != nil {
+			stream.Close()
+		}
 		input.Release()
 		target.Release()
 		opt.Release()
 		w.Release()
 	}
 	var rk *rankStep
+	if m.ranks > 1 && stream != nil {
+		release()
+		return nil, fmt.Errorf("demo: parameters or gradients in host memory are not yet planned with several ranks")
+	}
 	if m.ranks > 1 {
 		if rk, err = m.rankStep(w.Parameters(), opt, inBackward); err != nil {
 			release()
@@ -113,6 +187,12 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		}
 	}
 	run := func(tape *ferry.Tape) error {
+		if stream != nil {
+			if err := stream.BeginStep(); err != nil {
+				return err
+			}
+			stream.Attach(tape)
+		}
 		x := tape.Input(input)
 		var y *ferry.Tensor
 		tape.Autocast(m.cfg.Precision, func() { y = w.Forward(tape, x, false) })
@@ -124,8 +204,13 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 			}
 			return dev.Compute().Synchronize()
 		}
-		if err := backwardAndStep(l, opt, inBackward, nil, nil); err != nil {
+		if err := backwardAndStep(l, opt, inBackward, stream, nil, nil); err != nil {
 			return err
+		}
+		if stream != nil {
+			if err := stream.EndStep(); err != nil {
+				return err
+			}
 		}
 		return dev.Compute().Synchronize()
 	}
@@ -189,7 +274,13 @@ func (rk *rankStep) backwardAndStep(l *ferry.Tensor) error {
 // or (inBackward) inside it. With inBackward, seen (if set) is called with
 // each parameter whose gradient is complete, before it is applied;
 // without, done (if set) is called between backward and the optimizer.
-func backwardAndStep(l *ferry.Tensor, opt optim.Stepper, inBackward bool, seen func(p *ferry.Tensor), done func()) error {
+func backwardAndStep(l *ferry.Tensor, opt optim.Stepper, inBackward bool, stream *offload.Streamer, seen func(p *ferry.Tensor), done func()) error {
+	backward := func(opts ferry.BackwardOptions) error {
+		if stream != nil {
+			return stream.Backward(l, opts)
+		}
+		return l.BackwardWith(opts)
+	}
 	if inBackward {
 		opts, upd := optim.InBackward(opt)
 		update := opts.GradReady
@@ -199,12 +290,12 @@ func backwardAndStep(l *ferry.Tensor, opt optim.Stepper, inBackward bool, seen f
 			}
 			update(p)
 		}
-		if err := l.BackwardWith(opts); err != nil {
+		if err := backward(opts); err != nil {
 			return err
 		}
 		return upd.Err()
 	}
-	if err := l.Backward(); err != nil {
+	if err := backward(ferry.BackwardOptions{}); err != nil {
 		return err
 	}
 	if done != nil {

@@ -1,0 +1,212 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"ferry/device"
+)
+
+// The whole of training memory: where the parameters, the gradients and
+// the optimizer's state live is chosen with the saved tensors' placements.
+//
+// A State is built into the Model (the caller's StateModels makes one per
+// State), so every candidate is recorded and replayed on the meta device
+// like any step: its figures stay exact. The candidates go from the least
+// moved to the most:
+//
+//	optimizer state   gradients   parameters in host memory
+//	device            device      none
+//	host              device      none
+//	host              host        none
+//	host              host        the first k (model order), k searched
+//	host              host        all
+//
+// and for each the planner chooses the saved tensors' placements as Make
+// does. The fastest that fits wins; of those that do not, the smallest
+// says what nothing fitting means. Moving a parameter costs its bytes
+// over the link twice a step or more (forward, backward; a tied weight
+// per use), a gradient once, so fewer streamed parameters are faster: k
+// is the fewest that fit, found by bisection (the peak falls as k grows).
+
+// State is where a step keeps its training state.
+type State struct {
+	OptimizerState string   `json:"optimizer_state"` // device or host
+	Gradients      string   `json:"gradients"`       // device or host
+	ParamsOnHost   []string `json:"parameters_on_host,omitempty"`
+}
+
+func (s State) String() string {
+	p := "none"
+	switch {
+	case len(s.ParamsOnHost) == 1 && s.ParamsOnHost[0] == "*":
+		p = "all"
+	case len(s.ParamsOnHost) > 0:
+		p = fmt.Sprintf("%d", len(s.ParamsOnHost))
+	}
+	return fmt.Sprintf("optimizer state on the %s, gradients on the %s, parameters in host memory: %s", s.OptimizerState, s.Gradients, p)
+}
+
+// Param is a parameter as the joint planner sees it: its name and size,
+// in the model's order.
+type Param struct {
+	Name  string
+	Bytes int64
+}
+
+// StateModels builds the Model of a step that keeps its state as s says.
+type StateModels func(s State) (Model, error)
+
+// JointOptions restrict the candidates: "" (or "auto") lets the planner
+// choose, "device" or "host" fixes a placement ("host" parameters: all of
+// them).
+type JointOptions struct {
+	OptimizerState, Gradients, Params string
+}
+
+// Tried is a candidate state and its plan's outcome, for people.
+type Tried struct {
+	State       State   `json:"state"`
+	Fits        bool    `json:"fits"`
+	PeakBytes   int64   `json:"peak_bytes"`
+	StepSeconds float64 `json:"step_seconds"`
+}
+
+// MakeJoint plans the saved tensors and the training state together:
+// opts as for Make (its Model, OptimizerState, Gradients and ParamsOnHost
+// are set per candidate), params the model's parameters, models the
+// Model of each State. It returns the chosen plan and every candidate
+// tried.
+func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions) (*Plan, []Tried, error) {
+	for _, v := range []struct{ flag, val string }{{"optimizer state", jo.OptimizerState}, {"gradients", jo.Gradients}, {"parameters", jo.Params}} {
+		switch v.val {
+		case "", "auto", "device", "host":
+		default:
+			return nil, nil, fmt.Errorf("plan: %s %q: want auto, device or host", v.flag, v.val)
+		}
+	}
+	allow := func(choice, v string) bool { return choice == "" || choice == "auto" || choice == v }
+	if jo.OptimizerState == "device" && (jo.Gradients == "host" || jo.Params == "host") {
+		return nil, nil, fmt.Errorf("plan: gradients or parameters in host memory need the optimizer's state there too (its step runs on the host)")
+	}
+	var tried []Tried
+	var best, smallest *Plan
+	try := func(s State) (*Plan, error) {
+		m, err := models(s)
+		if err != nil {
+			return nil, err
+		}
+		o := opts
+		o.Model, o.OptimizerState, o.Gradients, o.ParamsOnHost = m, s.OptimizerState, s.Gradients, s.ParamsOnHost
+		p, err := Make(o)
+		if err != nil {
+			return nil, err
+		}
+		p.ParamsOnHostBytes = hostBytes(params, s.ParamsOnHost)
+		t := Tried{State: s, Fits: p.Fits, PeakBytes: p.Predicted.PeakBytes, StepSeconds: p.Predicted.StepSeconds}
+		if !p.Fits {
+			t.PeakBytes = p.Budget + p.ShortBy
+		}
+		tried = append(tried, t)
+		switch {
+		case p.Fits && (best == nil || p.Predicted.StepSeconds < best.Predicted.StepSeconds):
+			best = p
+		case !p.Fits && (smallest == nil || p.ShortBy < smallest.ShortBy):
+			smallest = p
+		}
+		return p, nil
+	}
+	var cands []State
+	for _, os := range []string{"device", "host"} {
+		for _, g := range []string{"device", "host"} {
+			if !allow(jo.OptimizerState, os) || !allow(jo.Gradients, g) || g == "host" && os == "device" {
+				continue
+			}
+			cands = append(cands, State{OptimizerState: os, Gradients: g})
+		}
+	}
+	if allow(jo.Params, "device") && jo.Params != "host" {
+		for _, s := range cands {
+			if _, err := try(s); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	if allow(jo.Params, "host") && allow(jo.OptimizerState, "host") && len(params) > 0 {
+		// Parameters in host memory: the most moved, so only when the
+		// state above did not fit, or when asked for.
+		g := "host"
+		if !allow(jo.Gradients, "host") {
+			g = "device"
+		}
+		base := State{OptimizerState: "host", Gradients: g}
+		if best == nil || jo.Params == "host" {
+			all := base
+			all.ParamsOnHost = []string{"*"}
+			pAll, err := try(all)
+			if err != nil {
+				return nil, nil, err
+			}
+			if pAll.Fits && jo.Params != "host" {
+				// The fewest streamed parameters that fit: bisect over
+				// the first k (1 ≤ k < n fits somewhere in between).
+				lo, hi := 0, len(params) // lo does not fit (none streamed), hi does
+				for hi-lo > 1 {
+					k := (lo + hi) / 2
+					s := base
+					s.ParamsOnHost = names(params[:k])
+					p, err := try(s)
+					if err != nil {
+						return nil, nil, err
+					}
+					if p.Fits {
+						hi = k
+					} else {
+						lo = k
+					}
+				}
+			}
+		}
+	}
+	if best != nil {
+		return best, tried, nil
+	}
+	if smallest == nil {
+		return nil, tried, fmt.Errorf("plan: no state placement to try (optimizer state %q, gradients %q, parameters %q)", jo.OptimizerState, jo.Gradients, jo.Params)
+	}
+	return smallest, tried, nil
+}
+
+func names(ps []Param) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// hostBytes is the size of the parameters named ("*": all).
+func hostBytes(params []Param, named []string) int64 {
+	var n int64
+	all := len(named) == 1 && named[0] == "*"
+	for _, p := range params {
+		if all || slices.Contains(named, p.Name) {
+			n += p.Bytes
+		}
+	}
+	return n
+}
+
+// DescribeTried lists the candidates tried, one a line, for people.
+func DescribeTried(ts []Tried) string {
+	var b strings.Builder
+	for _, t := range ts {
+		fit := "fits"
+		if !t.Fits {
+			fit = "does not fit"
+		}
+		fmt.Fprintf(&b, "  %s: peak %s, step %.4g s, %s\n", t.State, device.FormatBytes(t.PeakBytes), t.StepSeconds, fit)
+	}
+	return b.String()
+}
