@@ -102,24 +102,24 @@ type Baseline struct {
 
 // Plan is the planner's answer.
 type Plan struct {
-	Model               string  `json:"model"`
-	Ranks               int     `json:"ranks,omitempty"`
-	Shard               int     `json:"zero_stage,omitempty"`
-	Profile             string  `json:"profile"`
-	Budget              int64   `json:"budget_bytes"`
-	HostBudget          int64   `json:"host_budget_bytes,omitempty"`
-	Fits                bool    `json:"fits"`
-	KeepsEverything     bool    `json:"keeps_everything"`
-	OptimizerInBackward bool    `json:"optimizer_in_backward"`
-	OptimizerState      string  `json:"optimizer_state"` // device or host
-	Gradients           string  `json:"gradients"`       // device or host
+	Model               string `json:"model"`
+	Ranks               int    `json:"ranks,omitempty"`
+	Shard               int    `json:"zero_stage,omitempty"`
+	Profile             string `json:"profile"`
+	Budget              int64  `json:"budget_bytes"`
+	HostBudget          int64  `json:"host_budget_bytes,omitempty"`
+	Fits                bool   `json:"fits"`
+	KeepsEverything     bool   `json:"keeps_everything"`
+	OptimizerInBackward bool   `json:"optimizer_in_backward"`
+	OptimizerState      string `json:"optimizer_state"` // device or host
+	Gradients           string `json:"gradients"`       // device or host
 	// ParamsOnHost names the parameters in host memory ("*": all);
 	// ParamsOnHostBytes is their size.
 	ParamsOnHost      []string `json:"parameters_on_host,omitempty"`
 	ParamsOnHostBytes int64    `json:"parameters_on_host_bytes,omitempty"`
-	Precision           string  `json:"precision"`       // fp32 or bf16
-	Counts              Counts  `json:"placements"`
-	Predicted           Outcome `json:"predicted"`
+	Precision         string   `json:"precision"` // fp32 or bf16
+	Counts            Counts   `json:"placements"`
+	Predicted         Outcome  `json:"predicted"`
 	// ModelPeakBytes and ModelStepSeconds are the cost model's figures
 	// for the plan; Predicted is its replay on the meta device.
 	ModelPeakBytes   int64   `json:"model_peak_bytes"`

@@ -159,8 +159,8 @@ type sim struct {
 	// link is when the host link is next free each way (0: to the
 	// device, 1: to the host): copies on any streams share it, as they
 	// share a GPU's copy engines.
-	link [2]float64
-	stall   float64 // total time compute waited for events
+	link  [2]float64
+	stall float64 // total time compute waited for events
 }
 
 // New opens a meta device; profile nil means every cost is zero.
