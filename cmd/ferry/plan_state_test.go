@@ -1,0 +1,95 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Below the model's own parameter bytes, ferry plan puts the optimizer's
+// state, the gradients and parameters in host memory; the policy records
+// them; `ferry demo --device meta` replays the plan to the byte, and
+// `ferry demo --device cpu` trains with it to the gradients of mode none
+// with the same device peak. The MLP (SGD) and a GPT (AdamW, tied
+// embedding) alike.
+func TestPlanPlacesTheTrainingState(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		model  []string
+		budget string
+		params int64 // the model's parameter bytes
+	}{
+		{"mlp", []string{"--model", "mlp", "--layers", "6", "--width", "512", "--batch", "8"}, "4MiB", 6 * (512*512 + 512) * 4},
+		{"gpt", []string{"--model", "gpt", "--layers", "6", "--heads", "2", "--embd", "128", "--seq", "16", "--vocab", "256", "--batch", "1"}, "2MiB",
+			4 * (6*(12*128*128+13*128) + 256*128 + 16*128 + 2*128)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			pol := filepath.Join(dir, "p.json")
+			out, errOut, code := runCLI(t, append(append([]string{"plan", "--profile", "cpu", "--budget", c.budget, "--out", pol, "--json"}, c.model...))...)
+			if code != 0 {
+				t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+			}
+			var p struct {
+				Fits           bool     `json:"fits"`
+				OptimizerState string   `json:"optimizer_state"`
+				Gradients      string   `json:"gradients"`
+				ParamsOnHost   []string `json:"parameters_on_host"`
+				Budget         int64    `json:"budget_bytes"`
+				Predicted      struct {
+					PeakBytes int64 `json:"peak_bytes"`
+				} `json:"predicted"`
+			}
+			if err := json.Unmarshal([]byte(out), &p); err != nil {
+				t.Fatal(err)
+			}
+			if !p.Fits || p.Budget >= c.params || len(p.ParamsOnHost) == 0 || p.OptimizerState != "host" {
+				t.Fatalf("plan under the parameters' %d bytes: %+v", c.params, p)
+			}
+			if p.Predicted.PeakBytes > p.Budget {
+				t.Errorf("predicted peak %d over the budget %d", p.Predicted.PeakBytes, p.Budget)
+			}
+			type run struct {
+				Mode       string `json:"mode"`
+				Peak       int64  `json:"peak_step_bytes"`
+				GradsEqual *bool  `json:"grads_equal_none"`
+			}
+			demoRuns := func(dev string, extra ...string) []run {
+				t.Helper()
+				args := append(append([]string{"demo", "--device", dev, "--steps", "2", "--policy", pol, "--json"}, c.model...), extra...)
+				out, errOut, code := runCLI(t, args...)
+				if code != 0 {
+					t.Fatalf("%s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+				}
+				var d struct {
+					Runs []run `json:"runs"`
+				}
+				if err := json.Unmarshal([]byte(out), &d); err != nil {
+					t.Fatal(err)
+				}
+				return d.Runs
+			}
+			meta := demoRuns("meta", "--profile", "cpu", "--modes", "policy")
+			if len(meta) != 1 || meta[0].Peak != p.Predicted.PeakBytes {
+				t.Errorf("meta replay %+v, predicted peak %d", meta, p.Predicted.PeakBytes)
+			}
+			cpu := demoRuns("cpu")
+			if len(cpu) != 2 {
+				t.Fatalf("runs %+v", cpu)
+			}
+			pr := cpu[1]
+			if pr.Mode != "policy" || pr.GradsEqual == nil || !*pr.GradsEqual {
+				t.Errorf("cpu: %+v: the gradients differ from mode none's", pr)
+			}
+			if pr.Peak != p.Predicted.PeakBytes {
+				t.Errorf("cpu peak %d, predicted %d", pr.Peak, p.Predicted.PeakBytes)
+			}
+			// A flag that contradicts the policy is refused.
+			_, errOut, code = runCLI(t, append(append([]string{"demo", "--device", "meta", "--policy", pol, "--parameters", "device"}, c.model...))...)
+			if code == 0 || !strings.Contains(errOut, "drop --parameters device") {
+				t.Errorf("--parameters device against the policy: exit %d, %s", code, errOut)
+			}
+		})
+	}
+}
