@@ -180,7 +180,7 @@ func (m *Memory) setupStream(dev device.Device, s Setup) error {
 	if err != nil {
 		return err
 	}
-	cfg := StreamConfig{Params: params}
+	cfg := StreamConfig{Params: params, HostStepsBeside: m.inBwd}
 	if s.GradsOnHost {
 		cfg.Grads = s.Params
 	}

@@ -7,6 +7,7 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/internal/workq"
 )
 
 // StreamConfig says which training state a Streamer keeps in host memory.
@@ -24,6 +25,13 @@ type StreamConfig struct {
 	// upload starts: the previous step's order of uses says which come
 	// next (the first step faults each in when it is used). 0 means 2.
 	Prefetch int
+	// HostStepsBeside runs, for each streamed parameter whose gradient is
+	// offloaded, what backward's GradReady hook does after the Streamer
+	// (an optimizer inside backward, optim.InBackward, with its state on
+	// the host) on a host worker, once the gradient's copy has landed,
+	// while the device goes on with backward: the host's update overlaps
+	// the device's work. EndBackward waits for them all.
+	HostStepsBeside bool
 	// D2H and H2D are the side streams the copies run on (an Offloader's,
 	// Offloader.Streams, so that parameters and activations share them);
 	// nil makes the Streamer's own.
@@ -88,6 +96,28 @@ type Streamer struct {
 	stats     StreamStats
 	hostGrad  int64
 	closed    bool
+	// Host steps beside the device (StreamConfig.HostStepsBeside): the
+	// worker that runs them, in order, and the step in flight for each
+	// parameter, which a copy of it to the device waits for.
+	beside bool
+	worker *workq.Queue
+	tasks  map[*streamed]*hostTask
+}
+
+// hostTask is one parameter's host step running beside the device: done
+// is closed when it has run (ev is its end on a device that simulates
+// time), err its failure.
+type hostTask struct {
+	done chan struct{}
+	ev   device.Event
+	err  error
+}
+
+// hostAsync is implemented by devices that simulate time (the meta
+// device): host work beside the device is charged to the host's clock.
+type hostAsync interface {
+	BeginHostAsync(after device.Event)
+	EndHostAsync() device.Event
 }
 
 // streamed is one parameter storage in host memory.
@@ -122,7 +152,8 @@ func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
 	}
 	s := &Streamer{dev: dev, host: dev.Host(), prefetch: cfg.Prefetch, d2h: cfg.D2H, h2d: cfg.H2D,
 		byStorage: map[any]*streamed{}, grads: map[*ferry.Tensor]bool{},
-		hostGrads: map[*ferry.Tensor]*ferry.Tensor{}, shells: map[*ferry.Tensor]*streamed{}}
+		hostGrads: map[*ferry.Tensor]*ferry.Tensor{}, shells: map[*ferry.Tensor]*streamed{},
+		beside: cfg.HostStepsBeside, tasks: map[*streamed]*hostTask{}}
 	if s.prefetch == 0 {
 		s.prefetch = 2
 	}
@@ -277,6 +308,9 @@ func (s *Streamer) PageIn(t *ferry.Tensor) error {
 // bringIn allocates st's device copy and starts the upload; prefetched
 // says whether it is ahead of use.
 func (s *Streamer) bringIn(st *streamed, prefetched bool) error {
+	if err := s.waitBeside(st); err != nil {
+		return err
+	}
 	b, err := s.dev.Allocator().Alloc(st.p.PagedBytes(), st.cat)
 	if err != nil {
 		return err
@@ -433,6 +467,12 @@ func (s *Streamer) Backward(loss *ferry.Tensor, opts ferry.BackwardOptions) erro
 	}
 	next := opts.GradReady
 	opts.GradReady = func(p *ferry.Tensor) {
+		if st := s.byStorage[p.Storage()]; next != nil && s.beside && st != nil && s.grads[p] {
+			if ev := s.gradReadyBeside(p); ev != nil {
+				s.runBeside(st, ev, func() { next(p) })
+				return
+			}
+		}
 		s.gradReady(p, next != nil)
 		if next != nil {
 			next(p)
@@ -475,23 +515,23 @@ func (s *Streamer) BeginBackward() error {
 // GradReady is backward's hook (ferry.BackwardOptions.GradReady): p's
 // gradient is complete. p's device copy leaves, and an offloaded gradient
 // starts its copy to the host.
-func (s *Streamer) GradReady(p *ferry.Tensor) { s.gradReady(p, false) }
+func (s *Streamer) GradReady(p *ferry.Tensor) { _ = s.gradReady(p, false) }
 
 // gradReady is GradReady; with now, an offloaded gradient's copy is waited
 // for and the host gradient is p's Grad at once (for an optimizer that
 // updates p next, inside backward).
-func (s *Streamer) gradReady(p *ferry.Tensor, now bool) {
+func (s *Streamer) gradReady(p *ferry.Tensor, now bool) device.Event {
 	if st := s.byStorage[p.Storage()]; st != nil {
 		if err := s.pageOut(st); err != nil {
 			panic(err)
 		}
 	}
 	if !s.grads[p] {
-		return
+		return nil
 	}
 	g := p.Grad()
 	if g == nil || g.Device() != s.dev || g.PagedOut() {
-		return // nothing added this backward: the host's stands
+		return nil // nothing added this backward: the host's stands
 	}
 	if sh := s.shells[p]; sh != nil {
 		delete(s.byStorage, g.Storage())
@@ -508,13 +548,112 @@ func (s *Streamer) gradReady(p *ferry.Tensor, now bool) {
 	if err := s.copy(s.d2h, dst, g, false); err != nil {
 		panic(err)
 	}
-	s.pending = append(s.pending, &gradCopy{p: p, dev: g.Detach(), dst: dst, ev: s.d2h.Record()})
+	ev := s.d2h.Record()
+	s.pending = append(s.pending, &gradCopy{p: p, dev: g.Detach(), dst: dst, ev: ev})
 	s.stats.GradBytesOut += g.Bytes()
 	p.SetGrad(nil)
-	s.reap(now)
+	if now {
+		s.reap(true)
+	} else {
+		s.reapKeep(1)
+	}
 	if now {
 		p.SetGrad(s.takeHostGrad(p))
 	}
+	return ev
+}
+
+// gradReadyBeside is gradReady for a host step beside the device: p's
+// gradient starts its copy to the host and p's Grad is the host tensor at
+// once, its data there when the returned event has completed (nil: no
+// gradient moved; gradReady handles p).
+func (s *Streamer) gradReadyBeside(p *ferry.Tensor) device.Event {
+	g := p.Grad()
+	if g == nil || g.Device() != s.dev || g.PagedOut() {
+		return nil
+	}
+	ev := s.gradReady(p, false)
+	p.SetGrad(s.takeHostGrad(p))
+	return ev
+}
+
+// runBeside runs work for st on the host worker once after has
+// completed; a copy of st to the device waits for it. On a device that
+// simulates time, it runs at once and its host time goes to the host's
+// clock.
+func (s *Streamer) runBeside(st *streamed, after device.Event, work func()) {
+	t := &hostTask{done: make(chan struct{})}
+	s.tasks[st] = t
+	run := func() {
+		defer close(t.done)
+		defer func() {
+			if r := recover(); r != nil {
+				if e, ok := r.(error); ok {
+					t.err = e
+				} else {
+					t.err = fmt.Errorf("offload: a host step panicked: %v", r)
+				}
+			}
+		}()
+		if err := after.Synchronize(); err != nil {
+			t.err = err
+			return
+		}
+		work()
+	}
+	if sim, ok := s.dev.(hostAsync); ok && !device.HasData(s.dev) {
+		sim.BeginHostAsync(after)
+		run()
+		t.ev = sim.EndHostAsync()
+		return
+	}
+	if s.worker == nil {
+		s.worker = workq.New()
+	}
+	if err := s.worker.Push(run); err != nil {
+		t.err = err
+		close(t.done)
+	}
+}
+
+// waitBeside waits for st's host step, if one is in flight.
+func (s *Streamer) waitBeside(st *streamed) error {
+	t := s.tasks[st]
+	if t == nil {
+		return nil
+	}
+	delete(s.tasks, st)
+	if t.ev != nil {
+		s.h2d.Wait(t.ev)
+		return t.err
+	}
+	select {
+	case <-t.done:
+	default:
+		start := time.Now()
+		<-t.done
+		s.stats.StallSeconds += time.Since(start).Seconds()
+	}
+	return t.err
+}
+
+// drainBeside waits for every host step in flight (the compute stream
+// too, on a device that simulates time) and returns the first failure.
+func (s *Streamer) drainBeside() error {
+	var first error
+	for _, st := range s.params {
+		t := s.tasks[st]
+		if t == nil {
+			continue
+		}
+		if t.ev != nil {
+			s.dev.Compute().Wait(t.ev)
+		}
+		if err := s.waitBeside(st); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // takeHostGrad removes p's host gradient from the streamer and returns it
@@ -532,8 +671,21 @@ func (s *Streamer) takeHostGrad(p *ferry.Tensor) *ferry.Tensor {
 	return h
 }
 
-// reap finishes the gradient copies that are done (all, with wait),
-// freeing their device copies.
+// reapKeep waits for the gradient copies but the last keep, freeing
+// their device copies: at most keep+1 gradients are on the device at
+// once, at points that do not depend on the copies' timing, so that the
+// peak is the same on every device (and on meta).
+func (s *Streamer) reapKeep(keep int) {
+	if n := len(s.pending) - keep; n > 0 {
+		rest := append([]*gradCopy(nil), s.pending[n:]...)
+		s.pending = s.pending[:n]
+		s.reap(true)
+		s.pending = append(s.pending, rest...)
+	}
+}
+
+// reap finishes the gradient copies (all with wait; else those that are
+// done), freeing their device copies.
 func (s *Streamer) reap(wait bool) {
 	kept := s.pending[:0]
 	for _, c := range s.pending {
@@ -561,6 +713,9 @@ func blockOf(t *ferry.Tensor) *device.Block {
 // brought back leave the device.
 func (s *Streamer) EndBackward() error {
 	err := ferry.Catch(func() error {
+		if err := s.drainBeside(); err != nil {
+			return err
+		}
 		s.reap(true)
 		for p := range s.hostGrads {
 			if g := p.Grad(); g != nil && g.Device() == s.dev && !g.PagedOut() {
@@ -599,6 +754,13 @@ func (s *Streamer) Close() error {
 	}
 	s.closed = true
 	return ferry.Catch(func() error {
+		derr := s.drainBeside()
+		if s.worker != nil {
+			s.worker.Close()
+		}
+		if derr != nil {
+			return derr
+		}
 		s.reap(true)
 		for p := range s.hostGrads {
 			p.SetGrad(s.takeHostGrad(p))

@@ -91,7 +91,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		return nil, nil, fmt.Errorf("plan: gradients or parameters in host memory need the optimizer's state there too (its step runs on the host)")
 	}
 	var tried []Tried
-	var best, smallest *Plan
+	var best, smallest, ref *Plan // ref: the state on the device, for Slowdown
 	try := func(s State) (*Plan, error) {
 		m, err := models(s)
 		if err != nil {
@@ -104,6 +104,9 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			return nil, err
 		}
 		p.ParamsOnHostBytes = hostBytes(params, s.ParamsOnHost)
+		if s.OptimizerState == "device" && s.Gradients == "device" && len(s.ParamsOnHost) == 0 {
+			ref = p
+		}
 		t := Tried{State: s, Fits: p.Fits, PeakBytes: p.Predicted.PeakBytes, StepSeconds: p.Predicted.StepSeconds}
 		if !p.Fits {
 			t.PeakBytes = p.Budget + p.ShortBy
@@ -170,6 +173,12 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		}
 	}
 	if best != nil {
+		if ref != nil && ref != best {
+			// Slower than what the device would do with unlimited memory
+			// and the state on it, not than the same state unlimited.
+			best.Unlimited = ref.Unlimited
+			best.Slowdown = best.Predicted.StepSeconds / ref.Unlimited.StepSeconds
+		}
 		return best, tried, nil
 	}
 	if smallest == nil {

@@ -78,6 +78,13 @@ type Outcome struct {
 	StallSeconds  float64 `json:"stall_seconds"`   // predicted
 	ToHostBytes   int64   `json:"to_host_bytes"`
 	ToDiskBytes   int64   `json:"to_disk_bytes"`
+	// Busy is the time the step's work keeps each resource busy (compute,
+	// the link each way, the host's cores): a step that overlaps them
+	// perfectly takes the largest, Bound, and OverlapRatio is StepSeconds
+	// over it.
+	Busy         meta.Busy `json:"busy_seconds"`
+	Bound        float64   `json:"bound_seconds"`
+	OverlapRatio float64   `json:"step_over_bound"`
 }
 
 // Counts are a plan's saved storages by placement; Recompute counts those
@@ -284,9 +291,23 @@ func makePlan(opts Options) (*Plan, error) {
 	if unl.PeakBytes <= opts.Budget {
 		p.Fits, p.KeepsEverything = true, true
 		p.Predicted, p.Slowdown = unl, 1
-		p.ModelPeakBytes, p.ModelStepSeconds = pl.plain[0].peak, pl.plain[0].seconds
-		p.Counts = pl.problem(false, opts.Budget, 0).counts(keepAll)
-		p.policy = pl.policy(pl.problem(false, opts.Budget, 0), keepAll, false, p)
+		ib := false
+		if len(pl.inBackward()) > 1 && (opts.OptimizerState == "host" || opts.Gradients == "host") {
+			// With the state on the host, updating inside backward runs
+			// the host's steps beside the device's backward: often
+			// faster, even where everything fits.
+			out, err := pl.replay(keepAll, true)
+			if err != nil {
+				return nil, err
+			}
+			if pl.fits(out) && out.StepSeconds < unl.StepSeconds {
+				ib, p.Predicted, p.OptimizerInBackward = true, out, true
+				p.Slowdown = out.StepSeconds / unl.StepSeconds
+			}
+		}
+		p.ModelPeakBytes, p.ModelStepSeconds = pl.plain[index(ib)].peak, pl.plain[index(ib)].seconds
+		p.Counts = pl.problem(ib, opts.Budget, 0).counts(keepAll)
+		p.policy = pl.policy(pl.problem(ib, opts.Budget, 0), keepAll, ib, p)
 		return p, nil
 	}
 	best, err := pl.search(p)
@@ -678,7 +699,7 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 	for i := 0; i < 2; i++ {
 		dev.Allocator().ResetPeak()
 		dev.Host().Allocator().ResetPeak()
-		before, t0, stall0 := off.Stats(), dev.Now(), dev.StallSeconds()
+		before, t0, stall0, busy0 := off.Stats(), dev.Now(), dev.StallSeconds(), dev.Busy()
 		err := ferry.Step(func(tape *ferry.Tape) error {
 			tape.SetSegmentHooks(policy.SegmentHooks())
 			tape.PushHooks(off.Hooks())
@@ -689,7 +710,11 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 		}
 		s := off.Stats().Since(before)
 		out = Outcome{PeakBytes: dev.Allocator().Stats().AllocatedBytes.Peak, HostPeakBytes: dev.Host().Allocator().Stats().AllocatedBytes.Peak,
-			StepSeconds: dev.Now() - t0, StallSeconds: dev.StallSeconds() - stall0, ToHostBytes: s.BytesToHost, ToDiskBytes: s.BytesToDisk}
+			StepSeconds: dev.Now() - t0, StallSeconds: dev.StallSeconds() - stall0, ToHostBytes: s.BytesToHost, ToDiskBytes: s.BytesToDisk,
+			Busy: dev.Busy().Sub(busy0)}
+		if out.Bound = out.Busy.Max(); out.Bound > 0 {
+			out.OverlapRatio = out.StepSeconds / out.Bound
+		}
 	}
 	return out, nil
 }

@@ -241,6 +241,10 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 	fmt.Fprintf(w, "predicted: peak %s of %s · step %.4g s, %.3f × unlimited · stall %.4g s · %s to host, %s to disk per step\n",
 		device.FormatBytes(p.Predicted.PeakBytes), device.FormatBytes(p.Budget), p.Predicted.StepSeconds, p.Slowdown,
 		p.Predicted.StallSeconds, device.FormatBytes(p.Predicted.ToHostBytes), device.FormatBytes(p.Predicted.ToDiskBytes))
+	if b := p.Predicted.Busy; p.Predicted.Bound > 0 {
+		fmt.Fprintf(w, "overlap: step %.3f × the busiest resource (compute %.4g s, to device %.4g s, to host %.4g s, host %.4g s)\n",
+			p.Predicted.OverlapRatio, b.Compute, b.ToDevice, b.ToHost, b.Host)
+	}
 	fmt.Fprintf(w, "(cost model: peak %s, step %.4g s; %d steps replayed on the meta device)\n",
 		device.FormatBytes(p.ModelPeakBytes), p.ModelStepSeconds, p.Replays)
 	if replay != "" {

@@ -27,7 +27,7 @@ func TestPlanPlacesTheTrainingState(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			pol := filepath.Join(dir, "p.json")
-			out, errOut, code := runCLI(t, append(append([]string{"plan", "--profile", "cpu", "--budget", c.budget, "--out", pol, "--json"}, c.model...))...)
+			out, errOut, code := runCLI(t, append([]string{"plan", "--profile", "cpu", "--budget", c.budget, "--out", pol, "--json"}, c.model...)...)
 			if code != 0 {
 				t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
 			}
@@ -86,7 +86,7 @@ func TestPlanPlacesTheTrainingState(t *testing.T) {
 				t.Errorf("cpu peak %d, predicted %d", pr.Peak, p.Predicted.PeakBytes)
 			}
 			// A flag that contradicts the policy is refused.
-			_, errOut, code = runCLI(t, append(append([]string{"demo", "--device", "meta", "--policy", pol, "--parameters", "device"}, c.model...))...)
+			_, errOut, code = runCLI(t, append([]string{"demo", "--device", "meta", "--policy", pol, "--parameters", "device"}, c.model...)...)
 			if code == 0 || !strings.Contains(errOut, "drop --parameters device") {
 				t.Errorf("--parameters device against the policy: exit %d, %s", code, errOut)
 			}

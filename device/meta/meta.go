@@ -159,7 +159,16 @@ type sim struct {
 	// link is when the host link is next free each way (0: to the
 	// device, 1: to the host): copies on any streams share it, as they
 	// share a GPU's copy engines.
-	link  [2]float64
+	link [2]float64
+	// hostClock is when the host's cores are next free for work that runs
+	// beside the device (BeginHostAsync); hostAsync is set while such work
+	// is being accounted, and hostEnd is where it ended.
+	hostClock          float64
+	hostAsync          bool
+	hostStart, hostEnd float64
+	// busy sums the seconds of work issued to each resource: compute
+	// kernels, copies to the device, copies to the host, host work.
+	busy  Busy
 	stall float64 // total time compute waited for events
 }
 
@@ -235,6 +244,12 @@ func (d *Device) Copy(s device.Stream, dst, src device.Span) error {
 			cost = 2 * float64(src.Len) / p.MemoryBytesPerSec
 		}
 	}
+	switch link {
+	case 0:
+		d.sim.busy.ToDevice += cost
+	case 1:
+		d.sim.busy.ToHost += cost
+	}
 	if link >= 0 && !st.compute {
 		// One link each way: a copy waits for the copies before it on
 		// every stream.
@@ -284,7 +299,58 @@ func (d *Device) SimulateHostWork(down, host, up int64) {
 	if rate == 0 {
 		rate = p.MemoryBytesPerSec
 	}
-	d.comp.run(float64(down)/p.D2HBytesPerSec + float64(host)/rate + float64(up)/p.H2DBytesPerSec)
+	cost := float64(down)/p.D2HBytesPerSec + float64(host)/rate + float64(up)/p.H2DBytesPerSec
+	d.sim.busy.ToHost += float64(down) / p.D2HBytesPerSec
+	d.sim.busy.ToDevice += float64(up) / p.H2DBytesPerSec
+	d.sim.busy.Host += float64(host) / rate
+	if s := d.sim; s.hostAsync {
+		s.hostEnd += cost
+		return
+	}
+	d.comp.run(cost)
+}
+
+// Busy is the time each resource of a simulated step spent working: the
+// lower bound of a step that overlaps them perfectly is their maximum.
+type Busy struct {
+	Compute  float64 `json:"compute"`
+	ToDevice float64 `json:"to_device"`
+	ToHost   float64 `json:"to_host"`
+	Host     float64 `json:"host"`
+}
+
+// Max is the largest of the four.
+func (b Busy) Max() float64 { return max(b.Compute, b.ToDevice, b.ToHost, b.Host) }
+
+// Sub is b minus o, for the work of one step.
+func (b Busy) Sub(o Busy) Busy {
+	return Busy{b.Compute - o.Compute, b.ToDevice - o.ToDevice, b.ToHost - o.ToHost, b.Host - o.Host}
+}
+
+// Busy returns the work issued so far to each resource, in seconds.
+func (d *Device) Busy() Busy { return d.sim.busy }
+
+// BeginHostAsync starts accounting host work that runs beside the device
+// (a host optimizer's step on a worker, package offload) once after has
+// completed: SimulateHostWork until EndHostAsync charges the host's
+// cores, one piece of work after another, not the compute stream.
+func (d *Device) BeginHostAsync(after device.Event) {
+	s := d.sim
+	s.hostAsync = true
+	s.hostStart = max(s.hostClock, d.comp.clock)
+	if e, ok := after.(*event); ok {
+		s.hostStart = max(s.hostStart, e.t)
+	}
+	s.hostEnd = s.hostStart
+}
+
+// EndHostAsync ends what BeginHostAsync began and returns the event of
+// the work's end, which whatever needs its result waits for.
+func (d *Device) EndHostAsync() device.Event {
+	s := d.sim
+	s.hostAsync = false
+	s.hostClock = s.hostEnd
+	return &event{t: s.hostEnd, dev: d}
 }
 
 // Close releases the device's memory and its host's; afterwards, as on
@@ -311,6 +377,7 @@ func (s *stream) Name() string { return s.name }
 func (s *stream) run(cost float64) {
 	if s.compute {
 		s.clock += cost
+		s.dev.sim.busy.Compute += cost
 		return
 	}
 	// Side work starts when issued (the compute clock) or when the stream

@@ -148,7 +148,7 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		// As the Trainer sets it up (offload.Memory), on streams of its
 		// own: the meta device's link is one each way whatever the
 		// streams.
-		sc := offload.StreamConfig{Prefetch: offload.DefaultConfig().Lookahead}
+		sc := offload.StreamConfig{Prefetch: offload.DefaultConfig().Lookahead, HostStepsBeside: inBackward}
 		if sc.Params, err = offload.SelectParams(w.Parameters(), cfg.ParamsOnHost); err == nil && cfg.GradsOnHost {
 			sc.Grads = w.Parameters()
 		}
