@@ -38,10 +38,14 @@ func temporary(dev device.Device, shape []int) *Tensor {
 
 // record records op on tp when tp is recording (see Tape.record).
 func record(tp *Tape, op string, out *Tensor, inputs []*Tensor, save []*Tensor, bw func(*backward)) {
-	if tp == nil || !tp.recording() {
+	if tp == nil {
 		return
 	}
-	tp.record(op, out, inputs, save, bw)
+	if tp.recording() {
+		tp.record(op, out, inputs, save, bw)
+	} else if tp.recordHook != nil && !tp.inBackward {
+		tp.recordHook(op, inputs) // under NoGrad too: the op is done with its inputs
+	}
 }
 
 func kernels(t *Tensor) device.Kernels { return t.st.dev.Kernels() }

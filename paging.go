@@ -33,6 +33,14 @@ type Pager interface {
 	PageIn(t *Tensor) error
 }
 
+// HostReader is a Pager that keeps a paged-out storage's data in host
+// memory, where Float32s reads it without bringing it back.
+type HostReader interface {
+	// HostData returns the tensor holding t's storage's data (same size,
+	// on the host), or nil.
+	HostData(t *Tensor) *Tensor
+}
+
 // SetPager hands t's storage (every handle and view on it) to p: from now
 // on PageOut may free its device block, and p brings the data back on
 // use. Pass nil to take the storage back (it must be resident).

@@ -480,6 +480,18 @@ func (t *Tensor) View() device.View { t.use("view"); return t.view() }
 // Float32s copies t's elements to a new slice, in row-major order. It
 // panics with an *Error on a device that holds no values (meta).
 func (t *Tensor) Float32s() []float32 {
+	t.live("float32s")
+	if t.st.pagedOut {
+		// Read a paged-out tensor where its pager keeps it, if it can say
+		// (a checkpoint of a model larger than the device).
+		if hr, ok := t.st.pager.(HostReader); ok {
+			if m := hr.HostData(t); m != nil && m.Bytes() == t.st.bytes {
+				v := m.AsStrided(t.shape, t.strides, t.offset)
+				defer v.Release()
+				return v.Float32s()
+			}
+		}
+	}
 	t.use("float32s")
 	if t.dtype != device.Float32 {
 		panicf("float32s", "%s is %s", t.describe(), t.dtype)

@@ -37,6 +37,7 @@ type TextTask struct {
 	// a reader of the checkpoint needs: where the data came from, …).
 	IdentityExtra map[string]any
 	dev           device.Device
+	attach        func(*ferry.Tape) // AttachTapes
 	valX, valY    []*ferry.Tensor
 }
 
@@ -75,6 +76,14 @@ func NewTextTask(dev device.Device, txt *text.Text, f LanguageFamily, s Sizes, v
 
 // NewTokenTask is NewTextTask on txt's token ids tok (nil: its bytes).
 func NewTokenTask(dev device.Device, txt *text.Text, tok *Tokens, f LanguageFamily, s Sizes, valBatches int, seed uint64) (*TextTask, error) {
+	return NewTokenTaskOn(dev, dev, txt, tok, f, s, valBatches, seed)
+}
+
+// NewTokenTaskOn is NewTokenTask with the model's parameters made on
+// paramDev: dev's host, for a model whose parameters stream from there
+// (offload.Setup.ParamsOnHost), which then never takes device memory for
+// all of them at once.
+func NewTokenTaskOn(dev, paramDev device.Device, txt *text.Text, tok *Tokens, f LanguageFamily, s Sizes, valBatches int, seed uint64) (*TextTask, error) {
 	if tok == nil {
 		if err := txt.Check(s.Int("seq")); err != nil {
 			return nil, err
@@ -90,7 +99,7 @@ func NewTokenTask(dev device.Device, txt *text.Text, tok *Tokens, f LanguageFami
 			return nil, fmt.Errorf("%s: the %s tokenizer needs a vocabulary of %d, not %d", f.Name(), tok.Name, tok.Vocab, s.Int("vocab"))
 		}
 	}
-	lm, err := f.LanguageModel(dev, s, seed)
+	lm, err := f.LanguageModel(paramDev, s, seed)
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +195,9 @@ func (t *TextTask) Evaluate() ([]train.Metric, error) {
 	var sum float64
 	for i := range t.valX {
 		err := ferry.Step(func(tape *ferry.Tape) error {
+			if t.attach != nil {
+				t.attach(tape)
+			}
 			tape.NoGrad(func() {
 				sum += float64(ferry.CrossEntropy(t.LM.Forward(tape.Input(t.valX[i])), tape.Input(t.valY[i])).Item())
 			})
@@ -197,6 +209,9 @@ func (t *TextTask) Evaluate() ([]train.Metric, error) {
 	}
 	return []train.Metric{{Name: "val_loss", Value: sum / float64(len(t.valX)), Better: train.Lower}}, nil
 }
+
+// AttachTapes sets what Evaluate attaches to its tapes (train.TapeAttacher).
+func (t *TextTask) AttachTapes(attach func(*ferry.Tape)) { t.attach = attach }
 
 // Identity is what a checkpoint must match: the family and its sizes (the
 // batch among them), the tokenizer, the seed, the data and IdentityExtra.

@@ -325,6 +325,24 @@ func (m *Memory) Backward(loss *ferry.Tensor, opts ferry.BackwardOptions) error 
 	return m.stream.Backward(loss, opts)
 }
 
+// Attach sets the mode's hooks that must see every op of a tape (the
+// streamer's record hook) on tape: for evaluation tapes, which do not go
+// through Forward or Begin.
+func (m *Memory) Attach(tape *ferry.Tape) {
+	if m.stream != nil {
+		m.stream.Attach(tape)
+	}
+}
+
+// Settle sends parameters in host memory that an evaluation or a
+// checkpoint brought to the device back.
+func (m *Memory) Settle() error {
+	if m.stream == nil {
+		return nil
+	}
+	return m.stream.Settle()
+}
+
 // EndStep is called after the optimizer's step.
 func (m *Memory) EndStep() error {
 	if m.stream == nil {

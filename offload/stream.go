@@ -272,6 +272,22 @@ func (s *Streamer) HostCopy(p *ferry.Tensor) (*ferry.Tensor, error) {
 	return st.master, err
 }
 
+// HostData returns the master of a streamed parameter's storage (a
+// ferry.HostReader: Float32s reads it there), or nil.
+func (s *Streamer) HostData(t *ferry.Tensor) *ferry.Tensor {
+	if st := s.byStorage[t.Storage()]; st != nil && st.cat == device.Parameter {
+		if t := s.tasks[st]; t != nil {
+			return nil // a host step may be writing it: bring it in instead
+		}
+		return st.master
+	}
+	return nil
+}
+
+// Settle pages out every parameter on the device (after an evaluation or
+// a checkpoint read them outside a training step).
+func (s *Streamer) Settle() error { return s.pageOutAll(true) }
+
 // Streams reports whether p lives in host memory.
 func (s *Streamer) Streams(p *ferry.Tensor) bool { return s.byStorage[p.Storage()] != nil }
 

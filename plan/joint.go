@@ -20,10 +20,11 @@ import (
 //	device            device      none
 //	host              device      none
 //	host              host        none
-//	host              host        the first k (model order), k searched
 //	host              host        all
+//	host              host        the first k (model order), k searched
 //
-// and for each the planner chooses the saved tensors' placements as Make
+// (parameters in host memory only when the state on the device does not
+// fit; the first k only when nothing above fits), and for each the planner chooses the saved tensors' placements as Make
 // does. The fastest that fits wins; of those that do not, the smallest
 // says what nothing fitting means. Moving a parameter costs its bytes
 // over the link twice a step or more (forward, backward; a tied weight
@@ -144,14 +145,17 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			g = "device"
 		}
 		base := State{OptimizerState: "host", Gradients: g}
-		if best == nil || jo.Params == "host" {
+		if best == nil || best != ref || jo.Params == "host" {
+			// Streaming every parameter also lets the host's update run
+			// beside backward: try it whenever the state leaves the device.
+			fitBefore := best != nil
 			all := base
 			all.ParamsOnHost = []string{"*"}
 			pAll, err := try(all)
 			if err != nil {
 				return nil, nil, err
 			}
-			if pAll.Fits && jo.Params != "host" {
+			if pAll.Fits && !fitBefore && jo.Params != "host" {
 				// The fewest streamed parameters that fit: bisect over
 				// the first k (1 ≤ k < n fits somewhere in between).
 				lo, hi := 0, len(params) // lo does not fit (none streamed), hi does

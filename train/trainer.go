@@ -460,6 +460,14 @@ func New(dev device.Device, task Task, cfg Config) (*Trainer, error) {
 	return t, nil
 }
 
+// TapeAttacher is a Task whose Evaluate runs on tapes of its own: the
+// Trainer hands it the memory mode's hooks that must see those tapes'
+// ops (parameters streamed from host memory leave the device after their
+// use there too).
+type TapeAttacher interface {
+	AttachTapes(attach func(*ferry.Tape))
+}
+
 // checkStatePlacement refuses gradients in host memory with an optimizer
 // that keeps its state on the device, which could not use them.
 func checkStatePlacement(cfg Config) error {
@@ -681,7 +689,13 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		}
 		nn.SetTraining(model, false)
 		defer nn.SetTraining(model, true)
+		if ta, ok := task.(TapeAttacher); ok {
+			ta.AttachTapes(t.mem.Attach)
+		}
 		ms, err := ev.Evaluate()
+		if err == nil {
+			err = t.mem.Settle()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("evaluation at step %d: %w", step, err)
 		}

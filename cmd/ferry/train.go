@@ -246,6 +246,11 @@ type trainSummary struct {
 	Device         string             `json:"device"`
 	Mode           string             `json:"mode"`
 	OptimizerState string             `json:"optimizer_state"` // device or host (--optimizer-state)
+	Gradients      string             `json:"gradients"`       // device or host (--gradients)
+	ParamsOnHost   []string           `json:"parameters_on_host,omitempty"`
+	// HostState is what moved between the device and the parameters and
+	// gradients in host memory.
+	HostState *offload.StreamStats `json:"host_state,omitempty"`
 	Precision      string             `json:"precision"`       // fp32 or bf16 (--precision)
 	Model          string             `json:"model"`
 	WorldSize      int                `json:"world_size"` // data-parallel ranks (mpirun -np N)
@@ -299,7 +304,8 @@ func (p plannedTask) PlanModel() plan.Model { return p.planModel() }
 
 // runTrainer runs r under the shared flags o and returns the summary.
 func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (_ *trainSummary, retErr error) {
-	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, OptimizerState: o.optimizerState, Precision: offload.PrecisionName(o.precisionType), Model: r.describe, WorldSize: 1}
+	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, OptimizerState: o.optimizerState, Gradients: where(o.gradsOnHost), ParamsOnHost: o.paramsOnHost,
+		Precision: offload.PrecisionName(o.precisionType), Model: r.describe, WorldSize: 1}
 	if o.comm != nil {
 		sum.WorldSize = o.comm.Size()
 	}
@@ -413,6 +419,10 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	}
 	defer tr.Close()
 	res, err := tr.Run(ctx)
+	if s := tr.Memory().Streamer(); s != nil {
+		st := s.Stats()
+		sum.HostState = &st
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -631,6 +641,10 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 	if s.HostStateBytes > 0 {
 		fmt.Fprintf(w, "  optimizer state on the host: %s (--optimizer-state host)\n", device.FormatBytes(s.HostStateBytes))
 	}
+	if h := s.HostState; h != nil {
+		fmt.Fprintf(w, "  training state in host memory: %s of parameters (%s brought to the device, %d uploads, %d ahead of use), %s of gradients sent to the host; stalled %.3f s\n",
+			device.FormatBytes(h.HostParamBytes), device.FormatBytes(h.ParamBytesIn), h.ParamUploads, h.Prefetched, device.FormatBytes(h.GradBytesOut), h.StallSeconds)
+	}
 	if s.Offload != nil {
 		fmt.Fprintf(w, "  offloaded %s to host, %s to disk; stalled %.3f s\n",
 			device.FormatBytes(s.Offload.BytesToHost), device.FormatBytes(s.Offload.BytesToDisk), s.Offload.StallSeconds)
@@ -699,8 +713,8 @@ func (s *trainSummary) initialVal(name string) (float64, bool) {
 // minStepBytes of activations on the device, and hostBytes of batch data on
 // the Go heap. The estimates are lower bounds, so a refused run could not
 // have run; the device's own limit still catches the rest, with an error.
-func preflight(dev device.Device, params int64, stateCopies, hostStateCopies int, minStepBytes, hostBytes int64, advice string) error {
-	need := params*4*int64(2+stateCopies) + minStepBytes
+func preflight(dev device.Device, params int64, deviceCopies, hostCopies int, minStepBytes, hostBytes int64, advice string) error {
+	need := params*4*int64(deviceCopies) + minStepBytes
 	c := dev.Allocator().Stats().Capacity
 	if kind, _, _ := device.ParseName(dev.Name()); c == 0 && kind == "cpu" {
 		c = cpu.AvailableMemory() // the CPU device's memory is the machine's
@@ -708,12 +722,12 @@ func preflight(dev device.Device, params int64, stateCopies, hostStateCopies int
 	if c > 0 && need > c {
 		return fmt.Errorf("this run needs at least %s on %s (%d parameters with gradients and optimizer state: %s; activations: %s), "+
 			"and the device holds %s: %s",
-			device.FormatBytes(need), dev.Name(), params, device.FormatBytes(params*4*int64(2+stateCopies)),
+			device.FormatBytes(need), dev.Name(), params, device.FormatBytes(params*4*int64(deviceCopies)),
 			device.FormatBytes(minStepBytes), device.FormatBytes(c), advice)
 	}
-	if need := params * 4 * int64(hostStateCopies); need > 0 {
+	if need := params * 4 * int64(hostCopies); need > 0 {
 		if avail := cpu.AvailableMemory(); avail > 0 && need > avail {
-			return fmt.Errorf("the optimizer state on the host (--optimizer-state host) needs %s for %d parameters, and the machine has %s free: %s",
+			return fmt.Errorf("the training state on the host (--optimizer-state, --gradients, --parameters host) needs %s for %d parameters, and the machine has %s free: %s",
 				device.FormatBytes(need), params, device.FormatBytes(avail), advice)
 		}
 	}
@@ -724,18 +738,28 @@ func preflight(dev device.Device, params int64, stateCopies, hostStateCopies int
 	return nil
 }
 
-// stateCopies is the parameter-sized copies of optimizer state the device
-// and the host hold: 1 for SGD with momentum, 2 for AdamW, on the device
-// or, with --optimizer-state host, on the host.
+// stateCopies is the parameter-sized copies of training state the device
+// and the host hold: the parameters and the gradients, one each, and the
+// optimizer state, 1 for SGD with momentum, 2 for AdamW, each on the
+// device or on the host (--parameters, --gradients, --optimizer-state).
+// Streamed parameters are counted on the host only: the device holds a
+// few at a time.
 func (o *trainOptions) stateCopies() (onDevice, onHost int) {
 	n := 2
 	if o.optimizer == "sgd" {
 		n = 1
 	}
-	if o.optimizerState == "host" {
-		return 0, n
+	place := func(host bool, copies int) {
+		if host {
+			onHost += copies
+		} else {
+			onDevice += copies
+		}
 	}
-	return n, 0
+	place(len(o.paramsOnHost) > 0, 1)
+	place(o.gradsOnHost, 1)
+	place(o.optimizerState == "host", n)
+	return onDevice, onHost
 }
 
 // interruptContext is cancelled by the first SIGINT or SIGTERM (see

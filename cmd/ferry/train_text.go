@@ -176,7 +176,11 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			"lower --batch or the model's sizes (or offload: --mode offload)"); err != nil {
 			return err
 		}
-		task, err := models.NewTokenTask(dev, txt, tok, lf, s, *valBatches, o.seed)
+		paramDev := dev
+		if len(o.paramsOnHost) > 0 && dev.Host() != dev {
+			paramDev = dev.Host() // streamed from there: built there
+		}
+		task, err := models.NewTokenTaskOn(dev, paramDev, txt, tok, lf, s, *valBatches, o.seed)
 		if err != nil {
 			return err
 		}

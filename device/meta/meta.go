@@ -307,7 +307,7 @@ func (d *Device) SimulateHostWork(down, host, up int64) {
 		s.hostEnd += cost
 		return
 	}
-	d.comp.run(cost)
+	d.comp.clock += cost // compute waits: its clock moves, its busy time does not
 }
 
 // Busy is the time each resource of a simulated step spent working: the
