@@ -43,6 +43,10 @@ type Policy struct {
 	// "" or "device", or "host" (sent to host memory as backward completes
 	// them; the optimizer's state must then be on the host too).
 	Gradients string `json:"gradients,omitempty"`
+	// HostPeakBytes is the host memory the plan predicts the step uses at
+	// its peak (offloaded tensors, parameters, gradients and optimizer
+	// state there): a run checks the machine has it before training.
+	HostPeakBytes int64 `json:"host_peak_bytes,omitempty"`
 	// Comment says where the policy came from (ferry plan writes the
 	// budget and predicted figures here).
 	Comment string `json:"comment,omitempty"`

@@ -27,6 +27,10 @@ type Step struct {
 	Run func(tape *ferry.Tape) error
 	// Release frees what Build made.
 	Release func()
+	// HostStateBytes, if set, is the host memory the step keeps outside
+	// the host allocator (an optimizer's state on the host, in Go
+	// memory), added to the host peak.
+	HostStateBytes func() int64
 }
 
 // RankModel is a Model that can also be one rank of data-parallel

@@ -712,6 +712,9 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 		out = Outcome{PeakBytes: dev.Allocator().Stats().AllocatedBytes.Peak, HostPeakBytes: dev.Host().Allocator().Stats().AllocatedBytes.Peak,
 			StepSeconds: dev.Now() - t0, StallSeconds: dev.StallSeconds() - stall0, ToHostBytes: s.BytesToHost, ToDiskBytes: s.BytesToDisk,
 			Busy: dev.Busy().Sub(busy0)}
+		if step.HostStateBytes != nil {
+			out.HostPeakBytes += step.HostStateBytes()
+		}
 		if out.Bound = out.Busy.Max(); out.Bound > 0 {
 			out.OverlapRatio = out.StepSeconds / out.Bound
 		}

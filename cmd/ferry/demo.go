@@ -143,6 +143,9 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			if cfg.GradsOnHost, cfg.ParamsOnHost, err = state.resolve(set, p, *policy, cfg.OptimizerState); err != nil {
 				return err
 			}
+			if err := checkHostPeak(p, *policy, *dev); err != nil {
+				return err
+			}
 		}
 		if *profile != "" {
 			if kind, _, _ := device.ParseName(*dev); kind != "meta" {

@@ -111,6 +111,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if p.Fits && *out != "" {
 			pol := p.Policy()
 			pol.Model, pol.Sizes = f.Name(), cfg.Sizes
+			pol.HostPeakBytes = p.Predicted.HostPeakBytes
 			if err := pol.Save(*out); err != nil {
 				return err
 			}

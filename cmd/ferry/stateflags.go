@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 
+	"ferry/device"
+	"ferry/device/cpu"
 	"ferry/offload"
 )
 
@@ -67,4 +69,21 @@ func paramWords(names []string) string {
 		return "every parameter in host memory"
 	}
 	return fmt.Sprintf("%d parameters in host memory", len(names))
+}
+
+// checkHostPeak refuses, before any training, a policy whose predicted
+// host peak the machine cannot hold (a device without data, meta, needs
+// none).
+func checkHostPeak(pol *offload.Policy, policyFile, dev string) error {
+	if pol == nil || pol.HostPeakBytes <= 0 {
+		return nil
+	}
+	if kind, _, _ := device.ParseName(dev); kind == "meta" {
+		return nil
+	}
+	if avail := cpu.AvailableMemory(); avail > 0 && pol.HostPeakBytes > avail {
+		return fmt.Errorf("--policy %s needs %s of host memory at its peak (offloaded tensors and the state placed there), and the machine has %s free: "+
+			"plan again with --host-budget %s", policyFile, device.FormatBytes(pol.HostPeakBytes), device.FormatBytes(avail), device.FormatBytes(avail))
+	}
+	return nil
 }

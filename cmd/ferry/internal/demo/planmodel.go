@@ -214,7 +214,11 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		}
 		return dev.Compute().Synchronize()
 	}
-	return &plan.Step{Run: run, Release: release}, nil
+	st := &plan.Step{Run: run, Release: release}
+	if h, ok := opt.(interface{ HostStateBytes() int64 }); ok {
+		st.HostStateBytes = h.HostStateBytes
+	}
+	return st, nil
 }
 
 // rankStep is one data-parallel rank's backward and update, as
