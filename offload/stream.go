@@ -32,9 +32,9 @@ type StreamConfig struct {
 	// while the device goes on with backward: the host's update overlaps
 	// the device's work. EndBackward waits for them all.
 	HostStepsBeside bool
-	// D2H and H2D are the side streams the copies run on (an Offloader's,
-	// Offloader.Streams, so that parameters and activations share them);
-	// nil makes the Streamer's own.
+	// D2H and H2D are the side streams the copies run on (offload.Memory
+	// passes its Offloader's, so that parameters and activations share
+	// them); nil makes the Streamer's own.
 	D2H, H2D device.Stream
 }
 
@@ -61,8 +61,11 @@ type StreamStats struct {
 // master, one device copy at a time.
 //
 // An offloaded gradient leaves the device when backward completes it
-// (GradReady): it is copied to a host tensor on a side stream, added to
-// what earlier micro-batches left there, and the device copy is freed.
+// (GradReady): it is copied to a host tensor on a side stream and the
+// device copy is freed once the next one has left. With accumulation, the
+// next micro-batch's first addition brings the host sum back (a paged-out
+// shell stands for it as the parameter's Grad), so that every addition is
+// the device's, in its order.
 // After backward (EndBackward) the parameter's Grad is the host tensor,
 // on device.Host(): the host optimizer (optim.OnHost) updates the master
 // from it, and clipping computes on it with the host's kernels.

@@ -60,7 +60,11 @@ probe err demo $M --batch 9223372036854775807
 probe err demo $M --layers 9223372036854775807
 probe err demo $M --width 3037000500 --batch 3037000500
 for v in 1e19 1e300GiB NaN Inf -Inf -1 -3GiB abc 3XB '' 0x10; do probe err plan --budget "$v"; done
-probe err plan --budget 2.6GiB --out ""
+probe err plan --budget 100MiB --out ""
+probe err plan --budget 1GiB --parameters maybe
+probe err plan --budget 1GiB --gradients host --optimizer-state device
+probe err demo $M --gradients host
+probe err demo $M --parameters gpu --optimizer-state host
 probe err plan --budget 3GiB --host-budget NaN
 probe err plan --budget 3GiB --layers 9000000000 --out ""
 probe err plan --budget 3GiB --layers 100000 --out ""
