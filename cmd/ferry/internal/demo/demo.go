@@ -401,7 +401,11 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			statsBefore, _ = stats()
 			if cfg.TraceDir != "" && step == last {
 				rec = newRecorder(dev, simulated)
-				stopRec = rec.Allocator(dev.Name(), alloc)
+				stopDev := rec.Allocator(dev.Name(), alloc)
+				// The host's memory too: offloaded tensors, and parameters,
+				// gradients and optimizer state placed there.
+				stopHost := rec.Allocator(hostName(dev), hostAlloc)
+				stopRec = func() { stopDev(); stopHost() }
 			}
 		},
 		ForwardStart: func(step, micro int) {
@@ -502,7 +506,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		r.gradHash = h.Sum64()
 	}
 	if rec != nil {
-		if err := writeTrace(cfg.TraceDir, mode, dev.Name(), rec); err != nil {
+		if err := writeTrace(cfg.TraceDir, mode, dev.Name(), hostName(dev), rec); err != nil {
 			return nil, err
 		}
 	}
@@ -534,7 +538,10 @@ func newRecorder(dev device.Device, simulated bool) *trace.Recorder {
 	return trace.New(nil)
 }
 
-func writeTrace(dir, mode, allocator string, rec *trace.Recorder) error {
+// hostName names the host's allocator in traces.
+func hostName(dev device.Device) string { return dev.Name() + " host" }
+
+func writeTrace(dir, mode, allocator, host string, rec *trace.Recorder) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -543,6 +550,10 @@ func writeTrace(dir, mode, allocator string, rec *trace.Recorder) error {
 	if err := fsx.WriteAtomic(filepath.Join(dir, mode+".trace.json"), rec.WriteChrome); err != nil {
 		return err
 	}
-	return plots.Memory(dir, mode+".memory", "ferry demo, mode "+mode+": memory allocated on "+allocator+" during one step, by category",
-		rec.Samples(allocator))
+	if err := plots.Memory(dir, mode+".memory", "ferry demo, mode "+mode+": memory allocated on "+allocator+" during one step, by category",
+		rec.Samples(allocator)); err != nil {
+		return err
+	}
+	return plots.Memory(dir, mode+".host-memory", "ferry demo, mode "+mode+": host memory allocated for "+allocator+" during one step, by category",
+		rec.Samples(host))
 }
