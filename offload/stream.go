@@ -791,6 +791,12 @@ func (s *Streamer) Close() error {
 				}
 			}
 			st.p.SetPager(nil)
+		}
+		// The uploads read the masters: done before they go.
+		if err := s.h2d.Synchronize(); err != nil {
+			return err
+		}
+		for _, st := range s.params {
 			if st.master != nil {
 				st.master.Release()
 			}
