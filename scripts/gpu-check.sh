@@ -12,7 +12,9 @@
 #     mlp-demo      ferry demo at the origin configuration (40 x 4096 x 1024):
 #                   modes none and offload as text (a short limit; the
 #                   summary's figures come from the next run), then every
-#                   mode with --json (mlp-demo-json)
+#                   mode with --json (mlp-demo-json); and with parameters,
+#                   gradients and optimizer state in host memory
+#                   (mlp-state-host)
 #     gpt-demo      ferry demo --model gpt, GPT-2 124M at batch 8 x 1024,
 #                   every mode, --json (two runs, so a timeout loses half)
 #     gpt-bf16      the same GPT in bfloat16 mixed precision (--precision
@@ -57,8 +59,8 @@ build() {
 # budget, whatever the budget is.
 declare -A SHARE=(
   [nvidia-smi]=5 [cublas]=10 [doctor]=15
-  [conformance]=90
-  [mlp-demo]=15 [mlp-demo-json]=50
+  [conformance]=80
+  [mlp-demo]=15 [mlp-demo-json]=40 [mlp-state-host]=20
   [gpt-demo-1]=45 [gpt-demo-2]=35 [gpt-bf16]=20
   [torch-mlp]=45 [torch-gpt]=55 [torch-gpt-bf16]=15
   [attention]=10 [torch-attention]=10
@@ -129,6 +131,10 @@ run() {
   local mlp=(--device cuda --layers 40 --width 4096 --batch 1024 --steps "$mlp_steps")
   step mlp-demo "$bin/ferry" demo "${mlp[@]}" --modes none,offload
   step mlp-demo-json "$bin/ferry" demo "${mlp[@]}" --json
+  # The whole training state in host memory: parameters streamed, gradients
+  # out as backward makes them, the optimizer on the host beside backward.
+  step mlp-state-host "$bin/ferry" demo "${mlp[@]}" --modes none,offload --json \
+    --optimizer-state host --gradients host --parameters host --optimizer-in-backward
   local gpt=(--device cuda --model gpt --layers 12 --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch 8 --steps "$gpt_steps" --json)
   step gpt-demo-1 "$bin/ferry" demo "${gpt[@]}" --modes none,offload,recompute,recompute-offload
   step gpt-demo-2 "$bin/ferry" demo "${gpt[@]}" --modes none,save-on-host,offload-disk
