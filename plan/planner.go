@@ -740,7 +740,7 @@ func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
 		}
 		p.Suggestions = append(p.Suggestions, "a larger host budget")
 	case params >= pl.opts.Budget:
-		p.Why = fmt.Sprintf("the parameters alone take %s, more than the budget of %s; plans move activations, not parameters",
+		p.Why = fmt.Sprintf("the parameters alone take %s, more than the budget of %s, with them on the device (ferry plan's --parameters auto streams them from host memory)",
 			device.FormatBytes(params), device.FormatBytes(pl.opts.Budget))
 	default:
 		ib := ", and the optimizer updating inside backward"
@@ -748,7 +748,7 @@ func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
 			ib = "" // a rank of several cannot
 		}
 		p.Why = fmt.Sprintf("even with every saved tensor moved off the device, every segment recomputed, or both%s, "+
-			"the step peaks at %s at least, %s over the budget (parameters: %s)", ib, device.FormatBytes(smallest.PeakBytes),
+			"the step peaks at %s at least, %s over the budget (parameters on the device at once: %s)", ib, device.FormatBytes(smallest.PeakBytes),
 			device.FormatBytes(p.ShortBy), device.FormatBytes(params))
 	}
 	if p.ShortBy > 0 {

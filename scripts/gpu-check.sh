@@ -59,8 +59,8 @@ build() {
 # budget, whatever the budget is.
 declare -A SHARE=(
   [nvidia-smi]=5 [cublas]=10 [doctor]=15
-  [conformance]=80
-  [mlp-demo]=15 [mlp-demo-json]=40 [mlp-state-host]=20
+  [conformance]=90
+  [mlp-demo]=15 [mlp-demo-json]=40 [mlp-state-host]=10
   [gpt-demo-1]=45 [gpt-demo-2]=35 [gpt-bf16]=20
   [torch-mlp]=45 [torch-gpt]=55 [torch-gpt-bf16]=15
   [attention]=10 [torch-attention]=10
@@ -133,7 +133,7 @@ run() {
   step mlp-demo-json "$bin/ferry" demo "${mlp[@]}" --json
   # The whole training state in host memory: parameters streamed, gradients
   # out as backward makes them, the optimizer on the host beside backward.
-  step mlp-state-host "$bin/ferry" demo "${mlp[@]}" --modes none,offload --json \
+  step mlp-state-host "$bin/ferry" demo "${mlp[@]}" --modes none,offload --steps 2 --json \
     --optimizer-state host --gradients host --parameters host --optimizer-in-backward
   local gpt=(--device cuda --model gpt --layers 12 --heads 12 --embd 768 --seq 1024 --vocab 50257 --batch 8 --steps "$gpt_steps" --json)
   step gpt-demo-1 "$bin/ferry" demo "${gpt[@]}" --modes none,offload,recompute,recompute-offload
