@@ -3,11 +3,11 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"ferry"
 	"ferry/device"
-	"ferry/internal/workq"
 )
 
 // StreamConfig says which training state a Streamer keeps in host memory.
@@ -29,8 +29,11 @@ type StreamConfig struct {
 	// offloaded, what backward's GradReady hook does after the Streamer
 	// (an optimizer inside backward, optim.InBackward, with its state on
 	// the host) on a host worker, once the gradient's copy has landed,
-	// while the device goes on with backward: the host's update overlaps
-	// the device's work. EndBackward waits for them all.
+	// while the device goes on with backward and then with the next
+	// step's forward: the host's update overlaps the device's work. The
+	// worker runs first the update the next forward needs first; a
+	// parameter's next upload waits for its update (beside.go). Settle,
+	// the next BeginBackward and Close wait for them all.
 	HostStepsBeside bool
 	// D2H and H2D are the side streams the copies run on (offload.Memory
 	// passes its Offloader's, so that parameters and activations share
@@ -78,7 +81,9 @@ type StreamStats struct {
 // forward with the tape's record hook set (Attach), BeginBackward,
 // backward with GradReady in the options, EndBackward; after the
 // optimizer's step, EndStep. Close gives the parameters back to the
-// device.
+// device. With HostStepsBeside, updates may still run after EndStep:
+// Settle (or Close) before the optimizer's state is read, saved or
+// released.
 type Streamer struct {
 	dev, host device.Device
 	d2h, h2d  device.Stream
@@ -99,28 +104,17 @@ type Streamer struct {
 	stats     StreamStats
 	hostGrad  int64
 	closed    bool
-	// Host steps beside the device (StreamConfig.HostStepsBeside): the
-	// worker that runs them, in order, and the step in flight for each
-	// parameter, which a copy of it to the device waits for.
-	beside bool
-	worker *workq.Queue
-	tasks  map[*streamed]*hostTask
-}
-
-// hostTask is one parameter's host step running beside the device: done
-// is closed when it has run (ev is its end on a device that simulates
-// time), err its failure.
-type hostTask struct {
-	done chan struct{}
-	ev   device.Event
-	err  error
-}
-
-// hostAsync is implemented by devices that simulate time (the meta
-// device): host work beside the device is charged to the host's clock.
-type hostAsync interface {
-	BeginHostAsync(after device.Event)
-	EndHostAsync() device.Event
+	// Host steps beside the device (StreamConfig.HostStepsBeside, see
+	// beside.go): the worker that runs them, the step in flight for each
+	// parameter, which a copy of it to the device waits for, the tasks a
+	// device that simulates time has yet to run, and each parameter's
+	// first use in this step (the order the worker prefers).
+	beside   bool
+	worker   *besideQueue
+	tasks    map[*streamed]*hostTask
+	simQ     []*hostTask
+	seq      int
+	firstUse map[*streamed]int
 }
 
 // streamed is one parameter storage in host memory.
@@ -156,7 +150,7 @@ func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
 	s := &Streamer{dev: dev, host: dev.Host(), prefetch: cfg.Prefetch, d2h: cfg.D2H, h2d: cfg.H2D,
 		byStorage: map[any]*streamed{}, grads: map[*ferry.Tensor]bool{},
 		hostGrads: map[*ferry.Tensor]*ferry.Tensor{}, shells: map[*ferry.Tensor]*streamed{},
-		beside: cfg.HostStepsBeside, tasks: map[*streamed]*hostTask{}}
+		beside: cfg.HostStepsBeside, tasks: map[*streamed]*hostTask{}, firstUse: map[*streamed]int{}}
 	if s.prefetch == 0 {
 		s.prefetch = 2
 	}
@@ -287,9 +281,16 @@ func (s *Streamer) HostData(t *ferry.Tensor) *ferry.Tensor {
 	return nil
 }
 
-// Settle pages out every parameter on the device (after an evaluation or
-// a checkpoint read them outside a training step).
-func (s *Streamer) Settle() error { return s.pageOutAll(true) }
+// Settle waits for the host steps still running beside the device and
+// pages out every parameter on the device (after an evaluation or a
+// checkpoint read them outside a training step): the parameters and
+// the optimizer's state are then whole, to read or save.
+func (s *Streamer) Settle() error {
+	if err := ferry.Catch(s.drainBeside); err != nil {
+		return err
+	}
+	return s.pageOutAll(true)
+}
 
 // Streams reports whether p lives in host memory.
 func (s *Streamer) Streams(p *ferry.Tensor) bool { return s.byStorage[p.Storage()] != nil }
@@ -356,6 +357,9 @@ func (s *Streamer) bringIn(st *streamed, prefetched bool) error {
 // of the next Prefetch uses the previous step made after it.
 func (s *Streamer) noteUse(st *streamed) {
 	if n := len(s.uses); n == 0 || s.uses[n-1] != st {
+		if _, seen := s.firstUse[st]; !seen {
+			s.firstUse[st] = len(s.uses)
+		}
 		s.uses = append(s.uses, st)
 	}
 	i := s.pos
@@ -450,6 +454,7 @@ func (s *Streamer) BeginStep() error {
 	if len(s.uses) > 0 {
 		s.order, s.uses = s.uses, s.order[:0]
 	}
+	clear(s.firstUse)
 	s.pos = 0
 	for j := 0; j < len(s.order) && j < s.prefetch; j++ {
 		if next := s.order[j]; !next.resident && next.pending == nil {
@@ -512,6 +517,11 @@ func (s *Streamer) Backward(loss *ferry.Tensor, opts ferry.BackwardOptions) erro
 // additions are the device's, in its order.
 func (s *Streamer) BeginBackward() error {
 	err := ferry.Catch(func() error {
+		// The last step's host updates are done (forward waited for those
+		// of the parameters it used): they own the gradients they read.
+		if err := s.drainBeside(); err != nil {
+			return err
+		}
 		for p := range s.grads {
 			g := p.Grad()
 			if g == nil || g.Device() == s.dev {
@@ -597,52 +607,40 @@ func (s *Streamer) gradReadyBeside(p *ferry.Tensor) device.Event {
 }
 
 // runBeside runs work for st on the host worker once after has
-// completed; a copy of st to the device waits for it. On a device that
-// simulates time, it runs at once and its host time goes to the host's
-// clock.
+// completed, as beside.go describes; a copy of st to the device waits for
+// it. On a device that simulates time, it runs in simulated time.
 func (s *Streamer) runBeside(st *streamed, after device.Event, work func()) {
-	t := &hostTask{done: make(chan struct{})}
-	s.tasks[st] = t
-	run := func() {
-		defer close(t.done)
-		defer func() {
-			if r := recover(); r != nil {
-				if e, ok := r.(error); ok {
-					t.err = e
-				} else {
-					t.err = fmt.Errorf("offload: a host step panicked: %v", r)
-				}
-			}
-		}()
-		if err := after.Synchronize(); err != nil {
-			t.err = err
-			return
-		}
-		work()
+	prio, ok := s.firstUse[st]
+	if !ok {
+		prio = math.MaxInt // not used this step: after the others
 	}
-	if sim, ok := s.dev.(hostAsync); ok && !device.HasData(s.dev) {
-		sim.BeginHostAsync(after)
-		run()
-		t.ev = sim.EndHostAsync()
+	s.seq++
+	t := &hostTask{st: st, after: after, prio: prio, seq: s.seq, work: work, done: make(chan struct{})}
+	s.tasks[st] = t
+	if sim, ok := s.dev.(hostSim); ok && !device.HasData(s.dev) {
+		s.simQ = append(s.simQ, t)
+		s.simAdvance(sim, sim.Now(), nil)
 		return
 	}
 	if s.worker == nil {
-		s.worker = workq.New()
+		s.worker = newBesideQueue()
 	}
-	if err := s.worker.Push(run); err != nil {
-		t.err = err
+	if !s.worker.push(t) {
+		t.err = errors.New("offload: the streamer is closed")
 		close(t.done)
 	}
 }
 
-// waitBeside waits for st's host step, if one is in flight.
+// waitBeside waits for st's host step, if one is in flight: on a device
+// that simulates time, the upload stream waits for its simulated end.
 func (s *Streamer) waitBeside(st *streamed) error {
 	t := s.tasks[st]
 	if t == nil {
 		return nil
 	}
 	delete(s.tasks, st)
-	if t.ev != nil {
+	if sim, ok := s.dev.(hostSim); ok && !device.HasData(s.dev) {
+		s.simAdvance(sim, math.Inf(1), t)
 		s.h2d.Wait(t.ev)
 		return t.err
 	}
@@ -660,15 +658,18 @@ func (s *Streamer) waitBeside(st *streamed) error {
 // too, on a device that simulates time) and returns the first failure.
 func (s *Streamer) drainBeside() error {
 	var first error
-	for _, st := range s.params {
-		t := s.tasks[st]
-		if t == nil {
-			continue
+	for len(s.tasks) > 0 {
+		var t *hostTask
+		for _, u := range s.tasks {
+			if t == nil || u.seq < t.seq {
+				t = u
+			}
 		}
+		err := s.waitBeside(t.st)
 		if t.ev != nil {
 			s.dev.Compute().Wait(t.ev)
 		}
-		if err := s.waitBeside(st); err != nil && first == nil {
+		if err != nil && first == nil {
 			first = err
 		}
 	}
@@ -732,9 +733,6 @@ func blockOf(t *ferry.Tensor) *device.Block {
 // brought back leave the device.
 func (s *Streamer) EndBackward() error {
 	err := ferry.Catch(func() error {
-		if err := s.drainBeside(); err != nil {
-			return err
-		}
 		s.reap(true)
 		for p := range s.hostGrads {
 			if g := p.Grad(); g != nil && g.Device() == s.dev && !g.PagedOut() {
@@ -755,6 +753,9 @@ func (s *Streamer) EndBackward() error {
 func (s *Streamer) EndStep() error {
 	s.hostGrad = 0
 	for p := range s.grads {
+		if st := s.byStorage[p.Storage()]; st != nil && s.tasks[st] != nil {
+			continue // its host step, still running, owns and drops it
+		}
 		if g := p.Grad(); g != nil && g.Device() != s.dev {
 			s.hostGrad += g.Bytes()
 		}
@@ -775,7 +776,7 @@ func (s *Streamer) Close() error {
 	return ferry.Catch(func() error {
 		derr := s.drainBeside()
 		if s.worker != nil {
-			s.worker.Close()
+			s.worker.close()
 		}
 		if derr != nil {
 			return derr

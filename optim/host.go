@@ -2,6 +2,7 @@ package optim
 
 import (
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"ferry"
@@ -73,6 +74,11 @@ type HostPlaced interface {
 // the step counts and shapes only, so planning a model of any size costs
 // no host memory, and HostStateBytes still says what the state would hold.
 type hostStore struct {
+	// mu is held by each update: an optimizer inside backward may update
+	// some parameters on offload.Streamer's host worker and others on the
+	// caller's goroutine at once. (State, SetState and Release are called
+	// when no update runs: after the Streamer's Settle.)
+	mu    sync.Mutex
 	slots map[*ferry.Tensor]*hostSlot
 	// w and g stage one parameter's values and gradient between the
 	// download and the upload.
@@ -231,6 +237,8 @@ func values(p, src *ferry.Tensor) (v []float32, err error) {
 // bytes is the host memory the state holds (or, on a device without
 // data, would hold): slots·4 bytes per element, plus the staging buffers.
 func (h *hostStore) bytes(params []*ferry.Tensor, slots int) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	var n int64
 	for _, p := range params {
 		if _, ok := h.slots[p]; ok {
@@ -272,8 +280,10 @@ func simulate(p *ferry.Tensor, st staged, hostBytes int64) {
 }
 
 // hostStep is AdamW.step with the state on the host.
-func (o *AdamW) hostStep(p, g *ferry.Tensor) error {
+func (o *AdamW) hostStep(p, g *ferry.Tensor, lr float32) error {
 	h := o.host
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.dropShown()
 	return ferry.Catch(func() error {
 		st, err := h.stage(p, g)
@@ -290,7 +300,7 @@ func (o *AdamW) hostStep(p, g *ferry.Tensor) error {
 		}
 		s.step++
 		if st.w != nil {
-			hp := device.AdamWParams{LR: o.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
+			hp := device.AdamWParams{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
 			hostAdamW(st.w, st.g, s.a, s.b, hp)
 		}
 		simulate(p, st, 28) // reads w, g, m, v; writes w, m, v
@@ -303,15 +313,17 @@ func (o *AdamW) hostStep(p, g *ferry.Tensor) error {
 }
 
 // hostStep is SGD.step with the state on the host.
-func (o *SGD) hostStep(p, g *ferry.Tensor) error {
+func (o *SGD) hostStep(p, g *ferry.Tensor, lr float32) error {
 	h := o.host
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.dropShown()
 	return ferry.Catch(func() error {
 		st, err := h.stage(p, g)
 		if err != nil {
 			return err
 		}
-		hp := device.SGDParams{LR: o.lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
+		hp := device.SGDParams{LR: lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
 		var buf []float32
 		if o.Momentum != 0 {
 			s, ok := h.slots[p]
@@ -344,6 +356,8 @@ func (o *SGD) hostStep(p, g *ferry.Tensor) error {
 // hostState is AdamW.State with the state on the host.
 func (o *AdamW) hostState() State {
 	h := o.host
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.dropShown()
 	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
 	for p, s := range h.slots {
@@ -357,6 +371,8 @@ func (o *AdamW) hostState() State {
 // hostState is SGD.State with the state on the host.
 func (o *SGD) hostState() State {
 	h := o.host
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.dropShown()
 	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
 	for p, s := range h.slots {

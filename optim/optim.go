@@ -10,6 +10,7 @@ package optim
 
 import (
 	"fmt"
+	"sync"
 
 	"ferry"
 	"ferry/device"
@@ -49,16 +50,21 @@ func stepAll(params []*ferry.Tensor, step func(*ferry.Tensor) error) error {
 // stepOne updates p with step if it is one of params; *index is the set of
 // params, built on first use.
 func stepOne(params []*ferry.Tensor, index *map[*ferry.Tensor]bool, p *ferry.Tensor, step func(*ferry.Tensor) error) error {
+	buildIndex(params, index)
+	if !(*index)[p] {
+		return nil
+	}
+	return step(p)
+}
+
+// buildIndex makes the set of params, if not made yet.
+func buildIndex(params []*ferry.Tensor, index *map[*ferry.Tensor]bool) {
 	if *index == nil {
 		*index = make(map[*ferry.Tensor]bool, len(params))
 		for _, q := range params {
 			(*index)[q] = true
 		}
 	}
-	if !(*index)[p] {
-		return nil
-	}
-	return step(p)
 }
 
 // stateLike allocates a zeroed tensor shaped like p, as optimizer state.
@@ -121,12 +127,21 @@ func NewSGD(params []*ferry.Tensor, lr float32, opts ...Option) *SGD {
 }
 
 // Step applies one update.
-func (o *SGD) Step() error { return stepAll(o.Params, o.step) }
+func (o *SGD) Step() error {
+	lr := o.lr
+	return stepAll(o.Params, func(p *ferry.Tensor) error { return o.step(p, lr) })
+}
 
 // StepParam updates one parameter (see Stepper).
-func (o *SGD) StepParam(p *ferry.Tensor) error { return stepOne(o.Params, &o.index, p, o.step) }
+func (o *SGD) StepParam(p *ferry.Tensor) error { return o.stepParamLR(p, o.lr) }
 
-func (o *SGD) step(p *ferry.Tensor) error {
+func (o *SGD) stepParamLR(p *ferry.Tensor, lr float32) error {
+	return stepOne(o.Params, &o.index, p, func(p *ferry.Tensor) error { return o.step(p, lr) })
+}
+
+func (o *SGD) buildIndex() { buildIndex(o.Params, &o.index) }
+
+func (o *SGD) step(p *ferry.Tensor, lr float32) error {
 	if o.Nesterov && (o.Momentum <= 0 || o.Dampening != 0) {
 		return fmt.Errorf("optim.SGD: Nesterov momentum needs Momentum > 0 and Dampening 0")
 	}
@@ -138,13 +153,13 @@ func (o *SGD) step(p *ferry.Tensor) error {
 		return err
 	}
 	if o.host != nil {
-		return o.hostStep(p, g)
+		return o.hostStep(p, g, lr)
 	}
 	if err := checkOnDevice(p); err != nil {
 		return err
 	}
 	return ferry.Catch(func() error {
-		hp := device.SGDParams{LR: o.lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
+		hp := device.SGDParams{LR: lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
 		var mv device.View
 		if o.Momentum != 0 {
 			b, ok := o.buf[p]
@@ -220,8 +235,9 @@ func NewAdamW(params []*ferry.Tensor, lr float32, opts ...Option) *AdamW {
 // with the same bits; with the state on the host (OnHost), one host step
 // per parameter.
 func (o *AdamW) Step() error {
+	lr := o.lr
 	if o.host != nil {
-		return stepAll(o.Params, o.step)
+		return stepAll(o.Params, func(p *ferry.Tensor) error { return o.step(p, lr) })
 	}
 	b := &adamBatch{o: o}
 	for _, p := range o.Params {
@@ -233,7 +249,7 @@ func (o *AdamW) Step() error {
 			if err := b.flush(); err != nil {
 				return err
 			}
-			if err := o.step(p); err != nil {
+			if err := o.step(p, lr); err != nil {
 				return err
 			}
 			continue
@@ -327,9 +343,15 @@ func overlaps(a, b device.View) bool {
 }
 
 // StepParam updates one parameter (see Stepper).
-func (o *AdamW) StepParam(p *ferry.Tensor) error { return stepOne(o.Params, &o.index, p, o.step) }
+func (o *AdamW) StepParam(p *ferry.Tensor) error { return o.stepParamLR(p, o.lr) }
 
-func (o *AdamW) step(p *ferry.Tensor) error {
+func (o *AdamW) stepParamLR(p *ferry.Tensor, lr float32) error {
+	return stepOne(o.Params, &o.index, p, func(p *ferry.Tensor) error { return o.step(p, lr) })
+}
+
+func (o *AdamW) buildIndex() { buildIndex(o.Params, &o.index) }
+
+func (o *AdamW) step(p *ferry.Tensor, lr float32) error {
 	g := p.Grad()
 	if g == nil {
 		return nil
@@ -338,7 +360,7 @@ func (o *AdamW) step(p *ferry.Tensor) error {
 		return err
 	}
 	if o.host != nil {
-		return o.hostStep(p, g)
+		return o.hostStep(p, g, lr)
 	}
 	if err := checkOnDevice(p); err != nil {
 		return err
@@ -350,7 +372,7 @@ func (o *AdamW) step(p *ferry.Tensor) error {
 			o.state[p] = s
 		}
 		s.step++
-		hp := device.AdamWParams{LR: o.lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
+		hp := device.AdamWParams{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
 		if p.Numel() == 0 { // no elements (and, on the CPU, no block): nothing to update
 			return nil
 		}
@@ -396,23 +418,61 @@ type Stepper interface {
 // gradients never all exist at once (torchtune's optimizer_in_bwd). For
 // SGD and AdamW the result equals Backward followed by Step and ZeroGrad.
 // The first error stops further updates and is returned by Err.
+//
+// The updates use the learning rate the optimizer has when InBackward is
+// called, and GradReady may run on another goroutine than the caller's
+// (offload.Streamer's host worker, whose updates may still run while the
+// caller sets the next step's rate): SetLR is not read by it.
 func InBackward(opt Stepper) (ferry.BackwardOptions, *InBackwardErr) {
 	e := &InBackwardErr{}
+	step := opt.StepParam
+	if o, ok := opt.(lrStepper); ok {
+		lr := float32(opt.LR())
+		o.buildIndex() // here, not on the goroutines GradReady runs on
+		step = func(p *ferry.Tensor) error { return o.stepParamLR(p, lr) }
+	}
 	return ferry.BackwardOptions{GradReady: func(p *ferry.Tensor) {
-		if e.err != nil {
+		if e.Err() != nil {
 			return
 		}
-		if e.err = opt.StepParam(p); e.err == nil {
-			p.SetGrad(nil)
+		if err := step(p); err != nil {
+			e.set(err)
+			return
 		}
+		p.SetGrad(nil)
 	}}, e
 }
 
-// InBackwardErr holds the first error an in-backward update met.
-type InBackwardErr struct{ err error }
+// lrStepper is an optimizer of this package: it steps a parameter at a
+// given learning rate.
+type lrStepper interface {
+	stepParamLR(p *ferry.Tensor, lr float32) error
+	buildIndex()
+}
 
-// Err returns the first error, or nil.
-func (e *InBackwardErr) Err() error { return e.err }
+// InBackwardErr holds the first error an in-backward update met. It is
+// safe for concurrent use.
+type InBackwardErr struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (e *InBackwardErr) set(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err == nil {
+		e.err = err
+	}
+}
+
+// Err returns the first error, or nil. Updates that run beside the device
+// (offload.Streamer) report theirs once they have run: after the
+// Streamer's Settle, or the next step's backward.
+func (e *InBackwardErr) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
 
 // unique drops repeated parameters, keeping the first of each: a tensor
 // listed twice (a tied weight) is one parameter, updated once per step, as

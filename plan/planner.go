@@ -674,10 +674,10 @@ func (pl *planner) replay(choice []option, ib bool) (Outcome, error) {
 	return Replay(pl.opts.Model, pl.opts.Profile, pol, *pl.opts.Offload)
 }
 
-// Replay runs two training steps of m under policy on a meta device with
-// profile (the first allocates the optimizer's state) and returns what
-// the second used and took. `ferry demo --device meta --policy FILE` runs
-// the same steps.
+// Replay runs training steps of m under policy on a meta device with
+// profile (the first allocates the optimizer's state; replaySteps says
+// how many) and returns what the last used and took. `ferry demo --device
+// meta --policy FILE` runs the same steps.
 func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.Config) (Outcome, error) {
 	dev := meta.New(device.Options{}, profile)
 	defer dev.Close()
@@ -696,7 +696,7 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 	}
 	defer off.Close()
 	var out Outcome
-	for i := 0; i < 2; i++ {
+	for i := 0; i < replaySteps(policy); i++ {
 		dev.Allocator().ResetPeak()
 		dev.Host().Allocator().ResetPeak()
 		before, t0, stall0, busy0 := off.Stats(), dev.Now(), dev.StallSeconds(), dev.Busy()
@@ -720,6 +720,17 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 		}
 	}
 	return out, nil
+}
+
+// replaySteps is how many steps Replay runs: two (the first allocates the
+// optimizer's state), and a third where host updates run beside the
+// device: the first step's updates, after a forward with none to wait
+// for, are not the steady state's, and the second step runs them.
+func replaySteps(policy *offload.Policy) int {
+	if policy.OptimizerInBackward && policy.Gradients == "host" && len(policy.ParametersOnHost) > 0 {
+		return 3
+	}
+	return 2
 }
 
 // explainNoFit fills in why nothing fits and what would.

@@ -288,6 +288,24 @@ type Trainer struct {
 	// ranks), wrapping Config.Optimizer; nil otherwise.
 	shard *dist.ShardedOptimizer
 	rank  int
+	// updates is the last step's in-backward updates: those that run
+	// beside the device (parameters and optimizer state in host memory)
+	// may still run during the next step, and report their errors once
+	// settled.
+	updates *optim.InBackwardErr
+}
+
+// settle waits for the updates still running beside the device and
+// returns the first error they met: before what reads the whole state
+// (a checkpoint, an evaluation, the run's end).
+func (t *Trainer) settle() error {
+	if err := t.mem.Settle(); err != nil {
+		return err
+	}
+	if t.updates != nil {
+		return t.updates.Err()
+	}
+	return nil
 }
 
 // gradReducer is what the Trainer needs of a dist.GradientReducer or, for
@@ -651,6 +669,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		if t.ckpt == nil {
 			return nil
 		}
+		if err := t.settle(); err != nil {
+			return err
+		}
 		var st optim.Stateful
 		if t.shard != nil {
 			// Every rank sends its shard; rank 0 saves the whole state.
@@ -694,7 +715,7 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		}
 		ms, err := ev.Evaluate()
 		if err == nil {
-			err = t.mem.Settle()
+			err = t.settle()
 		}
 		if err != nil {
 			return nil, fmt.Errorf("evaluation at step %d: %w", step, err)
@@ -846,6 +867,9 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 			}
 		}
 	}
+	if err := t.settle(); err != nil {
+		return nil, fmt.Errorf("step %d: %w", res.Steps, err)
+	}
 	if h.Done != nil {
 		h.Done()
 	}
@@ -961,7 +985,14 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 					update := opts.GradReady
 					opts.GradReady = func(p *ferry.Tensor) { h.GradReady(step, p); update(p) }
 				}
-				if err := t.mem.Backward(scaled, opts); err != nil {
+				err := t.mem.Backward(scaled, opts)
+				// The last step's updates beside the device had all run
+				// when this backward began.
+				if last := t.updates; err == nil && last != nil {
+					err = last.Err()
+				}
+				t.updates = e
+				if err != nil {
 					return err
 				}
 				return e.Err()
@@ -984,6 +1015,7 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 		x.Release()
 		y.Release()
 		if err != nil {
+			_ = t.mem.Settle() // no update runs beside while the gradients go
 			opt.ZeroGrad()
 			return 0, 0, err
 		}

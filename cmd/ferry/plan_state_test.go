@@ -93,3 +93,39 @@ func TestPlanPlacesTheTrainingState(t *testing.T) {
 		})
 	}
 }
+
+// Host updates overlap the next forward, not only backward: on a GPU
+// profile, a plan whose busiest resource is the host's optimizer (every
+// parameter streamed, the state on the host) predicts a step within 1.1 ×
+// that resource's busy time. (Waiting at the end of backward for the
+// updates, as before, gave 1.36 × here.)
+func TestHostBoundPlanOverlaps(t *testing.T) {
+	out, errOut, code := runCLI(t, "plan", "--profile", "h200-pcie5", "--model", "mlp", "--layers", "40", "--width", "1024",
+		"--batch", "256", "--budget", "64MiB", "--json")
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+	}
+	var p struct {
+		Fits         bool     `json:"fits"`
+		ParamsOnHost []string `json:"parameters_on_host"`
+		Predicted    struct {
+			Busy          map[string]float64 `json:"busy_seconds"`
+			StepOverBound float64            `json:"step_over_bound"`
+		} `json:"predicted"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	busiest := ""
+	for k, v := range p.Predicted.Busy {
+		if busiest == "" || v > p.Predicted.Busy[busiest] {
+			busiest = k
+		}
+	}
+	if !p.Fits || len(p.ParamsOnHost) == 0 || busiest != "host" {
+		t.Fatalf("want a fitting plan streaming parameters, bound by the host: %+v", p)
+	}
+	if r := p.Predicted.StepOverBound; !(r >= 1 && r <= 1.1) {
+		t.Errorf("step %.3f × the busiest resource, want ≤ 1.1", r)
+	}
+}

@@ -161,7 +161,7 @@ type sim struct {
 	// share a GPU's copy engines.
 	link [2]float64
 	// hostClock is when the host's cores are next free for work that runs
-	// beside the device (BeginHostAsync); hostAsync is set while such work
+	// beside the device (BeginHostAt); hostAsync is set while such work
 	// is being accounted, and hostEnd is where it ended.
 	hostClock          float64
 	hostAsync          bool
@@ -280,6 +280,7 @@ func (d *Device) SimulateDisk(n int64, write bool, after device.Event) device.Ev
 		}
 		start += cost
 		d.comp.clock += p.CopyComputeShare * cost
+		s.busy.Compute += p.CopyComputeShare * cost // the cores compute would use
 	}
 	s.disk = start
 	return &event{t: start, dev: d}
@@ -330,21 +331,31 @@ func (b Busy) Sub(o Busy) Busy {
 // Busy returns the work issued so far to each resource, in seconds.
 func (d *Device) Busy() Busy { return d.sim.busy }
 
-// BeginHostAsync starts accounting host work that runs beside the device
-// (a host optimizer's step on a worker, package offload) once after has
-// completed: SimulateHostWork until EndHostAsync charges the host's
-// cores, one piece of work after another, not the compute stream.
-func (d *Device) BeginHostAsync(after device.Event) {
+// HostFree is when the host's cores are next free for work beside the
+// device.
+func (d *Device) HostFree() float64 { return d.sim.hostClock }
+
+// EventTime is e's simulated time, if e is the meta device's.
+func (d *Device) EventTime(e device.Event) (float64, bool) {
+	if ev, ok := e.(*event); ok {
+		return ev.t, true
+	}
+	return 0, false
+}
+
+// BeginHostAt starts accounting host work that runs beside the device (a
+// host optimizer's step on a worker, package offload) at simulated time
+// t, no earlier than HostFree: SimulateHostWork until EndHostAsync
+// charges the host's cores, one piece of work after another, not the
+// compute stream.
+func (d *Device) BeginHostAt(t float64) {
 	s := d.sim
 	s.hostAsync = true
-	s.hostStart = max(s.hostClock, d.comp.clock)
-	if e, ok := after.(*event); ok {
-		s.hostStart = max(s.hostStart, e.t)
-	}
+	s.hostStart = max(s.hostClock, t)
 	s.hostEnd = s.hostStart
 }
 
-// EndHostAsync ends what BeginHostAsync began and returns the event of
+// EndHostAsync ends what BeginHostAt began and returns the event of
 // the work's end, which whatever needs its result waits for.
 func (d *Device) EndHostAsync() device.Event {
 	s := d.sim
@@ -385,6 +396,7 @@ func (s *stream) run(cost float64) {
 	s.clock = max(s.clock, s.dev.comp.clock) + cost
 	if p := s.dev.sim.profile; p != nil {
 		s.dev.comp.clock += p.CopyComputeShare * cost
+		s.dev.sim.busy.Compute += p.CopyComputeShare * cost // the cores compute would use
 	}
 }
 

@@ -186,6 +186,10 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 			return nil, err
 		}
 	}
+	// The last step's updates inside backward: with a streamer, they may
+	// run beside the device into the next step, and report their errors
+	// once the next backward has begun.
+	var updates *optim.InBackwardErr
 	run := func(tape *ferry.Tape) error {
 		if stream != nil {
 			if err := stream.BeginStep(); err != nil {
@@ -204,7 +208,7 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 			}
 			return dev.Compute().Synchronize()
 		}
-		if err := backwardAndStep(l, opt, inBackward, stream, nil, nil); err != nil {
+		if err := backwardAndStep(l, opt, inBackward, stream, &updates); err != nil {
 			return err
 		}
 		if stream != nil {
@@ -275,10 +279,9 @@ func (rk *rankStep) backwardAndStep(l *ferry.Tensor) error {
 }
 
 // backwardAndStep runs backward from l and the optimizer, after backward
-// or (inBackward) inside it. With inBackward, seen (if set) is called with
-// each parameter whose gradient is complete, before it is applied;
-// without, done (if set) is called between backward and the optimizer.
-func backwardAndStep(l *ferry.Tensor, opt optim.Stepper, inBackward bool, stream *offload.Streamer, seen func(p *ferry.Tensor), done func()) error {
+// or (inBackward) inside it; updates holds the last step's in-backward
+// updates, whose errors are reported here.
+func backwardAndStep(l *ferry.Tensor, opt optim.Stepper, inBackward bool, stream *offload.Streamer, updates **optim.InBackwardErr) error {
 	backward := func(opts ferry.BackwardOptions) error {
 		if stream != nil {
 			return stream.Backward(l, opts)
@@ -287,23 +290,18 @@ func backwardAndStep(l *ferry.Tensor, opt optim.Stepper, inBackward bool, stream
 	}
 	if inBackward {
 		opts, upd := optim.InBackward(opt)
-		update := opts.GradReady
-		opts.GradReady = func(p *ferry.Tensor) {
-			if seen != nil {
-				seen(p)
-			}
-			update(p)
+		err := backward(opts)
+		if last := *updates; err == nil && last != nil {
+			err = last.Err() // its updates had all run when this backward began
 		}
-		if err := backward(opts); err != nil {
+		*updates = upd
+		if err != nil {
 			return err
 		}
 		return upd.Err()
 	}
 	if err := backward(ferry.BackwardOptions{}); err != nil {
 		return err
-	}
-	if done != nil {
-		done()
 	}
 	if err := opt.Step(); err != nil {
 		return err
