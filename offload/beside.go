@@ -171,16 +171,14 @@ func (s *Streamer) simAdvance(sim hostSim, limit float64, until *hostTask) {
 		if until != nil && until.ev != nil {
 			return
 		}
-		now := sim.HostFree()
-		i := pickTask(s.simQ, func(t *hostTask) bool { return at(t) <= now })
-		if i < 0 {
-			// The host waits for the first gradient to arrive.
-			now = math.Inf(1)
-			for _, t := range s.simQ {
-				now = min(now, at(t))
-			}
-			i = pickTask(s.simQ, func(t *hostTask) bool { return at(t) <= now })
+		// The host chooses when it is free, or, if no gradient has
+		// arrived by then, when the first does.
+		first := math.Inf(1)
+		for _, t := range s.simQ {
+			first = min(first, at(t))
 		}
+		now := max(sim.HostFree(), first)
+		i := pickTask(s.simQ, func(t *hostTask) bool { return at(t) <= now })
 		if until == nil && now > limit {
 			return
 		}
