@@ -24,6 +24,9 @@ type StreamConfig struct {
 	// Prefetch is how many parameter uses ahead of the current one an
 	// upload starts: the previous step's order of uses says which come
 	// next (the first step faults each in when it is used). 0 means 2.
+	// Beyond them, a use whose parameter has more bytes than the uses
+	// between together starts too, so that a large parameter after a run of small
+	// ones (a layer's norms and biases) is not late.
 	Prefetch int
 	// HostStepsBeside runs, for each streamed parameter whose gradient is
 	// offloaded, what backward's GradReady hook does after the Streamer
@@ -35,6 +38,13 @@ type StreamConfig struct {
 	// parameter's next upload waits for its update (beside.go). Settle,
 	// the next BeginBackward and Close wait for them all.
 	HostStepsBeside bool
+	// SerialGradCopies waits for each offloaded gradient's copy to the
+	// host as soon as the next gradient is complete, which keeps the
+	// fewest gradients on the device (the newest and the one before), but
+	// backward then waits for each copy. Without it, a copy is waited for
+	// once later gradients cover it (reapCovered): backward's compute hides
+	// the copies, for about one gradient's bytes more on the device.
+	SerialGradCopies bool
 	// D2H and H2D are the side streams the copies run on (offload.Memory
 	// passes its Offloader's, so that parameters and activations share
 	// them); nil makes the Streamer's own.
@@ -99,6 +109,8 @@ type Streamer struct {
 	shells    map[*ferry.Tensor]*streamed
 	pending   []*gradCopy // gradient copies to the host in flight
 	order     []*streamed // the previous step's uses, in order
+	largest   int64       // the largest streamed parameter's bytes
+	serial    bool        // StreamConfig.SerialGradCopies
 	uses      []*streamed // this step's so far
 	pos       int         // where in order the last use was found
 	stats     StreamStats
@@ -139,6 +151,11 @@ type gradCopy struct {
 	dev *ferry.Tensor // the device gradient, held until the copy is done
 	dst *ferry.Tensor // on the host
 	ev  device.Event
+	// bytes is the gradient's size; queued is the bytes of the copies
+	// issued before this one and not covered then (reapCovered), its own
+	// included: what the link is taken to have had to move before this
+	// copy was done.
+	bytes, queued int64
 }
 
 // NewStreamer moves cfg.Params to host memory (their device memory is
@@ -150,7 +167,7 @@ func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
 	s := &Streamer{dev: dev, host: dev.Host(), prefetch: cfg.Prefetch, d2h: cfg.D2H, h2d: cfg.H2D,
 		byStorage: map[any]*streamed{}, grads: map[*ferry.Tensor]bool{},
 		hostGrads: map[*ferry.Tensor]*ferry.Tensor{}, shells: map[*ferry.Tensor]*streamed{},
-		beside: cfg.HostStepsBeside, tasks: map[*streamed]*hostTask{}, firstUse: map[*streamed]int{}}
+		beside: cfg.HostStepsBeside, serial: cfg.SerialGradCopies, tasks: map[*streamed]*hostTask{}, firstUse: map[*streamed]int{}}
 	if s.prefetch == 0 {
 		s.prefetch = 2
 	}
@@ -206,6 +223,7 @@ func (s *Streamer) adopt(p *ferry.Tensor) error {
 		s.stats.HostParamBytes += p.Bytes()
 		s.params = append(s.params, st)
 		s.byStorage[p.Storage()] = st
+		s.largest = max(s.largest, p.Bytes())
 		st.version = p.Version()
 		return nil
 	}
@@ -229,6 +247,7 @@ func (s *Streamer) adopt(p *ferry.Tensor) error {
 	}
 	s.params = append(s.params, st)
 	s.byStorage[p.Storage()] = st
+	s.largest = max(s.largest, p.Bytes())
 	p.SetPager(s)
 	st.resident = p.Numel() > 0
 	st.version = p.Version()
@@ -370,8 +389,17 @@ func (s *Streamer) noteUse(st *streamed) {
 		return // not where the previous step had it: no guess
 	}
 	s.pos = i + 1
-	for j := s.pos; j < len(s.order) && j < s.pos+s.prefetch; j++ {
-		if next := s.order[j]; !next.resident && next.pending == nil {
+	// Prefetch uses ahead, and beyond them each use whose parameter has
+	// more bytes than the uses before it from here together: compute on
+	// those would not cover its upload (a layer's weight after its norm
+	// and biases). Past the largest parameter's bytes none can.
+	var before int64
+	for j := s.pos; j < len(s.order) && (j < s.pos+s.prefetch || before < s.largest); j++ {
+		next := s.order[j]
+		b := next.p.Bytes()
+		ahead := j < s.pos+s.prefetch || before < b
+		before += b
+		if ahead && !next.resident && next.pending == nil {
 			if err := s.bringIn(next, true); err != nil {
 				return // out of memory ahead of use: the use itself will ask again
 			}
@@ -578,13 +606,17 @@ func (s *Streamer) gradReady(p *ferry.Tensor, now bool) device.Event {
 		panic(err)
 	}
 	ev := s.d2h.Record()
-	s.pending = append(s.pending, &gradCopy{p: p, dev: g.Detach(), dst: dst, ev: ev})
+	s.pending = append(s.pending, &gradCopy{p: p, dev: g.Detach(), dst: dst, ev: ev, bytes: g.Bytes()})
 	s.stats.GradBytesOut += g.Bytes()
 	p.SetGrad(nil)
 	if now {
 		s.reap(true)
 	} else {
-		s.reapKeep(1)
+		if s.serial {
+			s.reapKeep(1)
+		} else {
+			s.reapCovered()
+		}
 	}
 	if now {
 		p.SetGrad(s.takeHostGrad(p))
@@ -691,10 +723,55 @@ func (s *Streamer) takeHostGrad(p *ferry.Tensor) *ferry.Tensor {
 	return h
 }
 
+// reapCovered waits for each gradient copy that later gradients cover
+// and frees its device copy. A copy is covered when the gradients
+// completed after it are at least as many bytes as the copies queued
+// before it, its own included (gradCopy.queued): backward's compute
+// between two gradients grows with their sizes, so a covered copy has
+// had about the time it needs to finish, and waiting for it seldom
+// stalls, where waiting for the one just before (a weight's, when its
+// bias completes next; or a small one queued behind a large one) would
+// stall for the copies ahead of it. The rule depends only on the
+// gradients' order and sizes, never on the copies' timing, so the peak
+// is the same on every device (and on meta): besides the newest
+// gradients, about one queue's bytes of them are on the device.
+func (s *Streamer) reapCovered() {
+	covered, kept := splitCovered(s.pending)
+	s.pending = covered
+	s.reap(true)
+	s.pending = append(s.pending, kept...)
+}
+
+// splitCovered splits the copies in flight (oldest first, the newest just
+// issued) into those covered, at least their queued bytes of gradients
+// completed after them, and the others, and sets the newest's queued
+// bytes: the others', its own included. The newest is never covered.
+func splitCovered(pending []*gradCopy) (covered, kept []*gradCopy) {
+	n := len(pending)
+	if n == 0 {
+		return nil, nil
+	}
+	is := make([]bool, n)
+	var later int64
+	for i := n - 1; i >= 0; i-- {
+		is[i] = i < n-1 && later >= pending[i].queued
+		later += pending[i].bytes
+	}
+	newest := pending[n-1]
+	newest.queued = 0
+	for i, c := range pending {
+		if is[i] {
+			covered = append(covered, c)
+		} else {
+			kept = append(kept, c)
+			newest.queued += c.bytes
+		}
+	}
+	return covered, kept
+}
+
 // reapKeep waits for the gradient copies but the last keep, freeing
-// their device copies: at most keep+1 gradients are on the device at
-// once, at points that do not depend on the copies' timing, so that the
-// peak is the same on every device (and on meta).
+// their device copies (StreamConfig.SerialGradCopies, with keep 1).
 func (s *Streamer) reapKeep(keep int) {
 	if n := len(s.pending) - keep; n > 0 {
 		rest := append([]*gradCopy(nil), s.pending[n:]...)

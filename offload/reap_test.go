@@ -1,0 +1,88 @@
+package offload
+
+import (
+	"fmt"
+	"testing"
+
+	"ferry"
+	"ferry/device"
+	"ferry/device/cpu"
+)
+
+// simulateCovered feeds gradients of the given sizes to the covering
+// rule as backward completes them and returns the sizes still on the
+// device (in flight) after each.
+func simulateCovered(sizes []int64) (held [][]int64) {
+	var pending []*gradCopy
+	for _, b := range sizes {
+		_, pending = splitCovered(append(pending, &gradCopy{bytes: b}))
+		var h []int64
+		for _, c := range pending {
+			h = append(h, c.bytes)
+		}
+		held = append(held, h)
+	}
+	return held
+}
+
+// A weight's copy is not waited for when its bias completes next (that
+// wait would stall for the whole copy), but once the next weight has;
+// a small gradient queued behind a large one waits until the large one
+// is covered too; at most about one gradient's bytes stay behind the
+// newest.
+func TestCoveredCopies(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		sizes []int64
+		want  string
+	}{
+		// weight, bias, weight, bias, weight (an MLP, last layer first)
+		{"mlp", []int64{64, 1, 64, 1, 64}, "[[64] [64 1] [1 64] [64 1] [1 64]]"},
+		// a large weight, two small norms behind it on the link, a
+		// smaller weight, then a large one
+		{"queued", []int64{41, 1, 1, 10, 41}, "[[41] [41 1] [41 1 1] [41 1 1 10] [10 41]]"},
+		{"one", []int64{5}, "[[5]]"},
+		{"zero", []int64{0, 0, 3}, "[[0] [0] [3]]"},
+	} {
+		if got := fmt.Sprint(simulateCovered(c.sizes)); got != c.want {
+			t.Errorf("%s: held %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// A large parameter after a run of small ones starts its upload when
+// the run starts, not Prefetch uses before its own: the uses ahead are
+// prefetched until they hold the largest parameter's bytes.
+func TestPrefetchReachesTheLargeParameter(t *testing.T) {
+	dev, err := cpu.New(device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	var params []*ferry.Tensor
+	for i, n := range []int{4, 4, 4, 4, 4096} { // norms, biases, then a weight
+		params = append(params, ferry.Zeros(dev, n).SetName(fmt.Sprintf("p%d", i)))
+	}
+	s, err := NewStreamer(dev, StreamConfig{Params: params, Prefetch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	big := s.byStorage[params[4].Storage()]
+	for step := range 2 {
+		if err := s.BeginStep(); err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range params {
+			if err := s.PageIn(p); err != nil {
+				t.Fatal(err)
+			}
+			if step == 1 && i == 0 && big.pending == nil && !big.resident {
+				t.Errorf("after the first use the large parameter's upload has not started")
+			}
+		}
+		if err := s.pageOutAll(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
