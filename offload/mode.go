@@ -97,6 +97,8 @@ type Setup struct {
 	// backward completes it; the optimizer must then keep its state on
 	// the host (optim.OnHost).
 	GradsOnHost bool
+	// SerialGradCopies: see StreamConfig (mode policy takes the policy's).
+	SerialGradCopies bool
 }
 
 // Memory is a memory mode set up on a device: the hooks and segments a
@@ -155,6 +157,7 @@ func NewMemory(dev device.Device, s Setup) (*Memory, error) {
 		m.inBwd = m.inBwd || s.Policy.OptimizerInBackward
 		s.ParamsOnHost = s.Policy.ParametersOnHost
 		s.GradsOnHost = s.Policy.Gradients == "host"
+		s.SerialGradCopies = s.Policy.SerialGradCopies
 	default:
 		return nil, fmt.Errorf("offload: unknown memory mode %q", s.Mode)
 	}
@@ -180,7 +183,7 @@ func (m *Memory) setupStream(dev device.Device, s Setup) error {
 	if err != nil {
 		return err
 	}
-	cfg := StreamConfig{Params: params, HostStepsBeside: m.inBwd}
+	cfg := StreamConfig{Params: params, HostStepsBeside: m.inBwd, SerialGradCopies: s.SerialGradCopies}
 	if s.GradsOnHost {
 		cfg.Grads = s.Params
 	}

@@ -43,6 +43,11 @@ type Policy struct {
 	// "" or "device", or "host" (sent to host memory as backward completes
 	// them; the optimizer's state must then be on the host too).
 	Gradients string `json:"gradients,omitempty"`
+	// SerialGradCopies records that the plan waits for each gradient's
+	// copy to the host when the next gradient completes
+	// (StreamConfig.SerialGradCopies): the fewest gradients on the device,
+	// for a budget that cannot hold one more. Only with Gradients "host".
+	SerialGradCopies bool `json:"serial_gradient_copies,omitempty"`
 	// HostPeakBytes is the host memory the plan predicts the step uses at
 	// its peak (offloaded tensors, parameters, gradients and optimizer
 	// state there): a run checks the machine has it before training.
@@ -254,6 +259,12 @@ func ParsePolicy(b []byte) (*Policy, error) {
 	}
 	if s := p.Precision; s != "" && s != "fp32" && s != "bf16" {
 		return nil, fmt.Errorf("precision %q: want fp32 or bf16", s)
+	}
+	if s := p.Gradients; s != "" && s != "device" && s != "host" {
+		return nil, fmt.Errorf("gradients %q: want device or host", s)
+	}
+	if p.SerialGradCopies && p.Gradients != "host" {
+		return nil, fmt.Errorf("serial_gradient_copies is for gradients in host memory; the policy's gradients are %q", p.Gradients)
 	}
 	if err := p.checkConflicts(); err != nil {
 		return nil, err

@@ -24,8 +24,10 @@ import (
 //	host              host        the first k (model order), k searched
 //
 // (parameters in host memory only when the state on the device does not
-// fit; the first k only when nothing above fits), and for each the planner chooses the saved tensors' placements as Make
-// does. The fastest that fits wins; of those that do not, the smallest
+// fit; the first k only when nothing above fits; when nothing fits at
+// all, the last resort: gradients' copies to the host one after the
+// other, State.SerialGradCopies), and for each the planner chooses the
+// saved tensors' placements as Make does. The fastest that fits wins; of those that do not, the smallest
 // says what nothing fitting means. Moving a parameter costs its bytes
 // over the link twice a step or more (forward, backward; a tied weight
 // per use), a gradient once, so fewer streamed parameters are faster: k
@@ -36,6 +38,11 @@ type State struct {
 	OptimizerState string   `json:"optimizer_state"` // device or host
 	Gradients      string   `json:"gradients"`       // device or host
 	ParamsOnHost   []string `json:"parameters_on_host,omitempty"`
+	// SerialGradCopies waits for each gradient's copy to the host when
+	// the next gradient completes (offload.StreamConfig): one gradient
+	// fewer on the device than the copies overlapping backward, and
+	// backward waits for them. Tried only when nothing else fits.
+	SerialGradCopies bool `json:"serial_gradient_copies,omitempty"`
 }
 
 func (s State) String() string {
@@ -46,7 +53,11 @@ func (s State) String() string {
 	case len(s.ParamsOnHost) > 0:
 		p = fmt.Sprintf("%d", len(s.ParamsOnHost))
 	}
-	return fmt.Sprintf("optimizer state on the %s, gradients on the %s, parameters in host memory: %s", s.OptimizerState, s.Gradients, p)
+	serial := ""
+	if s.SerialGradCopies {
+		serial = ", each copied before the next"
+	}
+	return fmt.Sprintf("optimizer state on the %s, gradients on the %s%s, parameters in host memory: %s", s.OptimizerState, s.Gradients, serial, p)
 }
 
 // Param is a parameter as the joint planner sees it: its name and size,
@@ -100,6 +111,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		}
 		o := opts
 		o.Model, o.OptimizerState, o.Gradients, o.ParamsOnHost = m, s.OptimizerState, s.Gradients, s.ParamsOnHost
+		o.SerialGradCopies = s.SerialGradCopies
 		p, err := Make(o)
 		if err != nil {
 			return nil, err
@@ -174,6 +186,18 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 					}
 				}
 			}
+		}
+	}
+	if best == nil && allow(jo.OptimizerState, "host") && allow(jo.Gradients, "host") {
+		// Nothing fits: the least device memory there is waits for each
+		// gradient's copy before the next (and streams every parameter,
+		// if it may).
+		s := State{OptimizerState: "host", Gradients: "host", SerialGradCopies: true}
+		if allow(jo.Params, "host") && len(params) > 0 {
+			s.ParamsOnHost = []string{"*"}
+		}
+		if _, err := try(s); err != nil {
+			return nil, nil, err
 		}
 	}
 	if best != nil {

@@ -64,6 +64,10 @@ type Options struct {
 	// chooses them.
 	Gradients    string
 	ParamsOnHost []string
+	// SerialGradCopies: the step waits for each gradient's copy to the
+	// host when the next gradient completes (offload.StreamConfig), as the
+	// Model builds it; recorded in the plan and its policy.
+	SerialGradCopies bool
 	// Precision says the precision the Model's step runs in, "fp32" (""
 	// too) or "bf16", as the Model builds it: recorded in the plan and its
 	// policy, which a run must then match.
@@ -124,9 +128,12 @@ type Plan struct {
 	// ParamsOnHostBytes is their size.
 	ParamsOnHost      []string `json:"parameters_on_host,omitempty"`
 	ParamsOnHostBytes int64    `json:"parameters_on_host_bytes,omitempty"`
-	Precision         string   `json:"precision"` // fp32 or bf16
-	Counts            Counts   `json:"placements"`
-	Predicted         Outcome  `json:"predicted"`
+	// SerialGradCopies: each gradient's copy to the host is waited for
+	// when the next gradient completes (the fewest on the device).
+	SerialGradCopies bool    `json:"serial_gradient_copies,omitempty"`
+	Precision        string  `json:"precision"` // fp32 or bf16
+	Counts           Counts  `json:"placements"`
+	Predicted        Outcome `json:"predicted"`
 	// ModelPeakBytes and ModelStepSeconds are the cost model's figures
 	// for the plan; Predicted is its replay on the meta device.
 	ModelPeakBytes   int64   `json:"model_peak_bytes"`
@@ -269,7 +276,8 @@ func makePlan(opts Options) (*Plan, error) {
 	}
 	p := &Plan{Model: opts.Model.String(), Profile: opts.Profile.Name, Budget: opts.Budget, HostBudget: opts.HostBudget,
 		OptimizerState: opts.OptimizerState, Gradients: opts.Gradients, ParamsOnHost: opts.ParamsOnHost,
-		Precision: opts.Precision, info: pl.plain[0].modelInfo()}
+		SerialGradCopies: opts.SerialGradCopies,
+		Precision:        opts.Precision, info: pl.plain[0].modelInfo()}
 	if opts.Ranks > 1 {
 		p.Ranks, p.Shard = opts.Ranks, opts.Shard
 	}
@@ -380,6 +388,10 @@ func (pl *planner) search(p *Plan) (*replayed, error) {
 	}
 	budget, host := pl.opts.Budget, pl.opts.HostBudget
 	lo, hi := int64(-1), int64(-1) // model budgets known to fit, to overshoot
+	// The last overshoot's cut and the model's peak then: a cut that left
+	// the model's solution as it was is doubled, so that a small
+	// overshoot the model cannot see does not use up the tries.
+	var lastCut, lastPeak int64 = 0, -1
 	for try := 0; try < 8; try++ {
 		if lo >= 0 && hi >= 0 && hi-lo <= 1<<10 {
 			break
@@ -428,7 +440,12 @@ func (pl *planner) search(p *Plan) (*replayed, error) {
 			if hi < 0 || budget < hi {
 				hi = budget
 			}
-			next := budget - over
+			cut := over
+			if sol.peak == lastPeak {
+				cut = max(cut, 2*lastCut)
+			}
+			lastCut, lastPeak = cut, sol.peak
+			next := budget - cut
 			if lo >= 0 && next <= lo {
 				if next = lo + (hi-lo)/2; next <= lo {
 					break
@@ -624,6 +641,7 @@ func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offlo
 	}
 	if pl.opts.Gradients == "host" {
 		pol.Gradients = "host"
+		pol.SerialGradCopies = pl.opts.SerialGradCopies
 	}
 	pol.ParametersOnHost = pl.opts.ParamsOnHost
 	if pl.opts.Precision == "bf16" {

@@ -143,6 +143,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			if cfg.GradsOnHost, cfg.ParamsOnHost, err = state.resolve(set, p, *policy, cfg.OptimizerState); err != nil {
 				return err
 			}
+			cfg.SerialGradCopies = p.SerialGradCopies
 			if err := checkHostPeak(p, *policy, *dev); err != nil {
 				return err
 			}

@@ -103,6 +103,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 		}
 		cfg.OptimizerState, cfg.GradsOnHost, cfg.ParamsOnHost = p.OptimizerState, p.Gradients == "host", p.ParamsOnHost
+		cfg.SerialGradCopies = p.SerialGradCopies
 		chose := ""
 		if len(tried) > 1 {
 			chose = "training state placements tried (the fastest that fits wins):\n" + plan.DescribeTried(tried)
@@ -231,6 +232,9 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 	}
 	if p.Gradients == "host" {
 		fmt.Fprintln(w, "  gradients go to host memory as backward completes them (--gradients host)")
+		if p.SerialGradCopies {
+			fmt.Fprintln(w, "  each gradient's copy to the host finishes before the next gradient is complete: the least device memory, but backward waits for the copies")
+		}
 	}
 	if n := len(p.ParamsOnHost); n > 0 {
 		what := fmt.Sprintf("%d parameters", n)

@@ -97,6 +97,10 @@ type Config struct {
 	// every mode alike.
 	ParamsOnHost []string
 	GradsOnHost  bool
+	// SerialGradCopies waits for each gradient's copy to the host when
+	// the next gradient completes (offload.StreamConfig), as a plan for
+	// the least memory says.
+	SerialGradCopies bool
 	// Precision is the element type of the model's matrix products
 	// (train.Config.Precision): device.Float32 (the zero value) or
 	// device.BFloat16.
@@ -360,7 +364,8 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	// optimizer placement with the hooks over the loss too, as the
 	// planner replays a step.
 	setup := offload.Setup{Mode: offload.Mode(mode), Config: &cfg.Offload, DiskDir: cfg.DiskDir,
-		OptimizerInBackward: cfg.OptimizerInBackward, Params: m.Parameters(), ParamsOnHost: cfg.ParamsOnHost, GradsOnHost: cfg.GradsOnHost}
+		OptimizerInBackward: cfg.OptimizerInBackward, Params: m.Parameters(), ParamsOnHost: cfg.ParamsOnHost, GradsOnHost: cfg.GradsOnHost,
+		SerialGradCopies: cfg.SerialGradCopies}
 	switch mode {
 	case Naive:
 		setup.Mode = offload.None

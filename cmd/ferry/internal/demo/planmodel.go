@@ -105,6 +105,7 @@ func StateModels(cfg Config) plan.StateModels {
 	return func(s plan.State) (plan.Model, error) {
 		c := cfg
 		c.OptimizerState, c.GradsOnHost, c.ParamsOnHost = s.OptimizerState, s.Gradients == "host", s.ParamsOnHost
+		c.SerialGradCopies = s.SerialGradCopies
 		return PlanModel(c), nil
 	}
 }
@@ -148,7 +149,8 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		// As the Trainer sets it up (offload.Memory), on streams of its
 		// own: the meta device's link is one each way whatever the
 		// streams.
-		sc := offload.StreamConfig{Prefetch: offload.DefaultConfig().Lookahead, HostStepsBeside: inBackward}
+		sc := offload.StreamConfig{Prefetch: offload.DefaultConfig().Lookahead, HostStepsBeside: inBackward,
+			SerialGradCopies: cfg.SerialGradCopies}
 		if sc.Params, err = offload.SelectParams(w.Parameters(), cfg.ParamsOnHost); err == nil && cfg.GradsOnHost {
 			sc.Grads = w.Parameters()
 		}

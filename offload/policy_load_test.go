@@ -1,0 +1,38 @@
+package offload_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"ferry/offload"
+)
+
+// A policy file's training-state fields are checked when it is read: a
+// misspelt placement, or serial gradient copies without gradients in host
+// memory, is an error that names the field, not a silent default.
+func TestLoadPolicyChecksTheTrainingState(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ body, want string }{
+		{`{"version": 2, "default": "keep", "gradients": "hots"}`, `gradients "hots"`},
+		{`{"version": 2, "default": "keep", "optimizer_state": "gpu"}`, `optimizer_state "gpu"`},
+		{`{"version": 2, "default": "keep", "serial_gradient_copies": true}`, "serial_gradient_copies"},
+		{`{"version": 2, "default": "keep", "gradients": "device", "serial_gradient_copies": true}`, "serial_gradient_copies"},
+		{`{"version": 2, "default": "keep", "optimizer_state": "host", "gradients": "host", "serial_gradient_copies": true}`, ""},
+	} {
+		path := filepath.Join(dir, "p.json")
+		if err := os.WriteFile(path, []byte(c.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p, err := offload.LoadPolicy(path)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.body, err)
+		case c.want == "" && !p.SerialGradCopies:
+			t.Errorf("%s: serial copies lost", c.body)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: error %v, want one naming %s", c.body, err, c.want)
+		}
+	}
+}
