@@ -37,6 +37,9 @@ type problem struct {
 	hostBudget int64 // 0: unlimited
 	noDisk     bool
 	p          *meta.Profile
+	// grain is the granularity the last front needed (maxFront): 1
+	// while the fronts are exact.
+	grain int64
 }
 
 type punit struct {
@@ -228,10 +231,11 @@ func (pr *problem) solve() (solution, bool) {
 	fronts := make([][]state, len(pr.units)+1)
 	fronts[0] = []state{{prev: -1, opt: -1}}
 	opts := make([][]option, len(pr.units))
+	pr.grain = 1
 	for u := range pr.units {
 		opts[u] = pr.options(u)
 		var next []state
-		seen := map[[2]int64]int{}
+		seen, seenHost := map[[2]int64]int{}, map[[3]int64]int{}
 		for si, st := range fronts[u] {
 			for oi := range opts[u] {
 				o := &opts[u][oi]
@@ -247,16 +251,26 @@ func (pr *problem) solve() (solution, bool) {
 				if pr.units[u].hasStorages {
 					n.p = o.moved
 				}
+				// Only the best state of each (S, P) can matter, with a
+				// host budget of each (S, P, host bytes) (at the
+				// granularity the fronts need, of S, S − P and host).
+				k := [2]int64{floorDiv(n.s, pr.grain), floorDiv(n.s-n.p, pr.grain)}
+				i, dup := 0, false
 				if pr.hostBudget == 0 {
-					// Only the best state of each (S, P) can matter.
-					k := [2]int64{n.s, n.p}
-					if i, ok := seen[k]; ok {
-						if stateCmp(n, next[i]) < 0 {
-							next[i] = n
-						}
-						continue
+					i, dup = seen[k]
+				} else {
+					i, dup = seenHost[[3]int64{k[0], k[1], floorDiv(n.host, pr.grain)}]
+				}
+				if dup {
+					if stateCmp(n, next[i]) < 0 {
+						next[i] = n
 					}
+					continue
+				}
+				if pr.hostBudget == 0 {
 					seen[k] = len(next)
+				} else {
+					seenHost[[3]int64{k[0], k[1], floorDiv(n.host, pr.grain)}] = len(next)
 				}
 				next = append(next, n)
 			}
@@ -287,8 +301,11 @@ func (pr *problem) solve() (solution, bool) {
 // option tell any two apart, so that the order is total and nothing
 // depends on a sort's stability.
 func stateCmp(a, b state) int {
-	if c := cmp.Compare(a.seconds, b.seconds); c != 0 {
-		return c
+	switch { // seconds are finite: no NaN to order
+	case a.seconds < b.seconds:
+		return -1
+	case a.seconds > b.seconds:
+		return 1
 	}
 	if c := cmp.Compare(a.peak, b.peak); c != 0 {
 		return c
@@ -299,40 +316,157 @@ func stateCmp(a, b state) int {
 	return cmp.Compare(a.opt, b.opt)
 }
 
-// prune keeps the states no other dominates.
+// maxFront bounds the partial plans kept after a unit. Where more than
+// this are undominated (a model with many differently sized saved
+// tensors: TinyLlama's fronts grew past 200,000, and solving took
+// minutes), states whose S and S − P are within a granularity g of a
+// faster one's are dropped too, g doubling from budget/8192 until the
+// front fits. A plan so dropped holds at most g more than one kept, for
+// the model; the search replays what it chooses and corrects the budget
+// anyway. Fronts within the bound (every model the docs show but
+// TinyLlama) are exact.
+var maxFront = 2048 // a variable for tests
+
+// prune keeps the states no other dominates (see maxFront).
 func (pr *problem) prune(states []state) []state {
 	// A total order (the previous state and the option tell any two
 	// apart), so the result does not depend on the sort's stability.
 	slices.SortFunc(states, stateCmp)
-	if pr.hostBudget == 0 {
-		return pruneFast(states)
+	g := pr.grain
+	all := states
+	for {
+		kept, ok := pr.pruneWithin(states, g)
+		if ok && len(kept) <= maxFront || g >= 1<<61 {
+			if g > 1 {
+				kept = keepRoomiest(kept, all)
+			}
+			pr.grain = g
+			return kept
+		}
+		if ok {
+			states = kept
+		}
+		g = max(2*g, pr.budget/8192)
 	}
-	var kept []state
-	for _, st := range states {
-		dominated := false
-		for k := range kept {
-			q := &kept[k]
-			if q.s >= st.s && q.s-q.p >= st.s-st.p && q.host <= st.host {
-				dominated = true
-				break
+}
+
+// keepRoomiest adds to kept, if missing, the states of all that hold the
+// least on the device (the largest S, and the largest S − P; then the
+// least host memory, then the fastest): pruning within a granularity may
+// drop them for faster ones that hold a little more, and where the
+// budget is tight later units may fit only them.
+func keepRoomiest(kept, all []state) []state {
+	roomier := func(a, b state, first func(state) int64, second func(state) int64) bool {
+		if first(a) != first(b) {
+			return first(a) > first(b)
+		}
+		if second(a) != second(b) {
+			return second(a) > second(b)
+		}
+		if a.host != b.host {
+			return a.host < b.host
+		}
+		return stateCmp(a, b) < 0
+	}
+	s := func(st state) int64 { return st.s }
+	d := func(st state) int64 { return st.s - st.p }
+	for _, by := range [][2]func(state) int64{{s, d}, {d, s}} {
+		best := all[0]
+		for _, st := range all[1:] {
+			if roomier(st, best, by[0], by[1]) {
+				best = st
 			}
 		}
-		if !dominated {
-			kept = append(kept, st)
+		if !slices.Contains(kept, best) {
+			kept = append(kept, best)
 		}
 	}
 	return kept
 }
 
-// pruneFast is prune without a host budget, for states sorted by time:
-// a state is dominated when a state kept before it has S and S − P at
-// least as large. The kept states' largest S − P for each S and above is
-// a Fenwick tree over the distinct values of S, largest first, so each
-// state costs O(log n) rather than a pass over every state kept.
-func pruneFast(states []state) []state {
+// pruneWithin keeps, of states sorted by time, those that no state kept
+// before dominates with S, S − P (and host bytes) compared in units of g
+// bytes: g 1 is exact dominance. With a host budget it reports false,
+// doing nothing, where g is too fine for its table (hostCells).
+func (pr *problem) pruneWithin(states []state, g int64) ([]state, bool) {
+	if pr.hostBudget == 0 {
+		return pruneFast(states, g), true
+	}
+	return pruneHost(states, g)
+}
+
+// hostCells bounds the table of pruneHost: distinct S values × distinct
+// host values, at the granularity asked.
+const hostCells = 1 << 22
+
+// pruneHost is pruneWithin with a host budget: a state is dominated when
+// one kept before it has S and S − P at least as large and host bytes no
+// larger (in units of g). The kept states' largest S − P over S at least
+// and host at most a value is a two-dimensional Fenwick tree over the
+// distinct values of S (largest first) and of host bytes (smallest first).
+func pruneHost(states []state, g int64) ([]state, bool) {
+	ss := make([]int64, 0, len(states))
+	hs := make([]int64, 0, len(states))
+	for _, st := range states {
+		ss = append(ss, -floorDiv(st.s, g)) // largest S first
+		hs = append(hs, floorDiv(st.host, g))
+	}
+	slices.Sort(ss)
+	ss = slices.Compact(ss)
+	slices.Sort(hs)
+	hs = slices.Compact(hs)
+	if int64(len(ss))*int64(len(hs)) > hostCells {
+		return nil, false
+	}
+	w := len(hs) + 1
+	tree := make([]int64, (len(ss)+1)*w)
+	for i := range tree {
+		tree[i] = math.MinInt64
+	}
+	var kept []state
+	for _, st := range states {
+		r, _ := slices.BinarySearch(ss, -floorDiv(st.s, g))
+		c, _ := slices.BinarySearch(hs, floorDiv(st.host, g))
+		r, c = r+1, c+1
+		d := floorDiv(st.s-st.p, g)
+		best := int64(math.MinInt64)
+		for i := r; i > 0; i -= i & -i {
+			for j := c; j > 0; j -= j & -j {
+				best = max(best, tree[i*w+j])
+			}
+		}
+		if best >= d {
+			continue
+		}
+		kept = append(kept, st)
+		for i := r; i <= len(ss); i += i & -i {
+			for j := c; j < w; j += j & -j {
+				tree[i*w+j] = max(tree[i*w+j], d)
+			}
+		}
+	}
+	return kept, true
+}
+
+// floorDiv is v / g rounded down (g > 0).
+func floorDiv(v, g int64) int64 {
+	d := v / g
+	if v%g != 0 && v < 0 {
+		d--
+	}
+	return d
+}
+
+// pruneFast is pruneWithin without a host budget, for states sorted by
+// time: a state is dominated when a state kept before it has S and S − P
+// at least as large (in units of g). The kept states' largest S − P for
+// each S and above is a Fenwick tree over the distinct values of S,
+// largest first, so each state costs O(log n) rather than a pass over
+// every state kept.
+func pruneFast(states []state, g int64) []state {
 	ss := make([]int64, len(states))
 	for i, st := range states {
-		ss[i] = st.s
+		ss[i] = floorDiv(st.s, g)
 	}
 	slices.Sort(ss)
 	ss = slices.Compact(ss)
@@ -346,17 +480,18 @@ func pruneFast(states []state) []state {
 	}
 	var kept []state
 	for _, st := range states {
-		r := rank(st.s)
+		s, d := floorDiv(st.s, g), floorDiv(st.s-st.p, g)
+		r := rank(s)
 		best := int64(math.MinInt64) // the largest S − P kept with S ≥ st.s
 		for i := r; i > 0; i -= i & -i {
 			best = max(best, tree[i])
 		}
-		if best >= st.s-st.p {
+		if best >= d {
 			continue
 		}
 		kept = append(kept, st)
 		for i := r; i < len(tree); i += i & -i {
-			tree[i] = max(tree[i], st.s-st.p)
+			tree[i] = max(tree[i], d)
 		}
 	}
 	return kept

@@ -1,0 +1,67 @@
+package plan
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// frontProblem is a model of units that each save a few differently sized
+// tensors, so that many partial plans are undominated, under a budget of
+// share of their bytes.
+func frontProblem(units, storages int, share float64) *problem {
+	rng := rand.New(rand.NewPCG(3, 5))
+	pr := &problem{p: testProfile, base: 1}
+	var held int64
+	for range units {
+		pu := punit{hasStorages: true, hasBwd: true, fwdSeconds: 1e-4, window: 1e-4}
+		for range storages {
+			b := int64(1+rng.IntN(1000)) << 10
+			pu.storages = append(pu.storages, pstorage{bytes: b, candidate: true})
+			held += b
+		}
+		// The unit's peaks: everything saved so far, and a little more.
+		pu.fwdPeak, pu.bwdPeak = held+1<<20, held+2<<20
+		pr.units = append(pr.units, pu)
+	}
+	pr.budget = int64(share * float64(held))
+	return pr
+}
+
+// Where more partial plans are undominated than maxFront, solve keeps
+// them within a granularity (maxFront): its plan still fits the model's
+// budgets, and is about as fast as the exact one.
+func TestSolveBoundsTheFront(t *testing.T) {
+	saved := maxFront
+	defer func() { maxFront = saved }()
+	for _, c := range []struct {
+		units, storages int
+		share           float64
+		host            bool
+	}{{10, 5, 0.5, false}, {6, 4, 0.8, true}} {
+		pr := frontProblem(c.units, c.storages, c.share)
+		if c.host {
+			pr.hostBudget = pr.budget * 7 / 4
+			pr.noDisk = true // the exact solve over three tiers takes minutes
+		}
+		maxFront = 1 << 30
+		exact, ok := pr.solve()
+		if !ok {
+			t.Fatalf("%+v: exact solve found nothing", c)
+		}
+		maxFront = 16
+		bounded, ok := pr.solve()
+		if !ok {
+			t.Fatalf("%+v: bounded solve found nothing", c)
+		}
+		if pr.grain == 1 {
+			t.Fatalf("%+v: the fronts never exceeded 16: the test does not test the bound", c)
+		}
+		if bounded.peak > pr.budget || c.host && bounded.host > pr.hostBudget {
+			t.Errorf("%+v: bounded plan peaks at %d (budget %d), host %d (budget %d)", c, bounded.peak, pr.budget, bounded.host, pr.hostBudget)
+		}
+		if bounded.seconds > exact.seconds*1.05 {
+			t.Errorf("%+v: bounded plan %.6g s, exact %.6g s", c, bounded.seconds, exact.seconds)
+		}
+		t.Logf("%+v: exact %.6g s, bounded %.6g s (grain %d B)", c, exact.seconds, bounded.seconds, pr.grain)
+	}
+}
