@@ -25,8 +25,8 @@ type StreamConfig struct {
 	// upload starts: the previous step's order of uses says which come
 	// next (the first step faults each in when it is used). 0 means 2.
 	// Beyond them, a use whose parameter has more bytes than the uses
-	// between together starts too, so that a large parameter after a run of small
-	// ones (a layer's norms and biases) is not late.
+	// between together starts too, so that a large parameter after a run
+	// of small ones (a layer's norms and biases) is not late.
 	Prefetch int
 	// HostStepsBeside runs, for each streamed parameter whose gradient is
 	// offloaded, what backward's GradReady hook does after the Streamer
@@ -609,14 +609,13 @@ func (s *Streamer) gradReady(p *ferry.Tensor, now bool) device.Event {
 	s.pending = append(s.pending, &gradCopy{p: p, dev: g.Detach(), dst: dst, ev: ev, bytes: g.Bytes()})
 	s.stats.GradBytesOut += g.Bytes()
 	p.SetGrad(nil)
-	if now {
+	switch {
+	case now:
 		s.reap(true)
-	} else {
-		if s.serial {
-			s.reapKeep(1)
-		} else {
-			s.reapCovered()
-		}
+	case s.serial:
+		s.reapKeep(1)
+	default:
+		s.reapCovered()
 	}
 	if now {
 		p.SetGrad(s.takeHostGrad(p))

@@ -27,11 +27,12 @@ import (
 // fit; the first k only when nothing above fits; when nothing fits at
 // all, the last resort: gradients' copies to the host one after the
 // other, State.SerialGradCopies), and for each the planner chooses the
-// saved tensors' placements as Make does. The fastest that fits wins; of those that do not, the smallest
-// says what nothing fitting means. Moving a parameter costs its bytes
-// over the link twice a step or more (forward, backward; a tied weight
-// per use), a gradient once, so fewer streamed parameters are faster: k
-// is the fewest that fit, found by bisection (the peak falls as k grows).
+// saved tensors' placements as Make does. The fastest that fits wins; of
+// those that do not, the smallest says what nothing fitting means. Moving
+// a parameter costs its bytes over the link twice a step or more
+// (forward, backward; a tied weight per use), a gradient once, so fewer
+// streamed parameters are faster: k is the fewest that fit, found by
+// bisection (the peak falls as k grows).
 
 // State is where a step keeps its training state.
 type State struct {

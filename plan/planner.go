@@ -246,6 +246,9 @@ func makePlan(opts Options) (*Plan, error) {
 	default:
 		return nil, fmt.Errorf("plan: gradients %q: want device or host", opts.Gradients)
 	}
+	if opts.SerialGradCopies && opts.Gradients != "host" {
+		return nil, fmt.Errorf("plan: serial gradient copies are for gradients on the host")
+	}
 	if opts.Ranks > 1 && (opts.Gradients == "host" || len(opts.ParamsOnHost) > 0) {
 		return nil, fmt.Errorf("plan: parameters or gradients in host memory are not yet planned with several ranks")
 	}

@@ -255,11 +255,10 @@ func (pr *problem) solve() (solution, bool) {
 				// host budget of each (S, P, host bytes) (at the
 				// granularity the fronts need, of S, S − P and host).
 				k := [2]int64{floorDiv(n.s, pr.grain), floorDiv(n.s-n.p, pr.grain)}
-				i, dup := 0, false
-				if pr.hostBudget == 0 {
-					i, dup = seen[k]
-				} else {
-					i, dup = seenHost[[3]int64{k[0], k[1], floorDiv(n.host, pr.grain)}]
+				kh := [3]int64{k[0], k[1], floorDiv(n.host, pr.grain)}
+				i, dup := seen[k]
+				if pr.hostBudget > 0 {
+					i, dup = seenHost[kh]
 				}
 				if dup {
 					if stateCmp(n, next[i]) < 0 {
@@ -267,10 +266,10 @@ func (pr *problem) solve() (solution, bool) {
 					}
 					continue
 				}
-				if pr.hostBudget == 0 {
-					seen[k] = len(next)
+				if pr.hostBudget > 0 {
+					seenHost[kh] = len(next)
 				} else {
-					seenHost[[3]int64{k[0], k[1], floorDiv(n.host, pr.grain)}] = len(next)
+					seen[k] = len(next)
 				}
 				next = append(next, n)
 			}
