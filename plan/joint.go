@@ -24,9 +24,10 @@ import (
 //	host              host        the first k (model order), k searched
 //
 // (parameters in host memory only when the state on the device does not
-// fit; the first k only when nothing above fits; when nothing fits at
-// all, the last resort: gradients' copies to the host one after the
-// other, State.SerialGradCopies), and for each the planner chooses the
+// fit; the first k only when nothing above fits; gradients' copies to the
+// host one after the other, State.SerialGradCopies, where streaming every
+// parameter still left saved tensors to move or recompute, or nothing
+// fits at all), and for each the planner chooses the
 // saved tensors' placements as Make does. The fastest that fits wins; of
 // those that do not, the smallest says what nothing fitting means. Moving
 // a parameter costs its bytes over the link twice a step or more
@@ -104,7 +105,8 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		return nil, nil, fmt.Errorf("plan: gradients or parameters in host memory need the optimizer's state there too (its step runs on the host)")
 	}
 	var tried []Tried
-	var best, smallest, ref *Plan // ref: the state on the device, for Slowdown
+	var best, smallest, ref *Plan
+	triedSerial := false // ref: the state on the device, for Slowdown
 	try := func(s State) (*Plan, error) {
 		m, err := models(s)
 		if err != nil {
@@ -168,6 +170,18 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			if err != nil {
 				return nil, nil, err
 			}
+			if g == "host" && (!pAll.Fits || pAll.Counts.Host+pAll.Counts.Disk+pAll.Counts.Recompute > 0) {
+				// The saved tensors had to move or be recomputed: with
+				// one gradient fewer on the device (each copied before
+				// the next) fewer may have to, which can be faster than
+				// hiding the copies.
+				serial := all
+				serial.SerialGradCopies = true
+				if _, err := try(serial); err != nil {
+					return nil, nil, err
+				}
+				triedSerial = true
+			}
 			if pAll.Fits && !fitBefore && jo.Params != "host" {
 				// The fewest streamed parameters that fit: bisect over
 				// the first k (1 ≤ k < n fits somewhere in between).
@@ -189,7 +203,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			}
 		}
 	}
-	if best == nil && allow(jo.OptimizerState, "host") && allow(jo.Gradients, "host") {
+	if best == nil && !triedSerial && allow(jo.OptimizerState, "host") && allow(jo.Gradients, "host") {
 		// Nothing fits: the least device memory there is waits for each
 		// gradient's copy before the next (and streams every parameter,
 		// if it may).
