@@ -27,13 +27,13 @@ import (
 // fit; the first k only when nothing above fits; gradients' copies to the
 // host one after the other, State.SerialGradCopies, where streaming every
 // parameter still left saved tensors to move or recompute, or nothing
-// fits at all), and for each the planner chooses the
-// saved tensors' placements as Make does. The fastest that fits wins; of
-// those that do not, the smallest says what nothing fitting means. Moving
-// a parameter costs its bytes over the link twice a step or more
-// (forward, backward; a tied weight per use), a gradient once, so fewer
-// streamed parameters are faster: k is the fewest that fit, found by
-// bisection (the peak falls as k grows).
+// fits at all), and for each the planner chooses the saved tensors'
+// placements as Make does. The fastest that fits wins; of those that do
+// not, the smallest says what nothing fitting means. Moving a parameter
+// costs its bytes over the link twice a step or more (forward, backward;
+// a tied weight per use), a gradient once, so fewer streamed parameters
+// are faster: k is the fewest that fit, found by bisection (the peak
+// falls as k grows).
 
 // State is where a step keeps its training state.
 type State struct {
@@ -105,8 +105,8 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		return nil, nil, fmt.Errorf("plan: gradients or parameters in host memory need the optimizer's state there too (its step runs on the host)")
 	}
 	var tried []Tried
-	var best, smallest, ref *Plan
-	triedSerial := false // ref: the state on the device, for Slowdown
+	var best, smallest, ref *Plan // ref: the state on the device, for Slowdown
+	triedSerial := false
 	try := func(s State) (*Plan, error) {
 		m, err := models(s)
 		if err != nil {
