@@ -3,9 +3,11 @@ package offload
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"ferry/device"
+	"ferry/internal/workq"
 )
 
 // Host steps beside the device (StreamConfig.HostStepsBeside).
@@ -79,69 +81,51 @@ func pickTask(tasks []*hostTask, ready func(*hostTask) bool) int {
 	return best
 }
 
-// besideQueue runs host tasks on a goroutine of its own, by pickTask.
+// besideQueue runs host tasks on a workq goroutine, by pickTask: each
+// push queues one turn, and a turn runs the task pickTask chooses then, so
+// there are always as many turns queued as tasks.
 type besideQueue struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	tasks  []*hostTask
-	closed bool
-	exited chan struct{}
+	turns *workq.Queue
+	mu    sync.Mutex
+	tasks []*hostTask
 }
 
-func newBesideQueue() *besideQueue {
-	q := &besideQueue{exited: make(chan struct{})}
-	q.cond = sync.NewCond(&q.mu)
-	go q.loop()
-	return q
-}
+func newBesideQueue() *besideQueue { return &besideQueue{turns: workq.New()} }
 
 // push queues t; false after close.
 func (q *besideQueue) push(t *hostTask) bool {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
+	defer q.mu.Unlock() // the turn finds t: it takes mu first
+	if q.turns.Push(q.turn) != nil {
 		return false
 	}
 	q.tasks = append(q.tasks, t)
-	q.cond.Signal()
 	return true
 }
 
-func (q *besideQueue) loop() {
-	defer close(q.exited)
+// turn runs one task: the one pickTask chooses among those whose
+// gradients have arrived, or, if none has, among those there once the
+// first sent has (the copies complete in order).
+func (q *besideQueue) turn() {
 	for {
 		q.mu.Lock()
-		for len(q.tasks) == 0 && !q.closed {
-			q.cond.Wait()
-		}
-		if len(q.tasks) == 0 {
-			q.mu.Unlock()
-			return
-		}
 		i := pickTask(q.tasks, func(t *hostTask) bool { return t.after.Done() })
 		if i < 0 {
-			// No gradient has arrived: wait for the first to be sent (the
-			// copies complete in order), then choose again.
 			first := q.tasks[0].after
 			q.mu.Unlock()
 			_ = first.Synchronize() // a failure is the task's, when it runs
 			continue
 		}
 		t := q.tasks[i]
-		q.tasks = append(q.tasks[:i], q.tasks[i+1:]...)
+		q.tasks = slices.Delete(q.tasks, i, i+1)
 		q.mu.Unlock()
 		t.run(true)
+		return
 	}
 }
 
 // close runs what is queued and stops the goroutine.
-func (q *besideQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.cond.Broadcast()
-	q.mu.Unlock()
-	<-q.exited
-}
+func (q *besideQueue) close() { q.turns.Close() }
 
 // hostSim is implemented by devices that simulate time (the meta device):
 // host work beside the device is charged to the host's clock.
