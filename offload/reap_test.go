@@ -15,7 +15,15 @@ import (
 func simulateCovered(sizes []int64) (held [][]int64) {
 	var pending []*gradCopy
 	for _, b := range sizes {
-		_, pending = splitCovered(append(pending, &gradCopy{bytes: b}))
+		pending = append(pending, &gradCopy{bytes: b})
+		covered := coveredCopies(pending)
+		kept := pending[:0]
+		for i, c := range pending {
+			if !covered[i] {
+				kept = append(kept, c)
+			}
+		}
+		pending = kept
 		var h []int64
 		for _, c := range pending {
 			h = append(h, c.bytes)

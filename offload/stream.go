@@ -42,7 +42,7 @@ type StreamConfig struct {
 	// host as soon as the next gradient is complete, which keeps the
 	// fewest gradients on the device (the newest and the one before), but
 	// backward then waits for each copy. Without it, a copy is waited for
-	// once later gradients cover it (reapCovered): backward's compute hides
+	// once later gradients cover it (coveredCopies): backward's compute hides
 	// the copies, for about one gradient's bytes more on the device.
 	SerialGradCopies bool
 	// D2H and H2D are the side streams the copies run on (offload.Memory
@@ -152,7 +152,7 @@ type gradCopy struct {
 	dst *ferry.Tensor // on the host
 	ev  device.Event
 	// bytes is the gradient's size; queued is the bytes of the copies
-	// issued before this one and not covered then (reapCovered), its own
+	// issued before this one and not covered then (coveredCopies), its own
 	// included: what the link is taken to have had to move before this
 	// copy was done.
 	bytes, queued int64
@@ -611,11 +611,13 @@ func (s *Streamer) gradReady(p *ferry.Tensor, now bool) device.Event {
 	p.SetGrad(nil)
 	switch {
 	case now:
-		s.reap(true)
-	case s.serial:
-		s.reapKeep(1)
+		s.reapAll()
+	case s.serial: // all but the newest (StreamConfig.SerialGradCopies)
+		newest := len(s.pending) - 1
+		s.reap(func(i int) bool { return i < newest })
 	default:
-		s.reapCovered()
+		covered := coveredCopies(s.pending)
+		s.reap(func(i int) bool { return covered[i] })
 	}
 	if now {
 		p.SetGrad(s.takeHostGrad(p))
@@ -722,70 +724,47 @@ func (s *Streamer) takeHostGrad(p *ferry.Tensor) *ferry.Tensor {
 	return h
 }
 
-// reapCovered waits for each gradient copy that later gradients cover
-// and frees its device copy. A copy is covered when the gradients
-// completed after it are at least as many bytes as the copies queued
-// before it, its own included (gradCopy.queued): backward's compute
-// between two gradients grows with their sizes, so a covered copy has
-// had about the time it needs to finish, and waiting for it seldom
-// stalls, where waiting for the one just before (a weight's, when its
-// bias completes next; or a small one queued behind a large one) would
-// stall for the copies ahead of it. The rule depends only on the
-// gradients' order and sizes, never on the copies' timing, so the peak
-// is the same on every device (and on meta): besides the newest
-// gradients, about one queue's bytes of them are on the device.
-func (s *Streamer) reapCovered() {
-	covered, kept := splitCovered(s.pending)
-	s.pending = covered
-	s.reap(true)
-	s.pending = append(s.pending, kept...)
-}
-
-// splitCovered splits the copies in flight (oldest first, the newest just
-// issued) into those covered, at least their queued bytes of gradients
-// completed after them, and the others, and sets the newest's queued
-// bytes: the others', its own included. The newest is never covered.
-func splitCovered(pending []*gradCopy) (covered, kept []*gradCopy) {
+// coveredCopies says which of the gradient copies in flight (oldest
+// first, the newest just issued) later gradients cover, and sets the
+// newest's queued bytes: those of the copies not covered, its own
+// included. A copy is covered when the gradients completed after it are
+// at least as many bytes as the copies queued before it, its own included
+// (gradCopy.queued): backward's compute between two gradients grows with
+// their sizes, so a covered copy has had about the time it needs to
+// finish, and waiting for it seldom stalls, where waiting for the one just
+// before (a weight's, when its bias completes next; or a small one queued
+// behind a large one) would stall for the copies ahead of it. The rule
+// depends only on the gradients' order and sizes, never on the copies'
+// timing, so the peak is the same on every device (and on meta): besides
+// the newest gradients, about one queue's bytes of them are on the
+// device. The newest is never covered.
+func coveredCopies(pending []*gradCopy) []bool {
 	n := len(pending)
-	if n == 0 {
-		return nil, nil
-	}
-	is := make([]bool, n)
+	covered := make([]bool, n)
 	var later int64
 	for i := n - 1; i >= 0; i-- {
-		is[i] = i < n-1 && later >= pending[i].queued
+		covered[i] = i < n-1 && later >= pending[i].queued
 		later += pending[i].bytes
 	}
-	newest := pending[n-1]
-	newest.queued = 0
-	for i, c := range pending {
-		if is[i] {
-			covered = append(covered, c)
-		} else {
-			kept = append(kept, c)
-			newest.queued += c.bytes
+	if n > 0 {
+		newest := pending[n-1]
+		newest.queued = 0
+		for i, c := range pending {
+			if !covered[i] {
+				newest.queued += c.bytes
+			}
 		}
 	}
-	return covered, kept
+	return covered
 }
 
-// reapKeep waits for the gradient copies but the last keep, freeing
-// their device copies (StreamConfig.SerialGradCopies, with keep 1).
-func (s *Streamer) reapKeep(keep int) {
-	if n := len(s.pending) - keep; n > 0 {
-		rest := append([]*gradCopy(nil), s.pending[n:]...)
-		s.pending = s.pending[:n]
-		s.reap(true)
-		s.pending = append(s.pending, rest...)
-	}
-}
-
-// reap finishes the gradient copies (all with wait; else those that are
-// done), freeing their device copies.
-func (s *Streamer) reap(wait bool) {
+// reap waits for the gradient copies in flight that finish says to (by
+// index, oldest first) and frees their device copies; the others stay in
+// flight, in order.
+func (s *Streamer) reap(finish func(i int) bool) {
 	kept := s.pending[:0]
-	for _, c := range s.pending {
-		if !wait && !c.ev.Done() {
+	for i, c := range s.pending {
+		if !finish(i) {
 			kept = append(kept, c)
 			continue
 		}
@@ -799,6 +778,10 @@ func (s *Streamer) reap(wait bool) {
 	s.pending = kept
 }
 
+// reapAll waits for every gradient copy in flight and frees the device
+// copies.
+func (s *Streamer) reapAll() { s.reap(func(int) bool { return true }) }
+
 func blockOf(t *ferry.Tensor) *device.Block {
 	b, _ := t.Block()
 	return b
@@ -809,7 +792,7 @@ func blockOf(t *ferry.Tensor) *device.Block {
 // brought back leave the device.
 func (s *Streamer) EndBackward() error {
 	err := ferry.Catch(func() error {
-		s.reap(true)
+		s.reapAll()
 		for p := range s.hostGrads {
 			if g := p.Grad(); g != nil && g.Device() == s.dev && !g.PagedOut() {
 				return fmt.Errorf("offload: the gradient of %q is still on the device after backward", p.Name())
@@ -857,7 +840,7 @@ func (s *Streamer) Close() error {
 		if derr != nil {
 			return derr
 		}
-		s.reap(true)
+		s.reapAll()
 		for p := range s.hostGrads {
 			p.SetGrad(s.takeHostGrad(p))
 		}
