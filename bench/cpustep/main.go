@@ -76,13 +76,14 @@ func run(layers, width, batch, steps, warmup int, backend string) error {
 			return nil
 		})
 	}
-	fmt.Printf("ferry: %d x Linear(%d)+ReLU, batch %d, matrix products: %s\n", layers, width, batch, cpu.MatmulBackend())
+	fmt.Printf("ferry: %d x Linear(%d)+ReLU, batch %d, %s\n", layers, width, batch, cpu.Paths())
 	for range warmup {
 		if err := step(); err != nil {
 			return err
 		}
 	}
 	var ts []float64
+	go0, blas0 := cpu.MatmulCalls()
 	for range steps {
 		start := time.Now()
 		if err := step(); err != nil {
@@ -91,6 +92,8 @@ func run(layers, width, batch, steps, warmup int, backend string) error {
 		ts = append(ts, time.Since(start).Seconds())
 		fmt.Printf("step %.4f\n", ts[len(ts)-1])
 	}
+	goN, blasN := cpu.MatmulCalls()
+	fmt.Printf("products per step: %d pure Go, %d OpenBLAS\n", (goN-go0)/int64(steps), (blasN-blas0)/int64(steps))
 	slices.Sort(ts)
 	fmt.Printf("median %.4f\n", ts[len(ts)/2])
 	return nil

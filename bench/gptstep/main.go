@@ -134,6 +134,7 @@ func run(cfg nn.GPTConfig, batch, steps, warmup int, backend string) error {
 		}
 	}
 	var ts, cs []float64
+	go0, blas0 := cpu.MatmulCalls()
 	for range steps {
 		start, cpu0 := time.Now(), cpuSeconds()
 		if err := step(); err != nil {
@@ -143,6 +144,8 @@ func run(cfg nn.GPTConfig, batch, steps, warmup int, backend string) error {
 		cs = append(cs, cpuSeconds()-cpu0)
 		fmt.Printf("step %.4f cpu %.4f loss %.4f\n", ts[len(ts)-1], cs[len(cs)-1], loss)
 	}
+	goN, blasN := cpu.MatmulCalls()
+	fmt.Printf("products per step: %d pure Go, %d OpenBLAS\n", (goN-go0)/int64(steps), (blasN-blas0)/int64(steps))
 	slices.Sort(ts)
 	slices.Sort(cs)
 	fmt.Printf("median %.4f\n", ts[len(ts)/2])

@@ -22,7 +22,9 @@ import (
 // took 2-40% less CPU time than the Go AVX2 kernel on each of the GPT
 // step's 21 product shapes and on squares from 32 to 128, and tied on
 // smaller ones (BenchmarkGemmChoice, docs/perf.md "AVX2"), so no shape
-// is better served by Go there; pure Go otherwise.
+// is better served by Go there; pure Go otherwise. Where this machine has
+// a table measured by `ferry tune` (Note [matmul table]), auto follows it
+// for the shape classes it holds.
 var matmulMode atomic.Int32
 
 func init() {
@@ -36,7 +38,8 @@ func init() {
 // SetMatmulBackend chooses which library runs matrix products, for every CPU
 // device of the process: "go" forces the pure-Go kernel, "blas" requires
 // OpenBLAS (an error when it cannot be loaded), "auto" (the default) uses
-// the rule above. The environment variable FERRY_MATMUL sets it at start;
+// the table of this machine where it has one, and the rule above
+// elsewhere. The environment variable FERRY_MATMUL sets it at start;
 // FERRY_BLAS=off still forbids OpenBLAS. It is safe to call at any time; a
 // batched product running meanwhile may use both.
 func SetMatmulBackend(name string) error {
@@ -56,6 +59,8 @@ func SetMatmulBackend(name string) error {
 	return nil
 }
 
+// useBLAS reports whether the fixed rule (or the forced mode) takes
+// OpenBLAS: what a product whose class the table does not hold runs on.
 func useBLAS() bool {
 	switch matmulMode.Load() {
 	case 1:
@@ -63,12 +68,77 @@ func useBLAS() bool {
 	case 2:
 		return blas.Available()
 	}
-	return gemm.Kernel() != "avx512" && blas.Available()
+	return RuleLibrary() == libBLAS && blas.Available()
+}
+
+// choose reports whether OpenBLAS runs the product s: in auto mode by the
+// table's choice for its class where it has one (Note [matmul table]),
+// else by useBLAS. It records s while RecordMatmulShapes is on, and counts
+// the product under its library.
+func choose(s MatmulShape) bool {
+	if recording.Load() {
+		record(s)
+	}
+	use := useBLAS()
+	if matmulMode.Load() == 0 && blas.Available() {
+		if t := activeTable().t; t != nil {
+			if b, ok := t.Lookup(s); ok {
+				use = b
+			}
+		}
+	}
+	if use {
+		blasOwnThreads() // sets OpenBLAS to one thread before its first product
+		matmulCalls[1].Add(1)
+	} else {
+		matmulCalls[0].Add(1)
+	}
+	return use
+}
+
+// matmulCalls counts the products run in pure Go ([0]) and in OpenBLAS
+// ([1]) since the process started.
+var matmulCalls [2]atomic.Int64
+
+// MatmulCalls is how many float32 products the CPU devices have run on
+// each library since the process started: benchmarks print it to say
+// which path the products took.
+func MatmulCalls() (goCalls, blasCalls int64) {
+	return matmulCalls[0].Load(), matmulCalls[1].Load()
 }
 
 // MatmulBackend says which library runs matrix products, and why: "openblas
 // (path)" or "pure Go (kernel), because …".
 func MatmulBackend() string {
+	return matmulRule() + matmulTableNote()
+}
+
+// matmulTableNote says how the table in use (Note [matmul table]) departs
+// from the rule, or why a table file was refused; "" without one.
+func matmulTableNote() string {
+	if matmulMode.Load() != 0 || !blas.Available() {
+		return ""
+	}
+	t, from, refused := MatmulTableInUse()
+	if t == nil {
+		if refused != "" {
+			return "; no per-shape table: " + refused
+		}
+		return ""
+	}
+	onGo, onBLAS := 0, 0
+	for _, b := range t.byClass {
+		if b {
+			onBLAS++
+		} else {
+			onGo++
+		}
+	}
+	return fmt.Sprintf("; per shape, the measured table %s: %d shape classes on pure Go, %d on OpenBLAS, others by the rule", from, onGo, onBLAS)
+}
+
+// matmulRule is MatmulBackend without the table.
+func matmulRule() string {
 	if useBLAS() {
 		if blasOwnThreads() {
 			return "openblas (" + blas.Library() + ") on its own threads"

@@ -34,7 +34,7 @@ func (k *kernels) Gemm(p device.GemmParams) error {
 
 // sgemm is one row-major product, through OpenBLAS or the pure-Go kernel.
 func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if !useBLAS() {
+	if !choose(MatmulShape{transA, transB, m, n, k, lda, ldb, ldc, true}) {
 		gemm.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
@@ -49,7 +49,7 @@ func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 // sgemmSerial is sgemm on the calling goroutine alone (OpenBLAS on one
 // thread: callers check blasOwnThreads).
 func sgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if !useBLAS() {
+	if !choose(MatmulShape{transA, transB, m, n, k, lda, ldb, ldc, false}) {
 		gemm.SgemmSerial(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
