@@ -42,7 +42,7 @@ func registerArch() {
 	}
 	if isa.AVX2 {
 		register("avx2", &kernelInfo{name: "avx2/6x16", fn: kernAVX2x6x16, mr: 6, nr: 16,
-			mc: 144, kc: 256, nc: 2048})
+			mc: 144, kc: 256, nc: 2048, packCopy: packCopyAVX2, packGather: packGatherAVX2})
 	}
 }
 

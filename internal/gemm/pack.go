@@ -65,8 +65,46 @@ func rowCopy[T [4]float32 | [6]float32 | [8]float32 | [14]float32 | [16]float32 
 	}
 }
 
+// copyRunsGo copies, for each of panels panels, rows runs of w floats
+// (panel p's run r from sp + p·4w + r·ss to dp + p·dps + r·ds, strides in
+// bytes), for the widths of the kernels' panels, reporting whether w was
+// one of them.
+func copyRunsGo(w, panels int, dp, sp unsafe.Pointer, rows int, ds, ss, dps uintptr) bool {
+	var f func(dp, sp unsafe.Pointer, rows int, ds, ss uintptr)
+	switch w {
+	case 4:
+		f = rowCopy[[4]float32]
+	case 6:
+		f = rowCopy[[6]float32]
+	case 8:
+		f = rowCopy[[8]float32]
+	case 14:
+		f = rowCopy[[14]float32]
+	case 16:
+		f = rowCopy[[16]float32]
+	case 32:
+		f = rowCopy[[32]float32]
+	case 64:
+		f = rowCopy[[64]float32]
+	default:
+		return false
+	}
+	for p := range uintptr(panels) {
+		f(unsafe.Add(dp, p*dps), unsafe.Add(sp, p*uintptr(4*w)), rows, ds, ss)
+	}
+	return true
+}
+
 // packCopyGo implements packCopy in Go.
 func packCopyGo(dst []float32, w int, src []float32, ld, r0, c0, kc, cnt int) {
+	packCopyRuns(dst, w, src, ld, r0, c0, kc, cnt, copyRunsGo)
+}
+
+// packCopyRuns implements packCopy with runs copying the rows of the
+// whole panels, strip by strip (when it can); a partial panel, zero-padded,
+// is copied here.
+func packCopyRuns(dst []float32, w int, src []float32, ld, r0, c0, kc, cnt int,
+	runs func(w, panels int, dp, sp unsafe.Pointer, rows int, ds, ss, dps uintptr) bool) {
 	if kc == 0 || cnt == 0 {
 		return
 	}
@@ -74,35 +112,20 @@ func packCopyGo(dst []float32, w int, src []float32, ld, r0, c0, kc, cnt int) {
 	dst = dst[:np*w*kc]
 	_ = src[(r0+kc-1)*ld+c0+cnt-1]
 	_ = src[r0*ld+c0]
-	ds, ss := uintptr(w)*4, uintptr(ld)*4
+	ds, ss, dps := uintptr(w)*4, uintptr(ld)*4, uintptr(w*kc)*4
+	full := cnt / w
 	for q0 := 0; q0 < kc; q0 += packStrip {
 		rows := min(packStrip, kc-q0)
-		for s := 0; s < np; s++ {
+		s := 0
+		if full > 0 && runs(w, full, unsafe.Pointer(&dst[q0*w]), unsafe.Pointer(&src[(r0+q0)*ld+c0]), rows, ds, ss, dps) {
+			s = full
+		}
+		for ; s < np; s++ {
 			n := min(w, cnt-s*w)
-			dp := unsafe.Pointer(&dst[s*w*kc+q0*w])
-			sp := unsafe.Pointer(&src[(r0+q0)*ld+c0+s*w])
-			full := n == w // partial panels take the default path, which zero-pads
-			switch {
-			case full && n == 4:
-				rowCopy[[4]float32](dp, sp, rows, ds, ss)
-			case full && n == 6:
-				rowCopy[[6]float32](dp, sp, rows, ds, ss)
-			case full && n == 8:
-				rowCopy[[8]float32](dp, sp, rows, ds, ss)
-			case full && n == 14:
-				rowCopy[[14]float32](dp, sp, rows, ds, ss)
-			case full && n == 16:
-				rowCopy[[16]float32](dp, sp, rows, ds, ss)
-			case full && n == 32:
-				rowCopy[[32]float32](dp, sp, rows, ds, ss)
-			case full && n == 64:
-				rowCopy[[64]float32](dp, sp, rows, ds, ss)
-			default:
-				for q := range rows {
-					d := dst[s*w*kc+(q0+q)*w:][:w]
-					copy(d, src[(r0+q0+q)*ld+c0+s*w:][:n])
-					clear(d[n:])
-				}
+			for q := range rows {
+				d := dst[s*w*kc+(q0+q)*w:][:w]
+				copy(d, src[(r0+q0+q)*ld+c0+s*w:][:n])
+				clear(d[n:])
 			}
 		}
 	}
@@ -111,6 +134,13 @@ func packCopyGo(dst []float32, w int, src []float32, ld, r0, c0, kc, cnt int) {
 // packGatherGo implements packGather in Go, interleaving four source rows
 // at a time.
 func packGatherGo(dst []float32, w int, src []float32, ld, r0, c0, kc, cnt int) {
+	packGatherRows(dst, w, src, ld, r0, c0, kc, cnt, gather6, gather8)
+}
+
+// packGatherRows implements packGather with g6 and g8 for whole 6-row
+// panels and 8-row groups (the signature of gather6).
+func packGatherRows(dst []float32, w int, src []float32, ld, r0, c0, kc, cnt int,
+	g6, g8 func(dp, sp unsafe.Pointer, ss, ds uintptr, kc int)) {
 	if kc == 0 || cnt == 0 {
 		return
 	}
@@ -128,11 +158,11 @@ func packGatherGo(dst []float32, w int, src []float32, ld, r0, c0, kc, cnt int) 
 		// rows (its B, 16 wide) first: each k-step then writes 24 or 32
 		// contiguous bytes.
 		if n == 6 && w == 6 {
-			gather6(unsafe.Pointer(&panel[0]), unsafe.Pointer(&src[rs*ld+c0]), ss, ds, kc)
+			g6(unsafe.Pointer(&panel[0]), unsafe.Pointer(&src[rs*ld+c0]), ss, ds, kc)
 			j = 6
 		}
 		for ; w%8 == 0 && j+8 <= n; j += 8 {
-			gather8(unsafe.Pointer(&panel[j]), unsafe.Pointer(&src[(rs+j)*ld+c0]), ss, ds, kc)
+			g8(unsafe.Pointer(&panel[j]), unsafe.Pointer(&src[(rs+j)*ld+c0]), ss, ds, kc)
 		}
 		for ; j+4 <= n; j += 4 {
 			dp := unsafe.Pointer(&panel[j])
