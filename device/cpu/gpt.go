@@ -94,28 +94,14 @@ func (k *kernels) LayerNorm(dst, mean, rstd, x, weight, bias device.View, eps fl
 // layerNormRow normalises one row into out and returns its mean and rstd.
 func layerNormRow(out, row, w, b []float32, eps float32) (mean, rstd float32) {
 	C := len(row)
-	var s float64
-	for _, v := range row {
-		s += float64(v)
-	}
-	m := s / float64(C)
-	var ss float64
-	for _, v := range row {
-		e := float64(v) - m
-		ss += e * e
-	}
-	inv := 1 / math.Sqrt(ss/float64(C)+float64(eps))
+	var acc [8]float64
+	lnSum(row, &acc)
+	m := sum8(&acc) / float64(C)
+	acc = [8]float64{}
+	lnSqDev(row, m, &acc)
+	inv := 1 / math.Sqrt(sum8(&acc)/float64(C)+float64(eps))
 	mf, invf := float32(m), float32(inv)
-	for c, v := range row {
-		y := (v - mf) * invf
-		if w != nil {
-			y *= w[c]
-		}
-		if b != nil {
-			y += b[c]
-		}
-		out[c] = y
-	}
+	lnApply(out, row, w, b, mf, invf)
 	return mf, invf
 }
 
@@ -133,25 +119,10 @@ func (k *kernels) LayerNormBackward(dx, dweight, dbias, grad, x, mean, rstd, wei
 			row, gr, out := xs[r*C:(r+1)*C], g[r*C:(r+1)*C], dxs[r*C:(r+1)*C]
 			m, inv := mu[r], rs[r]
 			// dx = rstd·(dŷ - mean(dŷ) - ŷ·mean(dŷ·ŷ)), dŷ = g·w.
-			var s1, s2 float64
-			for c, v := range row {
-				dy := gr[c]
-				if w != nil {
-					dy *= w[c]
-				}
-				xh := (v - m) * inv
-				s1 += float64(dy)
-				s2 += float64(dy * xh)
-			}
-			a, b := float32(s1/float64(C)), float32(s2/float64(C))
-			for c, v := range row {
-				dy := gr[c]
-				if w != nil {
-					dy *= w[c]
-				}
-				xh := (v - m) * inv
-				out[c] = inv * (dy - a - xh*b)
-			}
+			var s1, s2 [8]float64
+			lnBwdSums(row, gr, w, m, inv, &s1, &s2)
+			a, b := float32(sum8(&s1)/float64(C)), float32(sum8(&s2)/float64(C))
+			lnBwdDx(out, row, gr, w, m, inv, a, b)
 		}
 	})
 	if dweight.Block == nil && dbias.Block == nil {
