@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"ferry/cmd/ferry/internal/demo"
@@ -76,12 +79,15 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		if path == "" && !*dryRun {
 			if path, err = cpu.MatmulTablePath(); err != nil {
-				return err
+				return fmt.Errorf("%w, or name the table's file with --save", err)
 			}
 		}
 		// Fail before measuring if the table there cannot be updated.
 		table := &cpu.MatmulTable{Machine: cpu.MatmulMachine()}
 		if path != "" && !*dryRun {
+			if err := checkWritable(path); err != nil {
+				return err
+			}
 			if _, err := os.Stat(path); err == nil {
 				old, err := cpu.LoadMatmulTable(path)
 				switch {
@@ -94,6 +100,10 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 				}
 			}
 		}
+
+		// No table while measuring: the step check installs its own,
+		// and a file FERRY_MATMUL_TABLE names may not exist yet.
+		cpu.SetMatmulTable(nil)
 
 		// The shapes: one training step of the model, recorded. The
 		// library does not change the shapes, so the step runs as auto
@@ -152,10 +162,10 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 		fmt.Fprintf(out, "matrix products of one step of %s\non %s\n\n", r.Model, r.Machine)
 		fmt.Fprintf(out, "%-48s %6s %12s %12s  %s\n", "shape", "calls", "pure Go", "OpenBLAS", "chosen")
 		for _, c := range r.Shapes {
-			fmt.Fprintf(out, "%-48s %6d %9.3f ms %9.3f ms  %s\n", c.MatmulShape.String(), c.Calls, c.GoSeconds*1e3, c.BLASSeconds*1e3, c.Library)
+			fmt.Fprintf(out, "%-48s %6d %12s %12s  %s\n", c.MatmulShape.String(), c.Calls, seconds(c.GoSeconds), seconds(c.BLASSeconds), c.Library)
 		}
-		fmt.Fprintf(out, "\na step's products, timed one shape at a time: %.1f ms all on pure Go, %.1f ms all on OpenBLAS, %.1f ms as chosen\n",
-			r.StepGoSeconds*1e3, r.StepBLASSeconds*1e3, r.StepChosenSeconds*1e3)
+		fmt.Fprintf(out, "\na step's products, timed one shape at a time: %s all on pure Go, %s all on OpenBLAS, %s as chosen\n",
+			seconds(r.StepGoSeconds), seconds(r.StepBLASSeconds), seconds(r.StepChosenSeconds))
 		if len(r.StepCheck) > 0 {
 			fmt.Fprintf(out, "whole steps, median of %d alternating rounds:", *checkRounds)
 			for i, c := range r.StepCheck {
@@ -163,7 +173,7 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 				if i == 0 {
 					sep = ""
 				}
-				fmt.Fprintf(out, "%s %s %.4f s", sep, c.Choice, c.Seconds)
+				fmt.Fprintf(out, "%s %s %s", sep, c.Choice, seconds(c.Seconds))
 			}
 			fmt.Fprintf(out, "\nkept: %s\n", r.Kept)
 		}
@@ -229,4 +239,46 @@ func checkSteps(cfg demo.Config, table *cpu.MatmulTable, choices []cpu.MatmulCho
 		r.Kept += " (the fixed rule's library here; another way must be over 2% faster to replace it)"
 	}
 	return variants[best].t, nil
+}
+
+// seconds is t in µs, ms or s, three or four significant digits.
+func seconds(t float64) string {
+	switch {
+	case t < 1e-3:
+		return fmt.Sprintf("%.1f µs", t*1e6)
+	case t < 1:
+		return fmt.Sprintf("%.3f ms", t*1e3)
+	}
+	return fmt.Sprintf("%.4f s", t)
+}
+
+// checkWritable reports whether path's file could be written: whether a
+// file can be created in its directory or, where that does not exist yet,
+// in its nearest existing ancestor (which SaveMatmulTable would create
+// the rest under). It leaves nothing behind.
+func checkWritable(path string) error {
+	dir := filepath.Dir(path)
+	for {
+		st, err := os.Stat(dir)
+		if err == nil {
+			if !st.IsDir() {
+				return fmt.Errorf("cannot write %s: %s is not a directory", path, dir)
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("cannot write %s: %w", path, err)
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			break
+		}
+		dir = up
+	}
+	f, err := os.CreateTemp(dir, ".ferry-tune-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

@@ -303,7 +303,7 @@ var cpuName = sync.OnceValue(func() string {
 func MatmulTablePath() (string, error) {
 	dir, err := os.UserCacheDir()
 	if err != nil {
-		return "", fmt.Errorf("no cache directory for the matmul table (%v); set XDG_CACHE_HOME or HOME, or give a path", err)
+		return "", fmt.Errorf("no cache directory for the matmul table (%v); set XDG_CACHE_HOME or HOME", err)
 	}
 	h := fnv.New64a()
 	io.WriteString(h, MatmulMachine())
@@ -399,6 +399,10 @@ func readTable() *tableState {
 	}
 	t, err := LoadMatmulTable(path)
 	if err != nil {
+		if env := strings.TrimSpace(os.Getenv("FERRY_MATMUL_TABLE")); env != "" {
+			// Named by the user: say so at once, not only in ferry doctor.
+			fmt.Fprintf(os.Stderr, "ferry: FERRY_MATMUL_TABLE=%s ignored: %v\n", env, err)
+		}
 		return &tableState{path: path, note: err.Error()}
 	}
 	return &tableState{t: t, path: path}
