@@ -17,6 +17,9 @@ cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}; L=${2:-40}; W=${3:-1024}; B=${4:-256}; S=${5:-5}
 BACKENDS=${BACKENDS:-auto go}
 PY=${PYTHON:-/usr/bin/python3}
+# PyTorch's steps swing on page faults unless glibc keeps its freed
+# memory (bench/gpt_step.sh says more).
+MALLOC=(MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=4294967296 MALLOC_TOP_PAD_=1073741824)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 CGO_ENABLED=0 go build -o "$tmp/cpustep" ./bench/cpustep
 median() { awk '/^median/ {print $2}'; }
@@ -29,7 +32,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   declare -A t=()
   for c in "${order[@]}"; do
     if [[ $c == pytorch ]]; then
-      t[$c]=$("$PY" bench/cpu_step.py "$L" "$W" "$B" "$S" | median)
+      t[$c]=$(env "${MALLOC[@]}" "$PY" bench/cpu_step.py "$L" "$W" "$B" "$S" | median)
     else
       t[$c]=$("$tmp/cpustep" -layers "$L" -width "$W" -batch "$B" -steps "$S" -backend "$c" | median)
     fi

@@ -20,6 +20,7 @@ type doctorReport struct {
 	GoVersion     string      `json:"go_version"`
 	OS            string      `json:"os"`
 	CPUs          int         `json:"cpus"`
+	CPUName       string      `json:"cpu_name"` // model name, family and model
 	Kinds         []string    `json:"device_kinds"`
 	MatmulBackend string      `json:"cpu_matmul"`
 	SIMD          string      `json:"cpu_simd"`            // avx512, avx2 or generic: the CPU's, capped by FERRY_CPU
@@ -29,7 +30,7 @@ type doctorReport struct {
 
 func setupDoctor(fs *flag.FlagSet) func(io.Writer, bool) error {
 	return func(out io.Writer, asJSON bool) error {
-		r := doctorReport{GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(),
+		r := doctorReport{GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(), CPUName: cpu.CPUName(),
 			Kinds: device.Kinds(), MatmulBackend: cpu.MatmulBackend(), SIMD: isa.Level(), CUDA: cuda.Probe()}
 		// Open the CPU device as every command does, so that what stops
 		// it (FERRY_BLAS naming a library that does not load) shows here.
@@ -50,7 +51,7 @@ func setupDoctor(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 			return nil
 		}
-		fmt.Fprintf(out, "ferry on %s, %s, %d CPUs\n", r.OS, r.GoVersion, r.CPUs)
+		fmt.Fprintf(out, "ferry on %s, %s, %d CPUs: %s\n", r.OS, r.GoVersion, r.CPUs, r.CPUName)
 		fmt.Fprintf(out, "device kinds: %v\n", r.Kinds)
 		if cpuErr != nil {
 			fmt.Fprintf(out, "cpu: unavailable: %v\n", cpuErr)

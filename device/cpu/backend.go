@@ -160,10 +160,10 @@ func matmulRule() string {
 }
 
 // Paths says which code runs the CPU device's work on this machine: the
-// vector instruction set of its loops (FERRY_CPU caps it), the pure-Go
-// GEMM kernel, MatmulBackend's choice, and the kernel of bfloat16
-// products (always pure Go). Benchmarks print it.
+// CPU (CPUName), the vector instruction set of its loops (FERRY_CPU caps
+// it), the pure-Go GEMM kernel, MatmulBackend's choice, and the kernel of
+// bfloat16 products (always pure Go). Benchmarks print it.
 func Paths() string {
-	return "simd " + isa.Level() + ", gemm kernel " + gemm.Kernel() + ", matrix products: " + MatmulBackend() +
+	return "cpu " + CPUName() + ", simd " + isa.Level() + ", gemm kernel " + gemm.Kernel() + ", matrix products: " + MatmulBackend() +
 		"; bfloat16 products: " + gemm.KernelBF16() + " kernel"
 }

@@ -280,22 +280,40 @@ func MatmulMachine() string {
 	return fmt.Sprintf("%s; simd %s; kernel %s; %s; %d cores", cpuName(), isa.Level(), gemm.Kernel(), blasPart, runtime.GOMAXPROCS(0))
 }
 
-// cpuName is the CPU's model name from /proc/cpuinfo, or the architecture
-// where there is none.
+// cpuName is the CPU's model name from /proc/cpuinfo, with its family
+// and model numbers where it gives them (a virtual machine's name, "AMD
+// EPYC", says nothing of the generation), or the architecture where there
+// is none.
 var cpuName = sync.OnceValue(func() string {
 	f, err := os.Open("/proc/cpuinfo")
-	if err == nil {
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			k, v, ok := strings.Cut(sc.Text(), ":")
-			if ok && strings.TrimSpace(k) == "model name" {
-				return strings.TrimSpace(v)
-			}
+	if err != nil {
+		return runtime.GOARCH
+	}
+	defer f.Close()
+	fields := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.TrimSpace(line) == "" {
+			break // the first processor's block is enough
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
-	return runtime.GOARCH
+	name := fields["model name"]
+	if name == "" {
+		return runtime.GOARCH
+	}
+	if fam, model := fields["cpu family"], fields["model"]; fam != "" && model != "" {
+		name += fmt.Sprintf(" (family %s, model %s)", fam, model)
+	}
+	return name
 })
+
+// CPUName is the CPU as benchmarks and tables name it: its model name,
+// family and model numbers.
+func CPUName() string { return cpuName() }
 
 // MatmulTablePath is where this machine's table lives: the user's cache
 // directory, ferry/matmul-<hash of MatmulMachine()>.json, so that each
