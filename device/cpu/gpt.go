@@ -144,14 +144,7 @@ func (k *kernels) LayerNormBackward(dx, dweight, dbias, grad, x, mean, rstd, wei
 			c0, c1 := ch*chunk, min(C, (ch+1)*chunk)
 			clear(aw[:])
 			clear(ab[:])
-			for r := 0; r < rows; r++ {
-				m, inv := mu[r], rs[r]
-				for c := c0; c < c1; c++ {
-					gv := g[r*C+c]
-					aw[c-c0] += float64(gv * ((xs[r*C+c] - m) * inv))
-					ab[c-c0] += float64(gv)
-				}
-			}
+			lnColSums(xs, g, C, rows, c0, c1, mu, rs, aw[:], ab[:])
 			for c := c0; c < c1; c++ {
 				if dw != nil {
 					dw[c] = float32(aw[c-c0])

@@ -108,3 +108,34 @@ func lnBwdDx(out, x, g, w []float32, m, inv, a, b float32) {
 		out[c] = inv * (dy - a - xh*b)
 	}
 }
+
+// lnColSums adds, for the columns [c0, c1) of the rows×ld matrices x and g
+// and each row r in order, float64(g·xh) to aw[c-c0] and float64(g) to
+// ab[c-c0], xh = (x-mean[r])·rstd[r]: the weight's and the bias's
+// gradients. Each column is its own sum, so the AVX2 path (8 columns at a
+// time) adds in the same order as the Go loop.
+func lnColSums(x, g []float32, ld, rows, c0, c1 int, mean, rstd []float32, aw, ab []float64) {
+	if rows == 0 || c0 >= c1 {
+		return
+	}
+	_, _ = x[(rows-1)*ld+c1-1], g[(rows-1)*ld+c1-1]
+	_, _ = mean[rows-1], rstd[rows-1]
+	_, _ = aw[c1-c0-1], ab[c1-c0-1]
+	c := c0
+	if hasAVX2 {
+		for ; c+8 <= c1; c += 8 {
+			lnColSumsAVX2(&x[c], &g[c], ld, rows, &mean[0], &rstd[0], &aw[c-c0], &ab[c-c0])
+		}
+	}
+	if c == c1 {
+		return
+	}
+	for r := 0; r < rows; r++ {
+		m, inv := mean[r], rstd[r]
+		for cc := c; cc < c1; cc++ {
+			gv := g[r*ld+cc]
+			aw[cc-c0] += float64(gv * ((x[r*ld+cc] - m) * inv))
+			ab[cc-c0] += float64(gv)
+		}
+	}
+}

@@ -19,3 +19,6 @@ func lnBwdSumsAVX2(x, grad, w *float32, n int, m, inv float32, acc1, acc2 *[8]fl
 
 //go:noescape
 func lnBwdDxAVX2(out, x, grad, w *float32, n int, m, inv, a, b float32)
+
+//go:noescape
+func lnColSumsAVX2(x, grad *float32, ld, rows int, mean, rstd *float32, aw, ab *float64)

@@ -176,3 +176,54 @@ lnbd_now:
 lnbd_done:
 	VZEROUPPER
 	RET
+
+// func lnColSumsAVX2(x, grad *float32, ld, rows int, mean, rstd *float32, aw, ab *float64)
+// For the 8 columns at x and grad (row stride ld floats) and r < rows, in
+// order of r: xh = (x[r][j]-mean[r])·rstd[r]; aw[j] += float64(grad[r][j]·xh),
+// ab[j] += float64(grad[r][j]).
+TEXT ·lnColSumsAVX2(SB), NOSPLIT, $0-64
+	MOVQ x+0(FP), SI
+	MOVQ grad+8(FP), BX
+	MOVQ ld+16(FP), DX
+	SHLQ $2, DX
+	MOVQ rows+24(FP), CX
+	MOVQ mean+32(FP), R8
+	MOVQ rstd+40(FP), R9
+	MOVQ aw+48(FP), R10
+	MOVQ ab+56(FP), R11
+	VMOVUPD 0(R10), Y10
+	VMOVUPD 32(R10), Y11
+	VMOVUPD 0(R11), Y12
+	VMOVUPD 32(R11), Y13
+	XORQ AX, AX
+lncs_loop:
+	CMPQ AX, CX
+	JGE lncs_done
+	VBROADCASTSS (R8)(AX*4), Y14
+	VBROADCASTSS (R9)(AX*4), Y15
+	VMOVUPS (SI), Y0
+	VMOVUPS (BX), Y1 // g
+	VSUBPS Y14, Y0, Y0
+	VMULPS Y15, Y0, Y0 // xh
+	VMULPS Y0, Y1, Y0 // g·xh
+	VCVTPS2PD X0, Y2
+	VADDPD Y2, Y10, Y10
+	VEXTRACTF128 $1, Y0, X3
+	VCVTPS2PD X3, Y3
+	VADDPD Y3, Y11, Y11
+	VCVTPS2PD X1, Y4
+	VADDPD Y4, Y12, Y12
+	VEXTRACTF128 $1, Y1, X5
+	VCVTPS2PD X5, Y5
+	VADDPD Y5, Y13, Y13
+	ADDQ DX, SI
+	ADDQ DX, BX
+	INCQ AX
+	JMP lncs_loop
+lncs_done:
+	VMOVUPD Y10, 0(R10)
+	VMOVUPD Y11, 32(R10)
+	VMOVUPD Y12, 0(R11)
+	VMOVUPD Y13, 32(R11)
+	VZEROUPPER
+	RET

@@ -132,3 +132,56 @@ func TestLayerNormPathsAgree(t *testing.T) {
 		}
 	}
 }
+
+// The weight's and bias's gradient sums agree bit for bit between the Go
+// loop and the AVX2 one, for column ranges of every remainder.
+func TestLayerNormColumnSumsPathsAgree(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2 path on this CPU (or FERRY_CPU=generic)")
+	}
+	saved := hasAVX2
+	defer func() { hasAVX2 = saved }()
+	r := rand.New(rand.NewPCG(9, 10))
+	const rows, ld = 37, 83
+	x, g := make([]float32, rows*ld), make([]float32, rows*ld)
+	mean, rstd := make([]float32, rows), make([]float32, rows)
+	for i := range x {
+		x[i], g[i] = float32(r.NormFloat64()*2), float32(r.NormFloat64())
+	}
+	for i := range mean {
+		mean[i], rstd[i] = float32(r.NormFloat64()), float32(0.5+r.Float64())
+	}
+	for c0 := 0; c0 < 3; c0++ {
+		for c1 := c0; c1 <= ld; c1++ {
+			sums := func(avx bool) (aw, ab []float64) {
+				hasAVX2 = avx
+				aw, ab = make([]float64, c1-c0+1), make([]float64, c1-c0+1)
+				lnColSums(x, g, ld, rows, c0, c1, mean, rstd, aw, ab)
+				return
+			}
+			gw, gb := sums(false)
+			aw, ab := sums(true)
+			for j := range gw {
+				if math.Float64bits(gw[j]) != math.Float64bits(aw[j]) || math.Float64bits(gb[j]) != math.Float64bits(ab[j]) {
+					t.Fatalf("columns [%d,%d) column %d: go %v %v, avx2 %v %v", c0, c1, c0+j, gw[j], gb[j], aw[j], ab[j])
+				}
+			}
+			if c1 == ld && c0 == 0 {
+				for c := range ld {
+					var w, b float64
+					for i := range rows {
+						xh := (float64(x[i*ld+c]) - float64(mean[i])) * float64(rstd[i])
+						w += float64(g[i*ld+c]) * xh
+						b += float64(g[i*ld+c])
+					}
+					if math.Abs(aw[c]-w) > 1e-4*(1+math.Abs(w)) || math.Abs(ab[c]-b) > 1e-9*(1+math.Abs(b)) {
+						t.Fatalf("column %d: %v %v, float64 gives %v %v", c, aw[c], ab[c], w, b)
+					}
+				}
+			}
+			if gw[c1-c0] != 0 || aw[c1-c0] != 0 {
+				t.Fatalf("columns [%d,%d): wrote past the range", c0, c1)
+			}
+		}
+	}
+}
