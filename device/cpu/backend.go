@@ -13,18 +13,19 @@ import (
 // matmulMode chooses the matrix-product library for every CPU device of the
 // process: 0 auto, 1 pure Go, 2 OpenBLAS.
 //
-// Auto picks by a fixed rule, never by timing, so a machine always gets the
-// same library (and the same bits): the pure-Go kernel where the CPU has
-// AVX-512, where its 6×64 micro-kernel beats OpenBLAS (about 300 against
-// 180 GFLOP/s at 1024³ on the 2-core Zen 5 this was written on; see
-// docs/perf.md); OpenBLAS elsewhere when it loads, for every shape: with
-// AVX2 only (FERRY_CPU=avx2 against OpenBLAS's Haswell kernels), OpenBLAS
-// took 2-40% less CPU time than the Go AVX2 kernel on each of the GPT
-// step's 21 product shapes and on squares from 32 to 128, and tied on
-// smaller ones (BenchmarkGemmChoice, docs/perf.md "AVX2"), so no shape
-// is better served by Go there; pure Go otherwise. Where this machine has
-// a table measured by `ferry tune` (Note [matmul table]), auto follows it
-// for the shape classes it holds.
+// Auto never times anything itself, so a machine always gets the same
+// library (and the same bits). Where this machine has a table measured by
+// `ferry tune` (Note [matmul table]), auto follows it for the shape classes
+// it holds. Elsewhere it follows a fixed rule: the pure-Go kernel where the
+// CPU has AVX-512, where its 6×64 micro-kernel beat OpenBLAS (about 300
+// against 180 GFLOP/s at 1024³ on the 2-core VM this was written on; see
+// docs/perf.md); OpenBLAS elsewhere when it loads: with AVX2 only
+// (FERRY_CPU=avx2 against OpenBLAS's Haswell kernels), OpenBLAS took
+// 2-40% less CPU time than the Go AVX2 kernel on each of the GPT step's 21
+// product shapes timed alone (BenchmarkGemmChoice, docs/perf.md "AVX2"),
+// though later whole steps of that GPT ran faster on pure Go (docs/perf.md
+// "AVX2, second pass"): the rule is a default, the table the answer; pure
+// Go where OpenBLAS does not load.
 var matmulMode atomic.Int32
 
 func init() {
