@@ -7,6 +7,15 @@
 // accumulators, in order of i, as the Go loops do, so both give the same
 // bits. No fused multiply-adds: every product and sum is rounded as in Go.
 
+// WIDEN_ADD adds the 8 floats of src (xsrc: its low half), widened to
+// float64, to lo (lanes 0-3) and hi (4-7), using Y2, Y3 and X3.
+#define WIDEN_ADD(src, xsrc, lo, hi) \
+	VCVTPS2PD xsrc, Y2 \
+	VADDPD Y2, lo, lo \
+	VEXTRACTF128 $1, src, X3 \
+	VCVTPS2PD X3, Y3 \
+	VADDPD Y3, hi, hi
+
 // func lnSumAVX2(x *float32, n int, acc *[8]float64)
 // acc[i%8] += float64(x[i]).
 TEXT ·lnSumAVX2(SB), NOSPLIT, $0-24
@@ -122,16 +131,8 @@ lnbs_now:
 	VSUBPS Y14, Y1, Y1
 	VMULPS Y15, Y1, Y1 // xh
 	VMULPS Y1, Y0, Y1 // dy·xh
-	VCVTPS2PD X0, Y2
-	VADDPD Y2, Y10, Y10
-	VEXTRACTF128 $1, Y0, X3
-	VCVTPS2PD X3, Y3
-	VADDPD Y3, Y11, Y11
-	VCVTPS2PD X1, Y4
-	VADDPD Y4, Y12, Y12
-	VEXTRACTF128 $1, Y1, X5
-	VCVTPS2PD X5, Y5
-	VADDPD Y5, Y13, Y13
+	WIDEN_ADD(Y0, X0, Y10, Y11)
+	WIDEN_ADD(Y1, X1, Y12, Y13)
 	ADDQ $8, AX
 	JMP lnbs_loop
 lnbs_done:
@@ -206,16 +207,8 @@ lncs_loop:
 	VSUBPS Y14, Y0, Y0
 	VMULPS Y15, Y0, Y0 // xh
 	VMULPS Y0, Y1, Y0 // g·xh
-	VCVTPS2PD X0, Y2
-	VADDPD Y2, Y10, Y10
-	VEXTRACTF128 $1, Y0, X3
-	VCVTPS2PD X3, Y3
-	VADDPD Y3, Y11, Y11
-	VCVTPS2PD X1, Y4
-	VADDPD Y4, Y12, Y12
-	VEXTRACTF128 $1, Y1, X5
-	VCVTPS2PD X5, Y5
-	VADDPD Y5, Y13, Y13
+	WIDEN_ADD(Y0, X0, Y10, Y11)
+	WIDEN_ADD(Y1, X1, Y12, Y13)
 	ADDQ DX, SI
 	ADDQ DX, BX
 	INCQ AX

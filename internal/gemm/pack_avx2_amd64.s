@@ -104,6 +104,17 @@ c24_done:
 	VPERM2F128 $0x31, Y6, Y2, Y14 \
 	VPERM2F128 $0x31, Y7, Y3, Y15
 
+// LOAD6ROWS loads 8 floats from each of the rows SI + i·BX, i < 6, into
+// Y0..Y5, leaving R9 = SI + 4·BX.
+#define LOAD6ROWS \
+	LEAQ (SI)(BX*4), R9 \
+	VMOVUPS (SI), Y0 \
+	VMOVUPS (SI)(BX*1), Y1 \
+	VMOVUPS (SI)(BX*2), Y2 \
+	VMOVUPS (SI)(R8*1), Y3 \
+	VMOVUPS (R9), Y4 \
+	VMOVUPS (R9)(BX*1), Y5
+
 // func gather8x8(dp, sp unsafe.Pointer, ss, ds uintptr, groups int)
 // For q < 8·groups, writes the 8 floats at sp + i·ss + 4q (i < 8) to
 // dp + q·ds: eight source rows interleaved, 8 k-steps per transpose.
@@ -118,13 +129,7 @@ TEXT ·gather8x8(SB), NOSPLIT, $0-40
 	LEAQ (BX)(BX*2), R8 // 3·ss
 	LEAQ (DX)(DX*2), R10 // 3·ds
 g8_loop:
-	LEAQ (SI)(BX*4), R9
-	VMOVUPS (SI), Y0
-	VMOVUPS (SI)(BX*1), Y1
-	VMOVUPS (SI)(BX*2), Y2
-	VMOVUPS (SI)(R8*1), Y3
-	VMOVUPS (R9), Y4
-	VMOVUPS (R9)(BX*1), Y5
+	LOAD6ROWS
 	VMOVUPS (R9)(BX*2), Y6
 	VMOVUPS (R9)(R8*1), Y7
 	TRANSPOSE8
@@ -166,13 +171,7 @@ TEXT ·gather6x8(SB), NOSPLIT, $0-40
 	LEAQ (BX)(BX*2), R8 // 3·ss
 	LEAQ (DX)(DX*2), R10 // 3·ds
 g6_loop:
-	LEAQ (SI)(BX*4), R9
-	VMOVUPS (SI), Y0
-	VMOVUPS (SI)(BX*1), Y1
-	VMOVUPS (SI)(BX*2), Y2
-	VMOVUPS (SI)(R8*1), Y3
-	VMOVUPS (R9), Y4
-	VMOVUPS (R9)(BX*1), Y5
+	LOAD6ROWS
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	TRANSPOSE8
