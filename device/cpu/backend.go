@@ -122,8 +122,11 @@ func matmulTableNote() string {
 	}
 	t, from, refused := MatmulTableInUse()
 	if t == nil {
-		if refused != "" {
+		switch {
+		case refused != "":
 			return "; no per-shape table: " + refused
+		case from == "":
+			return "; no per-shape table measured here yet (ferry tune --model NAME measures one)"
 		}
 		return ""
 	}
