@@ -7,6 +7,7 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/internal/optkernel"
 )
 
 // Option changes how NewSGD and NewAdamW build an optimizer.
@@ -301,7 +302,7 @@ func (o *AdamW) hostStep(p, g *ferry.Tensor, lr float32) error {
 		s.step++
 		if st.w != nil {
 			hp := device.AdamWParams{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
-			hostAdamW(st.w, st.g, s.a, s.b, hp)
+			optkernel.AdamW(st.w, st.g, s.a, s.b, hp)
 		}
 		simulate(p, st, 28) // reads w, g, m, v; writes w, m, v
 		if err := h.unstage(p, st); err != nil {
@@ -338,7 +339,7 @@ func (o *SGD) hostStep(p, g *ferry.Tensor, lr float32) error {
 			buf = s.a
 		}
 		if st.w != nil {
-			hostSGD(st.w, st.g, buf, hp)
+			optkernel.SGD(st.w, st.g, buf, hp)
 		}
 		if o.Momentum != 0 {
 			simulate(p, st, 20) // reads w, g, buf; writes w, buf

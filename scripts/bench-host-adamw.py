@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Times PyTorch's CPU AdamW (torch.optim.AdamW, foreach=True) on the sizes
-BenchmarkHostAdamW (optim/hostkernel_bench_test.go) uses, so that ferry's
+BenchmarkHostAdamW (internal/optkernel/bench_test.go) uses, so that ferry's
 host optimizer and PyTorch's read side by side.
 
 Usage: python3 scripts/bench-host-adamw.py [--iters N] [--threads T]

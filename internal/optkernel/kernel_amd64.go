@@ -1,27 +1,33 @@
 //go:build amd64 && !purego
 
-package optim
+package optkernel
 
-import xcpu "golang.org/x/sys/cpu"
+import (
+	"ferry/internal/isa"
 
-//go:generate go run hostkernel_gen.go
+	xcpu "golang.org/x/sys/cpu"
+)
+
+//go:generate go run gen.go
 
 // bestISA picks the widest vector loops the CPU (and the system, which
-// must save the wider registers) supports. Under GOAMD64=v3 and above the
-// Go compiler fuses multiply-adds in the CPU device's kernels, and the
-// loops that fuse the same ones (the FMA variants) run (Note [host bits]).
+// must save the wider registers) supports, capped by FERRY_CPU (package
+// isa). Under GOAMD64=v3 and above the Go compiler fuses multiply-adds in
+// the Go loops, and the loops that fuse the same ones (the FMA variants)
+// run (Note [host bits]).
 func bestISA() string {
 	switch {
-	case xcpu.X86.HasAVX512F:
+	case isa.AVX512:
 		return "avx512"
-	case xcpu.X86.HasAVX2:
+	case isa.AVX2:
 		return "avx2"
 	}
 	return "go"
 }
 
-// hostISAs lists the loops this machine can run, best first.
-func hostISAs() []string {
+// ISAs lists the loops this machine can run, best first, whatever
+// FERRY_CPU says (tests compare them all).
+func ISAs() []string {
 	var isas []string
 	if xcpu.X86.HasAVX512F {
 		isas = append(isas, "avx512")

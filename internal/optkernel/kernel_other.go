@@ -1,10 +1,10 @@
 //go:build !amd64 || purego
 
-package optim
+package optkernel
 
 // Without assembly the Go loops run.
 func bestISA() string    { return "go" }
-func hostISAs() []string { return []string{"go"} }
+func ISAs() []string { return []string{"go"} }
 
 func adamwAVX512(w, gr, m, v *float32, n int, c *adamConsts) { panic("unreachable") }
 func adamwAVX2(w, gr, m, v *float32, n int, c *adamConsts)   { panic("unreachable") }

@@ -1,4 +1,10 @@
-package optim
+// Package optkernel is the optimizers' arithmetic over Go slices: AdamW
+// and SGD updates, vectorised on amd64 (AVX-512 or AVX2, kernel_amd64.s,
+// written by gen.go), Go elsewhere and on the remainders. The host
+// optimizer (optim.OnHost) runs them spread over the cores (AdamW, SGD);
+// the CPU device runs them on its own pool's chunks (AdamWSerial,
+// SGDSerial), so both give the same bits.
+package optkernel
 
 import (
 	"math"
@@ -8,23 +14,18 @@ import (
 	"ferry/device"
 )
 
-// The host optimizer's arithmetic: AdamW and SGD updates over Go slices,
-// spread over the cores by hostParallel and vectorised on amd64 (AVX-512
-// or AVX2, hostkernel_amd64.s, written by hostkernel_gen.go).
-//
-// Note [host bits]. These loops compute the bits of the CPU device's
-// kernels (device/cpu/optim.go): the same float32 operations in the same
-// order. The Go loops below are written as the CPU device's are, so that
-// a compiler that fuses multiply-adds (amd64 with GOAMD64=v3 or above,
-// arm64) fuses both alike. The assembly comes in two kinds: one rounds
-// every operation, as Go does by default (GOAMD64=v1, v2); the other
-// (the FMA variants) fuses exactly the multiply-adds that Go 1.26 fuses
-// in the device's loops under GOAMD64=v3, chosen by the amd64.v3 build
-// tag (goFuses). Which ones Go fuses is the compiler's choice: run
-// `GOAMD64=v3 go test -run Host ./optim` after a Go upgrade, which checks
-// the loops against the device's bits. Square root is correctly rounded
-// in both (VSQRTPS equals float32(math.Sqrt(float64(x)))), and division
-// is IEEE division, so a lane computes what the scalar code does.
+// Note [host bits]. The vector loops compute the bits of the Go loops
+// (adamwGo, sgdGo): the same float32 operations in the same order. A
+// compiler that fuses multiply-adds (amd64 with GOAMD64=v3 or above,
+// arm64) fuses some of the Go loops' operations, so the assembly comes in
+// two kinds: one rounds every operation, as Go does by default (GOAMD64=v1,
+// v2); the other (the FMA variants) fuses exactly the multiply-adds that
+// Go 1.26 fuses in the Go loops under GOAMD64=v3, chosen by the amd64.v3
+// build tag (goFuses). Which ones Go fuses is the compiler's choice: run
+// `GOAMD64=v3 go test ./internal/optkernel` after a Go upgrade, which
+// checks the vector loops against the Go ones. Square root is correctly
+// rounded in both (VSQRTPS equals float32(math.Sqrt(float64(x)))), and
+// division is IEEE division, so a lane computes what the scalar code does.
 
 // adamConsts are one AdamW step's per-element constants, in the order the
 // assembly reads them.
@@ -32,7 +33,7 @@ type adamConsts struct {
 	decay, beta1, omb1, beta2, omb2, bc2Sqrt, eps, negStep float32
 }
 
-// newAdamConsts derives the constants as the CPU device's AdamWStep does.
+// newAdamConsts derives one step's constants from p.
 func newAdamConsts(p device.AdamWParams) adamConsts {
 	bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
 	bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
@@ -49,10 +50,10 @@ func newAdamConsts(p device.AdamWParams) adamConsts {
 	}
 }
 
-// hostISA names the loops hostAdamW runs: "avx512", "avx2" or "go".
+// ISA names the loops AdamW runs: "avx512", "avx2" or "go".
 // Tests and benchmarks set it to compare the paths; it is otherwise the
-// best the CPU has (hostkernel_amd64.go).
-var hostISA = bestISA()
+// best the CPU has (kernel_amd64.go).
+var ISA = bestISA()
 
 // hostGrain is the fewest elements a core is given: below it, one core
 // updates a parameter alone (waking another costs more than it saves).
@@ -77,8 +78,9 @@ func hostParallel(n int, body func(lo, hi int)) {
 	wg.Wait()
 }
 
-// hostAdamW updates w, m and v (all of g's length) from g: one AdamW step.
-func hostAdamW(w, g, m, v []float32, p device.AdamWParams) {
+// AdamW updates w, m and v (all of g's length) from g: one AdamW step,
+// spread over the cores.
+func AdamW(w, g, m, v []float32, p device.AdamWParams) {
 	c := newAdamConsts(p)
 	n := len(g)
 	w, m, v = w[:n], m[:n], v[:n]
@@ -90,14 +92,14 @@ func hostAdamW(w, g, m, v []float32, p device.AdamWParams) {
 func adamwRange(w, g, m, v []float32, c *adamConsts) {
 	var k int
 	switch {
-	case hostISA == "avx512" && len(w) >= 16:
+	case ISA == "avx512" && len(w) >= 16:
 		k = len(w) &^ 15
 		if goFuses {
 			adamwFMAAVX512(&w[0], &g[0], &m[0], &v[0], k, c)
 		} else {
 			adamwAVX512(&w[0], &g[0], &m[0], &v[0], k, c)
 		}
-	case hostISA == "avx2" && len(w) >= 8:
+	case ISA == "avx2" && len(w) >= 8:
 		k = len(w) &^ 7
 		if goFuses {
 			adamwFMAAVX2(&w[0], &g[0], &m[0], &v[0], k, c)
@@ -108,7 +110,8 @@ func adamwRange(w, g, m, v []float32, c *adamConsts) {
 	adamwGo(w[k:], g[k:], m[k:], v[k:], c)
 }
 
-// adamwGo is the CPU device's AdamWStep loop body (Note [host bits]).
+// adamwGo is the AdamW update, the reference of the vector loops (Note
+// [host bits]).
 func adamwGo(w, g, m, v []float32, c *adamConsts) {
 	g, m, v = g[:len(w)], m[:len(w)], v[:len(w)]
 	decay, beta1, beta2, eps := c.decay, c.beta1, c.beta2, c.eps
@@ -134,17 +137,21 @@ const (
 	sgdNesterov
 )
 
-// hostSGD updates w (and buf, when p.Momentum ≠ 0) from g: one SGD step.
-func hostSGD(w, g, buf []float32, p device.SGDParams) {
+// AdamWSerial is AdamW on the calling goroutine alone.
+func AdamWSerial(w, g, m, v []float32, p device.AdamWParams) {
+	c := newAdamConsts(p)
 	n := len(g)
-	w = w[:n]
+	adamwRange(w[:n], g, m[:n], v[:n], &c)
+}
+
+// newSGD derives one step's constants and flags from p.
+func newSGD(p device.SGDParams) (sgdConsts, int) {
 	c := sgdConsts{negLR: -p.LR, wd: p.WeightDecay, mom: p.Momentum, omd: 1 - p.Dampening}
 	flags := 0
 	if p.WeightDecay != 0 {
 		flags |= sgdWD
 	}
 	if p.Momentum != 0 {
-		buf = buf[:n]
 		flags |= sgdMomentum
 		if p.First {
 			flags |= sgdFirst
@@ -152,6 +159,28 @@ func hostSGD(w, g, buf []float32, p device.SGDParams) {
 		if p.Nesterov {
 			flags |= sgdNesterov
 		}
+	}
+	return c, flags
+}
+
+// SGDSerial is SGD on the calling goroutine alone.
+func SGDSerial(w, g, buf []float32, p device.SGDParams) {
+	n := len(g)
+	c, flags := newSGD(p)
+	if flags&sgdMomentum != 0 {
+		buf = buf[:n]
+	}
+	sgdRange(w[:n], g, buf, &c, flags, p)
+}
+
+// SGD updates w (and buf, when p.Momentum ≠ 0) from g: one SGD step,
+// spread over the cores.
+func SGD(w, g, buf []float32, p device.SGDParams) {
+	n := len(g)
+	w = w[:n]
+	c, flags := newSGD(p)
+	if flags&sgdMomentum != 0 {
+		buf = buf[:n]
 	}
 	hostParallel(n, func(lo, hi int) {
 		var b []float32
@@ -168,9 +197,9 @@ func sgdRange(w, g, buf []float32, c *sgdConsts, flags int, p device.SGDParams) 
 	var k int
 	var bp *float32
 	switch {
-	case hostISA == "avx512" && len(w) >= 16:
+	case ISA == "avx512" && len(w) >= 16:
 		k = len(w) &^ 15
-	case hostISA == "avx2" && len(w) >= 8:
+	case ISA == "avx2" && len(w) >= 8:
 		k = len(w) &^ 7
 	}
 	if k > 0 {
@@ -178,9 +207,9 @@ func sgdRange(w, g, buf []float32, c *sgdConsts, flags int, p device.SGDParams) 
 			bp = &buf[0]
 		}
 		switch {
-		case hostISA == "avx512" && goFuses:
+		case ISA == "avx512" && goFuses:
 			sgdFMAAVX512(&w[0], &g[0], bp, k, c, flags)
-		case hostISA == "avx512":
+		case ISA == "avx512":
 			sgdAVX512(&w[0], &g[0], bp, k, c, flags)
 		case goFuses:
 			sgdFMAAVX2(&w[0], &g[0], bp, k, c, flags)
@@ -194,7 +223,8 @@ func sgdRange(w, g, buf []float32, c *sgdConsts, flags int, p device.SGDParams) 
 	sgdGo(w[k:], g[k:], buf, p)
 }
 
-// sgdGo is the CPU device's SGDStep loop (Note [host bits]).
+// sgdGo is the SGD update (PyTorch's torch.optim.SGD), the reference of
+// the vector loops (Note [host bits]).
 func sgdGo(w, g, buf []float32, p device.SGDParams) {
 	g = g[:len(w)]
 	if p.Momentum == 0 && p.WeightDecay == 0 { // plain SGD: w += -lr·g

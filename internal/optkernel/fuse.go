@@ -1,6 +1,6 @@
 //go:build amd64.v3
 
-package optim
+package optkernel
 
 // goFuses: the compiler fuses x*y+z into one rounding (Note [host bits]).
 const goFuses = true

@@ -1,6 +1,6 @@
 //go:build !amd64.v3
 
-package optim
+package optkernel
 
 // goFuses: the compiler rounds every product (Note [host bits]).
 const goFuses = false

@@ -1,4 +1,4 @@
-package optim
+package optkernel
 
 import (
 	"fmt"
@@ -40,9 +40,9 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 func TestHostAdamWLoopsMatchGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	hp := device.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}
-	for _, isa := range hostISAs() {
+	for _, isa := range ISAs() {
 		t.Run(isa, func(t *testing.T) {
-			defer func(old string) { hostISA = old }(hostISA)
+			defer func(old string) { ISA = old }(ISA)
 			for _, n := range []int{0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 100, 3*hostGrain + 5} {
 				for _, special := range []bool{false, true} {
 					w, g := hostValues(rng, n, special), hostValues(rng, n, special)
@@ -54,8 +54,8 @@ func TestHostAdamWLoopsMatchGo(t *testing.T) {
 					w0, m0, v0 := slices.Clone(w), slices.Clone(m), slices.Clone(v)
 					c := newAdamConsts(hp)
 					adamwGo(w0, g, m0, v0, &c)
-					hostISA = isa
-					hostAdamW(w, g, m, v, hp)
+					ISA = isa
+					AdamW(w, g, m, v, hp)
 					sameBits(t, "w", w, w0)
 					sameBits(t, "m", m, m0)
 					sameBits(t, "v", v, v0)
@@ -102,9 +102,9 @@ func TestHostSGDLoopsMatchGo(t *testing.T) {
 			}
 		}
 	}
-	for _, isa := range hostISAs() {
+	for _, isa := range ISAs() {
 		t.Run(isa, func(t *testing.T) {
-			defer func(old string) { hostISA = old }(hostISA)
+			defer func(old string) { ISA = old }(ISA)
 			for _, hp := range params {
 				for _, n := range []int{0, 1, 8, 15, 16, 17, 33, 3*hostGrain + 5} {
 					w, g, buf := hostValues(rng, n, true), hostValues(rng, n, true), hostValues(rng, n, true)
@@ -116,8 +116,8 @@ func TestHostSGDLoopsMatchGo(t *testing.T) {
 					}
 					w0 := slices.Clone(w)
 					sgdGo(w0, g, b0, hp)
-					hostISA = isa
-					hostSGD(w, g, buf, hp)
+					ISA = isa
+					SGD(w, g, buf, hp)
 					sameBits(t, fmt.Sprintf("%+v w", hp), w, w0)
 					sameBits(t, fmt.Sprintf("%+v buf", hp), buf, b0)
 				}

@@ -1,4 +1,4 @@
-package optim
+package optkernel
 
 import (
 	"fmt"
@@ -17,13 +17,13 @@ import (
 // copy-GB/s and adam/copy, their ratio, and each one's best iteration. scripts/bench-host-adamw.py times
 // PyTorch's CPU AdamW (foreach) on the same sizes.
 //
-//	go test -run - -bench HostAdamW ./optim
+//	go test -run - -bench HostAdamW ./internal/optkernel
 func BenchmarkHostAdamW(b *testing.B) {
 	for _, n := range []int{1 << 20, 1 << 24} {
-		for _, isa := range hostISAs() {
+		for _, isa := range ISAs() {
 			b.Run(fmt.Sprintf("n=%d/%s", n, isa), func(b *testing.B) {
-				defer func(old string) { hostISA = old }(hostISA)
-				hostISA = isa
+				defer func(old string) { ISA = old }(ISA)
+				ISA = isa
 				w, g, m, v := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
 				for i := range g {
 					w[i], g[i] = float32(i%7)*0.1, float32(i%13)*0.01-0.06
@@ -44,7 +44,7 @@ func BenchmarkHostAdamW(b *testing.B) {
 					step++
 					hp.Step = step
 					t0 := time.Now()
-					hostAdamW(w, g, m, v, hp)
+					AdamW(w, g, m, v, hp)
 					t1 := time.Now()
 					hostParallel(len(src), func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
 					t2 := time.Now()
@@ -85,7 +85,7 @@ func BenchmarkHostSGD(b *testing.B) {
 	for b.Loop() {
 		iters++
 		t0 := time.Now()
-		hostSGD(w, g, buf, hp)
+		SGD(w, g, buf, hp)
 		t1 := time.Now()
 		hostParallel(len(src), func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
 		sgd += t1.Sub(t0)
