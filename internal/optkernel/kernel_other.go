@@ -3,8 +3,8 @@
 package optkernel
 
 // Without assembly the Go loops run.
-func bestISA() string    { return "go" }
-func ISAs() []string { return []string{"go"} }
+func bestISA() string { return "go" }
+func ISAs() []string  { return []string{"go"} }
 
 func adamwAVX512(w, gr, m, v *float32, n int, c *adamConsts) { panic("unreachable") }
 func adamwAVX2(w, gr, m, v *float32, n int, c *adamConsts)   { panic("unreachable") }
