@@ -179,9 +179,11 @@ func RuleLibrary() string {
 	return libBLAS
 }
 
-// index decides each class: the library with the lower total time over
-// the class's shapes, each weighted by its calls (at least 1), and writes
-// the decision into every shape's Library.
+// index decides each class: by the whole-step check's library where one
+// of its shapes has one (StepLibrary), else by the lower total time over
+// its shapes, each weighted by its calls (at least 1), the rule's library
+// keeping the class within tableMargin; and writes the decision into every
+// shape's Library.
 func (t *MatmulTable) index() {
 	type sums struct {
 		goS, blasS float64
