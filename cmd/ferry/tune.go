@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/device/cpu"
@@ -57,8 +56,8 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if *checkRounds < 0 || *checkRounds > 100 {
 			return fmt.Errorf("--check-rounds must be in [0, 100], got %d", *checkRounds)
 		}
-		if v := strings.TrimSpace(os.Getenv("FERRY_MATMUL")); v != "" && v != "auto" {
-			return fmt.Errorf("FERRY_MATMUL=%s forces one library, and the table is only read in auto mode: unset it to tune", v)
+		if lib := cpu.MatmulForced(); lib != "" {
+			return fmt.Errorf("FERRY_MATMUL=%s (or SetMatmulBackend) forces one library, and the table is only read in auto mode: unset it to tune", lib)
 		}
 		if err := cpu.CanTuneMatmul(); err != nil {
 			return err
@@ -71,14 +70,15 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if err != nil {
 			return err
 		}
-		// The default file is the one ferry reads: FERRY_MATMUL_TABLE's,
-		// else this machine's in the cache directory.
+		// The default file is the one ferry reads (FERRY_MATMUL_TABLE's,
+		// else this machine's in the cache directory), and this machine's
+		// with FERRY_MATMUL_TABLE=off.
 		path := *save
-		if env := strings.TrimSpace(os.Getenv("FERRY_MATMUL_TABLE")); path == "" && env != "" && env != "off" {
-			path = env
-		}
 		if path == "" && !*dryRun {
-			if path, err = cpu.MatmulTablePath(); err != nil {
+			if path, _, err = cpu.MatmulTableFile(); err == nil && path == "" {
+				path, err = cpu.MatmulTablePath()
+			}
+			if err != nil {
 				return fmt.Errorf("%w, or name the table's file with --save", err)
 			}
 		}
@@ -132,13 +132,12 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 				return err
 			}
 		}
-		// The merged table decided each class; report this run's shapes
+		// The table kept decided each class; report this run's shapes
 		// with those decisions.
 		for _, c := range choices {
-			for _, t := range table.Shapes {
-				if t.MatmulShape == c.MatmulShape {
-					c.Library = t.Library
-				}
+			c.Library = "go"
+			if onBLAS, _ := table.Lookup(c.MatmulShape); onBLAS {
+				c.Library = "openblas"
 			}
 			r.Shapes = append(r.Shapes, c)
 			w := float64(max(c.Calls, 1))

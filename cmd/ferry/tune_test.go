@@ -111,7 +111,11 @@ func TestTuneRefusesBadInput(t *testing.T) {
 			t.Errorf("ferry %s: exit %d, %s", strings.Join(c.args, " "), code, errOut)
 		}
 	}
-	t.Setenv("FERRY_MATMUL", "go")
+	// FERRY_MATMUL is read at start: force the library as it does.
+	if err := cpu.SetMatmulBackend("go"); err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.SetMatmulBackend("auto")
 	if _, errOut, code := runCLI(t, smallTune()...); code != 1 || !strings.Contains(errOut, "unset it to tune") {
 		t.Errorf("with FERRY_MATMUL=go: exit %d, %s", code, errOut)
 	}

@@ -60,6 +60,18 @@ func SetMatmulBackend(name string) error {
 	return nil
 }
 
+// MatmulForced names the library FERRY_MATMUL or SetMatmulBackend forced
+// ("go" or "blas"), or "" in auto mode, the one mode that reads a table.
+func MatmulForced() string {
+	switch matmulMode.Load() {
+	case 1:
+		return "go"
+	case 2:
+		return "blas"
+	}
+	return ""
+}
+
 // useBLAS reports whether the fixed rule (or the forced mode) takes
 // OpenBLAS: what a product whose class the table does not hold runs on.
 func useBLAS() bool {

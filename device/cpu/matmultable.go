@@ -402,26 +402,37 @@ func activeTable() *tableState {
 	return tableUsed.Load()
 }
 
-func readTable() *tableState {
-	path := strings.TrimSpace(os.Getenv("FERRY_MATMUL_TABLE"))
-	switch path {
+// MatmulTableFile is the table file ferry reads: the path
+// FERRY_MATMUL_TABLE names (named is then true), or this machine's in the
+// cache directory (MatmulTablePath); "" with FERRY_MATMUL_TABLE=off.
+func MatmulTableFile() (path string, named bool, err error) {
+	switch env := strings.TrimSpace(os.Getenv("FERRY_MATMUL_TABLE")); env {
 	case "off":
-		return &tableState{note: "FERRY_MATMUL_TABLE=off"}
+		return "", true, nil
 	case "":
-		p, err := MatmulTablePath()
-		if err != nil {
-			return &tableState{}
-		}
-		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
-			return &tableState{}
-		}
-		path = p
+		path, err = MatmulTablePath()
+		return path, false, err
+	default:
+		return env, true, nil
+	}
+}
+
+func readTable() *tableState {
+	path, named, err := MatmulTableFile()
+	switch {
+	case err != nil:
+		return &tableState{}
+	case path == "":
+		return &tableState{note: "FERRY_MATMUL_TABLE=off"}
+	}
+	if _, err := os.Stat(path); !named && errors.Is(err, os.ErrNotExist) {
+		return &tableState{}
 	}
 	t, err := LoadMatmulTable(path)
 	if err != nil {
-		if env := strings.TrimSpace(os.Getenv("FERRY_MATMUL_TABLE")); env != "" {
+		if named {
 			// Named by the user: say so at once, not only in ferry doctor.
-			fmt.Fprintf(os.Stderr, "ferry: FERRY_MATMUL_TABLE=%s ignored: %v\n", env, err)
+			fmt.Fprintf(os.Stderr, "ferry: FERRY_MATMUL_TABLE=%s ignored: %v\n", path, err)
 		}
 		return &tableState{path: path, note: err.Error()}
 	}
@@ -448,42 +459,42 @@ func MatmulTableInUse() (t *MatmulTable, from, refused string) {
 // CPU device runs is counted by shape.
 var (
 	recording atomic.Bool
-	recMu     sync.Mutex
-	recorded  map[MatmulShape]int
+	rec       struct {
+		sync.Mutex
+		counts map[MatmulShape]int // nil when off
+		order  []MatmulShape       // the counted shapes, first seen first
+	}
 )
 
 // RecordMatmulShapes starts counting the products the CPU devices run,
 // by shape; the returned stop ends it and returns the shapes in the order
 // first seen, with their counts. One recording at a time.
 func RecordMatmulShapes() (stop func() (shapes []MatmulShape, calls []int)) {
-	recMu.Lock()
-	recorded = map[MatmulShape]int{}
-	var order []MatmulShape
-	recOrder = &order
-	recMu.Unlock()
+	rec.Lock()
+	rec.counts, rec.order = map[MatmulShape]int{}, nil
+	rec.Unlock()
 	recording.Store(true)
-	return func() ([]MatmulShape, []int) {
+	return func() (shapes []MatmulShape, calls []int) {
 		recording.Store(false)
-		recMu.Lock()
-		defer recMu.Unlock()
-		calls := make([]int, len(order))
-		for i, s := range order {
-			calls[i] = recorded[s]
+		rec.Lock()
+		defer rec.Unlock()
+		shapes = rec.order
+		calls = make([]int, len(shapes))
+		for i, s := range shapes {
+			calls[i] = rec.counts[s]
 		}
-		recorded, recOrder = nil, nil
-		return order, calls
+		rec.counts, rec.order = nil, nil
+		return shapes, calls
 	}
 }
 
-var recOrder *[]MatmulShape
-
 func record(s MatmulShape) {
-	recMu.Lock()
-	if recorded != nil {
-		if _, seen := recorded[s]; !seen {
-			*recOrder = append(*recOrder, s)
+	rec.Lock()
+	if rec.counts != nil {
+		if _, seen := rec.counts[s]; !seen {
+			rec.order = append(rec.order, s)
 		}
-		recorded[s]++
+		rec.counts[s]++
 	}
-	recMu.Unlock()
+	rec.Unlock()
 }
