@@ -10,9 +10,10 @@ const (
 	Int32          // class indices for losses
 	BFloat16       // bfloat16: Gemm's operands and ConvertKernels (Note [bfloat16])
 	Float16        // reserved: no kernel takes it
+	Uint8          // bytes: quantised optimizer state (codes), moved by Upload and Download only
 )
 
-var dtypeNames = []string{"float32", "int32", "bfloat16", "float16"}
+var dtypeNames = []string{"float32", "int32", "bfloat16", "float16", "uint8"}
 
 func (d DType) String() string {
 	if int(d) < len(dtypeNames) {
@@ -26,6 +27,8 @@ func (d DType) Size() int {
 	switch d {
 	case BFloat16, Float16:
 		return 2
+	case Uint8:
+		return 1
 	default:
 		return 4
 	}
@@ -186,13 +189,10 @@ type Kernels interface {
 	// given the scalar output gradient grad: -grad/count at each row's
 	// target, 0 elsewhere.
 	NLLBackward(dst, grad, target View) error
-	// SGDStep updates param in place (and momentum, when p.Momentum ≠ 0).
-	SGDStep(param, grad, momentum View, p SGDParams) error
-	// AdamWStep updates param, expAvg and expAvgSq in place.
-	AdamWStep(param, grad, expAvg, expAvgSq View, p AdamWParams) error
-	// Upload copies host bytes into dst (contiguous) and Download copies
-	// src (contiguous) into host bytes; both block until done. On the meta
-	// device they do nothing.
+	// Upload copies host bytes into dst (contiguous, any DType: its Off
+	// counts elements of that type) and Download copies src (contiguous)
+	// into host bytes; both block until done. On the meta device they do
+	// nothing.
 	Upload(dst View, src []byte) error
 	Download(dst []byte, src View) error
 }
@@ -257,6 +257,36 @@ type FusedAddLayerNormKernels interface {
 	// and rstd contiguous [rows]; weight and bias contiguous [C] or a View
 	// with a nil Block.
 	AddLayerNorm(sum, dst, mean, rstd, x, r, weight, bias View, eps float32) error
+}
+
+// OptimizerKernels is implemented by the Kernels of devices with fused
+// steps for the two optimizers PyTorch users meet first (the CPU, CUDA
+// and meta devices). Package optim uses them when present; a device
+// without them, and every other optimizer, updates through HostLoopKernels
+// or tensor ops (optim's Note [update paths]), so an optimizer needs no
+// kernel of its own on any device.
+type OptimizerKernels interface {
+	// SGDStep updates param in place (and momentum, when p.Momentum ≠ 0).
+	SGDStep(param, grad, momentum View, p SGDParams) error
+	// AdamWStep updates param, expAvg and expAvgSq in place.
+	AdamWStep(param, grad, expAvg, expAvgSq View, p AdamWParams) error
+}
+
+// HostLoopKernels is implemented by the Kernels of devices whose memory
+// Go code on the host addresses directly (the CPU device), and of devices
+// that price work without doing it (meta). With it, an update written once
+// as a Go loop over host memory (an optimizer's, package optim) runs in
+// place on the device's memory, in stream order, with no kernel of its own.
+type HostLoopKernels interface {
+	// HostLoop calls body over the elements [0, n) of a loop, cut into
+	// pieces [lo, hi) whose lo is a multiple of grain (≥ 1), possibly on
+	// several goroutines at once (body must be safe on disjoint pieces),
+	// and returns when every piece has run. mem[i] is the memory of
+	// views[i]: its block's bytes from the view's offset (counted in its
+	// DType's elements) to the block's end; views are contiguous. On a
+	// device that holds no data body is never called: the device charges
+	// the loop as moving bytes bytes (read plus written) instead.
+	HostLoop(n, grain int, views []View, bytes int64, body func(mem [][]byte, lo, hi int)) error
 }
 
 // AdamWTensors are one parameter's tensors for a multi-tensor AdamW step:
@@ -342,7 +372,7 @@ func (e *UnsupportedError) Error() string {
 // CheckConvertTypes returns an *UnsupportedError for a pair of element
 // types Convert does not take, naming device dev.
 func CheckConvertTypes(dev string, dst, src DType) error {
-	ok := dst == src && dst != Float16 ||
+	ok := dst == src && dst != Float16 && dst != Uint8 ||
 		dst == BFloat16 && src == Float32 || dst == Float32 && src == BFloat16
 	if ok {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"ferry"
 	"ferry/device"
@@ -290,6 +291,12 @@ func (s *ShardedOptimizer) SetLR(lr float64) { s.inner.SetLR(lr) }
 // Release frees the inner optimizer's state.
 func (s *ShardedOptimizer) Release() { s.inner.Release() }
 
+// Name is the inner optimizer's.
+func (s *ShardedOptimizer) Name() string { return s.inner.Name() }
+
+// Hyper is the inner optimizer's.
+func (s *ShardedOptimizer) Hyper() map[string]any { return s.inner.Hyper() }
+
 // StateBytes is the bytes of optimizer state this rank holds.
 func (s *ShardedOptimizer) StateBytes() int64 {
 	st, ok := s.inner.(optim.Stateful)
@@ -418,40 +425,31 @@ func (s *ShardedOptimizer) GatherState(root int) (st optim.State, release func()
 					st.Scalars[k] = v
 				}
 			}
-			for _, k := range keys {
-				p := byName[paramOfKey(k)]
-				if p == nil {
+			for _, e := range keys {
+				k := e.key
+				if byName[paramOfKey(k)] == nil {
 					return fmt.Errorf("dist: GatherState: rank %d holds state %q for a parameter this rank lacks", r, k)
 				}
-				n := p.Numel()
-				var t *ferry.Tensor
+				var raw []byte
+				if r == me {
+					src := local.Tensors[k]
+					if src == nil || src.DType() != e.dtype || !slices.Equal(src.Shape(), e.shape) {
+						return fmt.Errorf("dist: GatherState: state %q is not the tensor its manifest names", k)
+					}
+					raw = src.RawBytes()
+				}
+				if raw, err = s.broadcastRaw(raw, int64(device.Numel(e.shape))*int64(e.dtype.Size()), r); err != nil {
+					return err
+				}
 				switch {
 				case r == me && me == root:
 					st.Tensors[k] = local.Tensors[k]
 				case me == root:
-					t = ferry.ZerosAs(p.Device(), device.OptimizerState, p.Shape()...)
+					t := ferry.ZerosOf(byName[paramOfKey(k)].Device(), e.dtype, device.OptimizerState, e.shape...)
 					made = append(made, t)
 					st.Tensors[k] = t
-				}
-				// A parameter is never larger than s.buf (its broadcast
-				// chunk holds it), so this loop runs once.
-				for off := 0; off < n; off += len(s.buf) {
-					m := min(len(s.buf), n-off)
-					buf := s.buf[:m]
-					if r == me {
-						src := local.Tensors[k]
-						if src == nil || src.Numel() != n || src.DType() != device.Float32 {
-							return fmt.Errorf("dist: GatherState: state %q is not a float32 tensor like its parameter", k)
-						}
-						copy(buf, src.Float32s()[off:off+m])
-					}
-					if err := s.c.Broadcast(buf, r).Synchronize(); err != nil {
-						return err
-					}
-					if t != nil {
-						if err := uploadAt(t, off, buf); err != nil {
-							return err
-						}
+					if t.Numel() > 0 {
+						t.SetRawBytes(raw)
 					}
 				}
 			}
@@ -465,14 +463,21 @@ func (s *ShardedOptimizer) GatherState(root int) (st optim.State, release func()
 	return st, release, err
 }
 
-// uploadAt writes src into t's elements [off, off+len(src)).
-func uploadAt(t *ferry.Tensor, off int, src []float32) error {
-	if off == 0 && len(src) == t.Numel() {
-		return upload(t, src, "dist.gather_state")
+// broadcastRaw sends root's n bytes b to every rank, in pieces of s.buf
+// (four bytes a float32 word, bits unchanged: a broadcast copies them),
+// and returns them on every rank.
+func (s *ShardedOptimizer) broadcastRaw(b []byte, n int64, root int) ([]byte, error) {
+	words := make([]float32, (n+3)/4)
+	if s.c.Rank() == root {
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), 4*len(words)), b)
 	}
-	all := t.Float32s()
-	copy(all[off:], src)
-	return upload(t, all, "dist.gather_state")
+	for off := 0; off < len(words); off += max(1, len(s.buf)) {
+		part := words[off:min(len(words), off+max(1, len(s.buf)))]
+		if err := s.c.Broadcast(part, root).Synchronize(); err != nil {
+			return nil, err
+		}
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), 4*len(words))[:n], nil
 }
 
 // broadcastBytes sends root's b to every rank (a length, then the bytes
@@ -504,12 +509,23 @@ func (s *ShardedOptimizer) broadcastBytes(b []byte, root int) ([]byte, error) {
 	return out, nil
 }
 
-// encodeManifest lists a shard's state: "T key" per tensor and "S key
-// value" per scalar, one a line, sorted.
+// manifestEntry is one state tensor of a shard's manifest.
+type manifestEntry struct {
+	key   string
+	dtype device.DType
+	shape []int
+}
+
+// encodeManifest lists a shard's state: "T key dtype d0,d1,…" per tensor
+// and "S key value" per scalar, one a line, sorted.
 func encodeManifest(st optim.State) []byte {
 	var lines []string
-	for k := range st.Tensors {
-		lines = append(lines, "T "+k)
+	for k, t := range st.Tensors {
+		dims := make([]string, t.Rank())
+		for i, d := range t.Shape() {
+			dims[i] = strconv.Itoa(d)
+		}
+		lines = append(lines, fmt.Sprintf("T %s %d %s", k, t.DType(), strings.Join(dims, ",")))
 	}
 	for k, v := range st.Scalars {
 		lines = append(lines, "S "+k+" "+strconv.FormatFloat(v, 'g', -1, 64))
@@ -518,7 +534,7 @@ func encodeManifest(st optim.State) []byte {
 	return []byte(strings.Join(lines, "\n"))
 }
 
-func decodeManifest(b []byte) (keys []string, scalars map[string]float64, err error) {
+func decodeManifest(b []byte) (keys []manifestEntry, scalars map[string]float64, err error) {
 	scalars = map[string]float64{}
 	if len(b) == 0 {
 		return nil, scalars, nil
@@ -527,7 +543,28 @@ func decodeManifest(b []byte) (keys []string, scalars map[string]float64, err er
 		l := string(line)
 		switch {
 		case strings.HasPrefix(l, "T "):
-			keys = append(keys, l[2:])
+			f := strings.Split(l, " ")
+			if len(f) != 4 {
+				return nil, nil, fmt.Errorf("bad line %q", l)
+			}
+			dt, err := strconv.Atoi(f[2])
+			if err != nil || dt < 0 || dt > 255 {
+				return nil, nil, fmt.Errorf("bad dtype in %q", l)
+			}
+			e := manifestEntry{key: f[1], dtype: device.DType(dt), shape: []int{}}
+			if f[3] != "" {
+				for _, d := range strings.Split(f[3], ",") {
+					v, err := strconv.Atoi(d)
+					if err != nil || v < 0 {
+						return nil, nil, fmt.Errorf("bad shape in %q", l)
+					}
+					e.shape = append(e.shape, v)
+				}
+			}
+			if _, _, err := device.ShapeBytes(e.shape, e.dtype.Size()); err != nil {
+				return nil, nil, fmt.Errorf("bad shape in %q: %w", l, err)
+			}
+			keys = append(keys, e)
 		case strings.HasPrefix(l, "S "):
 			i := strings.LastIndexByte(l, ' ')
 			v, err := strconv.ParseFloat(l[i+1:], 64)

@@ -193,11 +193,8 @@ func (src *Source) Load(m nn.Module) error {
 // The shapes must match the model's (SetState checks every entry).
 func (src *Source) LoadOptimizer(opt optim.Stateful) error {
 	var params []*ferry.Tensor
-	switch o := opt.(type) {
-	case *optim.SGD:
-		params = o.Params
-	case *optim.AdamW:
-		params = o.Params
+	if o, ok := opt.(interface{ Params() []*ferry.Tensor }); ok {
+		params = o.Params()
 	}
 	if len(params) == 0 {
 		return fmt.Errorf("%T has no parameters to take state for", opt)

@@ -61,26 +61,29 @@ type HostPlaced interface {
 	StateOnHost() bool
 }
 
-// hostStore is the state of an OnHost optimizer.
+// hostStore is the host side of an OnHost optimizer: the staging buffers
+// and the tensors State hands out. The state itself is in the Engine's
+// paramState.host slices.
 //
-// Ownership: every slice here belongs to the optimizer, and nothing outside
-// it holds one: State hands out tensors holding copies. A parameter's
-// slots are made at its first update (or by SetState) and dropped by
-// Release, or by SetState when it replaces them; dropped slices are
-// reclaimed by Go's garbage collector (they are ordinary host memory, not
-// device memory, so the collector may decide when). The staging buffers
-// are grown to the largest parameter updated and dropped by Release too.
+// Ownership: every slice here and in paramState.host belongs to the
+// optimizer, and nothing outside it holds one: State hands out tensors
+// holding copies. A parameter's slots are made at its first update (or by
+// SetState) and dropped by Release, or by SetState when it replaces them;
+// dropped slices are reclaimed by Go's garbage collector (they are
+// ordinary host memory, not device memory, so the collector may decide
+// when). The staging buffers are grown to the largest parameter updated
+// and dropped by Release too.
 //
-// On a device that holds no data (meta) no slice is made: the store keeps
-// the step counts and shapes only, so planning a model of any size costs
-// no host memory, and HostStateBytes still says what the state would hold.
+// On a device that holds no data (meta) no slice is made: the Engine
+// keeps the step counts and layouts only, so planning a model of any size
+// costs no host memory, and HostStateBytes still says what the state
+// would hold.
 type hostStore struct {
 	// mu is held by each update: an optimizer inside backward may update
 	// some parameters on offload.Streamer's host worker and others on the
 	// caller's goroutine at once. (State, SetState and Release are called
 	// when no update runs: after the Streamer's Settle.)
-	mu    sync.Mutex
-	slots map[*ferry.Tensor]*hostSlot
+	mu sync.Mutex
 	// w and g stage one parameter's values and gradient between the
 	// download and the upload.
 	w, g []float32
@@ -89,19 +92,7 @@ type hostStore struct {
 	shown []*ferry.Tensor
 }
 
-// hostSlot is one parameter's state: exp_avg and exp_avg_sq for AdamW
-// (a, b), the momentum buffer for SGD (a). Both nil on a device without
-// data.
-type hostSlot struct {
-	step int
-	a, b []float32
-}
-
-func newHostStore() *hostStore { return &hostStore{slots: map[*ferry.Tensor]*hostSlot{}} }
-
-func asBytes(f []float32) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), len(f)*4)
-}
+func newHostStore() *hostStore { return &hostStore{} }
 
 // HostCopier is the pager of a parameter that lives in host memory
 // (offload.Streamer): an optimizer with its state on the host updates the
@@ -196,61 +187,13 @@ func (h *hostStore) dropShown() {
 	h.shown = nil
 }
 
-// release drops everything (see hostStore's note on ownership).
+// release drops the staging buffers and the tensors State made (see
+// hostStore's note on ownership).
 func (h *hostStore) release() {
 	h.dropShown()
-	clear(h.slots)
 	h.w, h.g = nil, nil
 }
 
-// tensor returns a new optimizer-state tensor on p's host device holding
-// data (zeros, on a device without data, where data is nil), remembered
-// in shown.
-func (h *hostStore) tensor(p *ferry.Tensor, data []float32) *ferry.Tensor {
-	host := p.Device().Host()
-	var t *ferry.Tensor
-	if len(data) == 0 {
-		t = ferry.ZerosAs(host, device.OptimizerState, p.Shape()...)
-	} else {
-		t = ferry.FromFloat32s(host, data, p.Shape()...).SetCategory(device.OptimizerState)
-	}
-	h.shown = append(h.shown, t)
-	return t
-}
-
-// values copies src's elements for p's state, or returns nil where p's
-// device holds no data.
-func values(p, src *ferry.Tensor) (v []float32, err error) {
-	if !device.HasData(p.Device()) {
-		return nil, nil
-	}
-	err = ferry.Catch(func() error {
-		if src.Numel() == 0 {
-			v = []float32{}
-		} else {
-			v = src.Float32s()
-		}
-		return nil
-	})
-	return v, err
-}
-
-// bytes is the host memory the state holds (or, on a device without
-// data, would hold): slots·4 bytes per element, plus the staging buffers.
-func (h *hostStore) bytes(params []*ferry.Tensor, slots int) int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var n int64
-	for _, p := range params {
-		if _, ok := h.slots[p]; ok {
-			n += int64(slots) * 4 * int64(p.Numel())
-		}
-	}
-	if cap(h.w) > 0 {
-		n += 8 * int64(cap(h.w))
-	}
-	return n
-}
 
 // hostWorkSimulator is implemented by devices that simulate time (the
 // meta device): a host step there charges its round trip, since no bytes
@@ -261,9 +204,9 @@ type hostWorkSimulator interface {
 
 // simulate charges p's host step to a device without data that simulates
 // time: the values and the gradient down (4 bytes an element each, unless
-// already on the host), hostBytes an element read and written on the
-// host, the values back up (4, unless updated in the host copy).
-func simulate(p *ferry.Tensor, st staged, hostBytes int64) {
+// already on the host), traffic bytes read and written on the host, the
+// values back up (4, unless updated in the host copy).
+func simulate(p *ferry.Tensor, st staged, traffic int64) {
 	if device.HasData(p.Device()) {
 		return
 	}
@@ -276,13 +219,15 @@ func simulate(p *ferry.Tensor, st staged, hostBytes int64) {
 		if !st.gOnHost {
 			down += 4 * n
 		}
-		s.SimulateHostWork(down, hostBytes*n, up)
+		s.SimulateHostWork(down, traffic, up)
 	}
 }
 
-// hostStep is AdamW.step with the state on the host.
-func (o *AdamW) hostStep(p, g *ferry.Tensor, lr float32) error {
-	h := o.host
+// hostStep is step with the state on the host: the parameter and its
+// gradient staged on the host, the algorithm's Update run over them on the
+// host's cores, the values sent back.
+func (e *Engine) hostStep(p, g *ferry.Tensor, lr float32) error {
+	h := e.host
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.dropShown()
@@ -291,118 +236,58 @@ func (o *AdamW) hostStep(p, g *ferry.Tensor, lr float32) error {
 		if err != nil {
 			return err
 		}
-		s, ok := h.slots[p]
-		if !ok {
-			s = &hostSlot{}
+		s, fresh := e.state[p], false
+		if s == nil {
+			s, fresh = &paramState{layout: e.alg.Layout(p.Shape())}, true
 			if st.w != nil {
-				s.a, s.b = make([]float32, len(st.w)), make([]float32, len(st.w))
+				for _, b := range slotBytes(s.layout) {
+					s.host = append(s.host, alignedBytes(b))
+				}
 			}
-			h.slots[p] = s
+			e.state[p] = s
 		}
 		s.step++
 		if st.w != nil {
-			hp := device.AdamWParams{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: s.step}
-			optkernel.AdamW(st.w, st.g, s.a, s.b, hp)
+			u := &Update{W: st.w, G: st.g, State: s.host, LR: lr, Step: s.step, Fresh: fresh}
+			optkernel.Parallel(len(st.w), s.layout.Grain, func(lo, hi int) { e.alg.Update(u, lo, hi) })
 		}
-		simulate(p, st, 28) // reads w, g, m, v; writes w, m, v
+		simulate(p, st, s.layout.Traffic)
 		if err := h.unstage(p, st); err != nil {
 			return err
 		}
-		ferry.BumpVersion(p, "adamw_step")
+		ferry.BumpVersion(p, e.alg.Name()+"_step")
 		return nil
 	})
 }
 
-// hostStep is SGD.step with the state on the host.
-func (o *SGD) hostStep(p, g *ferry.Tensor, lr float32) error {
-	h := o.host
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.dropShown()
-	return ferry.Catch(func() error {
-		st, err := h.stage(p, g)
-		if err != nil {
-			return err
-		}
-		hp := device.SGDParams{LR: lr, Momentum: o.Momentum, Dampening: o.Dampening, WeightDecay: o.WeightDecay, Nesterov: o.Nesterov}
-		var buf []float32
-		if o.Momentum != 0 {
-			s, ok := h.slots[p]
-			if !ok {
-				s = &hostSlot{}
-				if st.w != nil {
-					s.a = make([]float32, len(st.w))
-				}
-				h.slots[p] = s
-				hp.First = true
-			}
-			buf = s.a
-		}
-		if st.w != nil {
-			optkernel.SGD(st.w, st.g, buf, hp)
-		}
-		if o.Momentum != 0 {
-			simulate(p, st, 20) // reads w, g, buf; writes w, buf
-		} else {
-			simulate(p, st, 12)
-		}
-		if err := h.unstage(p, st); err != nil {
-			return err
-		}
-		ferry.BumpVersion(p, "sgd_step")
-		return nil
-	})
-}
-
-// hostState is AdamW.State with the state on the host.
-func (o *AdamW) hostState() State {
-	h := o.host
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.dropShown()
-	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
-	for p, s := range h.slots {
-		st.Tensors[p.Name()+".exp_avg"] = h.tensor(p, s.a)
-		st.Tensors[p.Name()+".exp_avg_sq"] = h.tensor(p, s.b)
-		st.Scalars[p.Name()+".step"] = float64(s.step)
-	}
-	return st
-}
-
-// hostState is SGD.State with the state on the host.
-func (o *SGD) hostState() State {
-	h := o.host
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.dropShown()
-	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
-	for p, s := range h.slots {
-		st.Tensors[p.Name()+".momentum_buffer"] = h.tensor(p, s.a)
-	}
-	return st
-}
-
-// HostStateBytes is the host memory the optimizer's state holds with
-// OnHost (on a device without data, what it would hold), staging buffers
-// included; 0 with the state on the device.
-func (o *AdamW) HostStateBytes() int64 {
-	if o.host == nil {
+// HostStateBytes is the host memory the state holds with OnHost (on a
+// device without data, what it would hold), staging buffers included; 0
+// with the state on the device.
+func (e *Engine) HostStateBytes() int64 {
+	h := e.host
+	if h == nil {
 		return 0
 	}
-	return o.host.bytes(o.Params, 2)
-}
-
-// HostStateBytes is the host memory the momentum buffers hold with OnHost
-// (see AdamW.HostStateBytes).
-func (o *SGD) HostStateBytes() int64 {
-	if o.host == nil {
-		return 0
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n int64
+	for _, s := range e.state {
+		n += s.layout.Bytes()
 	}
-	return o.host.bytes(o.Params, 1)
+	if cap(h.w) > 0 {
+		n += 8 * int64(cap(h.w))
+	}
+	return n
 }
 
-// StateOnHost reports whether the optimizer was made with OnHost.
-func (o *AdamW) StateOnHost() bool { return o.host != nil }
-
-// StateOnHost reports whether the optimizer was made with OnHost.
-func (o *SGD) StateOnHost() bool { return o.host != nil }
+// tensor returns a new optimizer-state tensor for slot sl of p on p's
+// host device holding data (zeros, on a device without data, where data
+// is nil), remembered in shown.
+func (h *hostStore) tensor(p *ferry.Tensor, sl Slot, data []byte) *ferry.Tensor {
+	t := ferry.ZerosOf(p.Device().Host(), sl.DType, device.OptimizerState, sl.Shape...)
+	if len(data) > 0 {
+		t.SetRawBytes(data)
+	}
+	h.shown = append(h.shown, t)
+	return t
+}

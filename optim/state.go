@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"ferry"
+	"ferry/device"
 )
 
 // State is an optimizer's state in a form that can be written to disk and
@@ -62,42 +63,78 @@ func splitKey(k string) (param, slot string) {
 	return k[:i], k[i+1:]
 }
 
-// checkState validates st against params: known parameters, known slots,
-// shapes equal to the parameter's, scalars finite non-negative integers.
-func checkState(params []*ferry.Tensor, st State, tensorSlots, scalarSlots []string) (map[string]*ferry.Tensor, error) {
-	byName, err := paramNames(params)
+// CheckState validates st against the parameters and the algorithm's
+// layouts without changing anything: every tensor names a parameter and
+// one of its slots, with the slot's shape and dtype; the only scalars are
+// "<parameter>.step" counts, for algorithms that keep them; and a
+// parameter with any entry has all of its slots (and its step). Every
+// problem is reported at once.
+func (e *Engine) CheckState(st State) error {
+	_, err := e.checkState(st)
+	return err
+}
+
+// checkState is CheckState, returning the parameters by name.
+func (e *Engine) checkState(st State) (map[string]*ferry.Tensor, error) {
+	byName, err := paramNames(e.params)
 	if err != nil {
 		return nil, err
 	}
-	var problems []string
-	has := func(list []string, s string) bool {
-		for _, x := range list {
-			if x == s {
-				return true
-			}
+	layouts := map[string]Layout{}
+	layout := func(name string) Layout {
+		l, ok := layouts[name]
+		if !ok {
+			l = e.alg.Layout(byName[name].Shape())
+			layouts[name] = l
 		}
-		return false
+		return l
 	}
+	var problems []string
+	entries := map[string]int{}
 	for k, t := range st.Tensors {
 		pn, slot := splitKey(k)
-		p, ok := byName[pn]
+		if _, ok := byName[pn]; !ok {
+			problems = append(problems, fmt.Sprintf("unexpected state tensor %q", k))
+			continue
+		}
+		i := slices.IndexFunc(layout(pn).Slots, func(s Slot) bool { return s.Name == slot })
 		switch {
-		case !ok || !has(tensorSlots, slot):
+		case i < 0:
 			problems = append(problems, fmt.Sprintf("unexpected state tensor %q", k))
 		case t == nil:
 			problems = append(problems, fmt.Sprintf("state tensor %q is nil", k))
-		case !slices.Equal(t.Shape(), p.Shape()):
-			problems = append(problems, fmt.Sprintf("state tensor %q has shape %v, parameter %q has %v", k, t.Shape(), pn, p.Shape()))
-		case t.DType() != p.DType():
-			problems = append(problems, fmt.Sprintf("state tensor %q is %s, parameter %q is %s", k, t.DType(), pn, p.DType()))
+		case !slices.Equal(t.Shape(), layout(pn).Slots[i].Shape):
+			problems = append(problems, fmt.Sprintf("state tensor %q has shape %v, %s keeps %v for parameter %q of shape %v",
+				k, t.Shape(), e.alg.Name(), layout(pn).Slots[i].Shape, pn, byName[pn].Shape()))
+		case t.DType() != layout(pn).Slots[i].DType:
+			problems = append(problems, fmt.Sprintf("state tensor %q is %s, %s keeps %s", k, t.DType(), e.alg.Name(), layout(pn).Slots[i].DType))
+		default:
+			entries[pn]++
 		}
 	}
 	for k, v := range st.Scalars {
 		pn, slot := splitKey(k)
-		if _, ok := byName[pn]; !ok || !has(scalarSlots, slot) {
+		if _, ok := byName[pn]; !ok || slot != "step" || !layout(pn).Step {
 			problems = append(problems, fmt.Sprintf("unexpected state scalar %q", k))
 		} else if math.IsNaN(v) || v < 0 || v != math.Trunc(v) || v > math.MaxInt32 {
 			problems = append(problems, fmt.Sprintf("state scalar %q is %v, not a step count", k, v))
+		} else {
+			entries[pn]++
+		}
+	}
+	for pn, n := range entries {
+		l := layout(pn)
+		want := len(l.Slots)
+		names := make([]string, 0, want+1)
+		for _, s := range l.Slots {
+			names = append(names, s.Name)
+		}
+		if l.Step {
+			want++
+			names = append(names, "step")
+		}
+		if n != want {
+			problems = append(problems, fmt.Sprintf("parameter %q has %d of its %d state entries (%s)", pn, n, want, strings.Join(names, ", ")))
 		}
 	}
 	if len(problems) > 0 {
@@ -107,172 +144,129 @@ func checkState(params []*ferry.Tensor, st State, tensorSlots, scalarSlots []str
 	return byName, nil
 }
 
-// copyState returns a new optimizer-state tensor on p's device holding
-// src's values. src may be on another device (the host, where an OnHost
-// optimizer's State puts its tensors).
-func copyState(p, src *ferry.Tensor) (t *ferry.Tensor, err error) {
+// State returns the state: each slot of each parameter that has state as
+// "<parameter>.<slot>", and the step counts as "<parameter>.step" for
+// algorithms that keep them (see State's note on ownership).
+func (e *Engine) State() State {
+	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
+	if h := e.host; h != nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.dropShown()
+	}
+	for p, s := range e.state {
+		for i, sl := range s.layout.Slots {
+			key := p.Name() + "." + sl.Name
+			if e.host == nil {
+				st.Tensors[key] = s.tensors[i]
+				continue
+			}
+			var data []byte
+			if s.host != nil {
+				data = s.host[i]
+			}
+			st.Tensors[key] = e.host.tensor(p, sl, data)
+		}
+		if s.layout.Step {
+			st.Scalars[p.Name()+".step"] = float64(s.step)
+		}
+	}
+	return st
+}
+
+// SetState replaces the state with copies of st's values (which may be on
+// any device: the host, where a checkpoint loader or an OnHost
+// optimizer's State puts them). It checks st first (CheckState) and
+// changes nothing if anything is wrong.
+func (e *Engine) SetState(st State) (err error) {
+	byName, err := e.checkState(st)
+	if err != nil {
+		return err
+	}
+	fresh := map[*ferry.Tensor]*paramState{}
+	defer func() {
+		if err != nil {
+			for _, s := range fresh {
+				for _, t := range s.tensors {
+					if t != nil {
+						t.Release()
+					}
+				}
+			}
+		}
+	}()
+	for name, p := range byName {
+		l := e.alg.Layout(p.Shape())
+		if len(l.Slots) == 0 && !l.Step {
+			continue
+		}
+		s := &paramState{layout: l}
+		if step, ok := st.Scalars[name+".step"]; ok {
+			s.step = int(step)
+		} else if len(l.Slots) == 0 || st.Tensors[name+"."+l.Slots[0].Name] == nil {
+			continue // no state for p
+		}
+		fresh[p] = s
+		for _, sl := range l.Slots {
+			src := st.Tensors[name+"."+sl.Name]
+			if e.host != nil {
+				if device.HasData(p.Device()) {
+					b, err := rawBytes(src)
+					if err != nil {
+						return err
+					}
+					s.host = append(s.host, b)
+				}
+				continue
+			}
+			t, err := copyState(p, sl, src)
+			if err != nil {
+				return err
+			}
+			s.tensors = append(s.tensors, t)
+		}
+	}
+	if e.host != nil {
+		e.host.mu.Lock()
+		e.host.dropShown()
+		e.host.mu.Unlock()
+	}
+	e.Release()
+	e.state = fresh
+	return nil
+}
+
+// rawBytes copies a tensor's memory into 4-byte aligned host bytes.
+func rawBytes(t *ferry.Tensor) (b []byte, err error) {
 	err = ferry.Catch(func() error {
-		t = stateLike(p)
-		if src.Device() == p.Device() {
+		raw := t.RawBytes()
+		b = alignedBytes(len(raw))
+		copy(b, raw)
+		return nil
+	})
+	return b, err
+}
+
+// copyState returns a new optimizer-state tensor for slot sl on p's
+// device holding src's values. src may be on another device (the host).
+func copyState(p *ferry.Tensor, sl Slot, src *ferry.Tensor) (t *ferry.Tensor, err error) {
+	err = ferry.Catch(func() error {
+		dev := p.Device()
+		t = ferry.ZerosOf(dev, sl.DType, device.OptimizerState, sl.Shape...)
+		switch {
+		case !device.HasData(dev) || t.Numel() == 0:
+		case src.Device() == dev && sl.DType == device.Float32:
 			t.CopyFrom(src)
-			return nil
+		default:
+			t.SetRawBytes(src.RawBytes())
 		}
-		v, err := values(p, src)
-		if err != nil || len(v) == 0 {
-			return err
-		}
-		ferry.BumpVersion(t, "copy_")
-		return p.Device().Kernels().Upload(t.View(), asBytes(v))
+		return nil
 	})
 	if err != nil && t != nil {
 		t.Release()
 		t = nil
 	}
 	return t, err
-}
-
-// State returns the momentum buffers ("<name>.momentum_buffer").
-func (o *SGD) State() State {
-	if o.host != nil {
-		return o.hostState()
-	}
-	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
-	for p, b := range o.buf {
-		st.Tensors[p.Name()+".momentum_buffer"] = b
-	}
-	return st
-}
-
-// SetState replaces the momentum buffers with copies of st's.
-func (o *SGD) SetState(st State) error {
-	byName, err := checkState(o.Params, st, []string{"momentum_buffer"}, nil)
-	if err != nil {
-		return err
-	}
-	if o.host != nil {
-		slots := map[*ferry.Tensor]*hostSlot{}
-		for k, src := range st.Tensors {
-			pn, _ := splitKey(k)
-			p := byName[pn]
-			v, err := values(p, src)
-			if err != nil {
-				return err
-			}
-			slots[p] = &hostSlot{a: v}
-		}
-		o.Release()
-		o.host.slots = slots
-		return nil
-	}
-	fresh := map[*ferry.Tensor]*ferry.Tensor{}
-	for k, src := range st.Tensors {
-		pn, _ := splitKey(k)
-		p := byName[pn]
-		t, err := copyState(p, src)
-		if err != nil {
-			for _, t := range fresh {
-				t.Release()
-			}
-			return err
-		}
-		fresh[p] = t
-	}
-	o.Release()
-	o.buf = fresh
-	return nil
-}
-
-// State returns the moments ("<name>.exp_avg", "<name>.exp_avg_sq") and the
-// per-parameter step counts ("<name>.step").
-func (o *AdamW) State() State {
-	if o.host != nil {
-		return o.hostState()
-	}
-	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
-	for p, s := range o.state {
-		st.Tensors[p.Name()+".exp_avg"] = s.expAvg
-		st.Tensors[p.Name()+".exp_avg_sq"] = s.expSq
-		st.Scalars[p.Name()+".step"] = float64(s.step)
-	}
-	return st
-}
-
-// SetState replaces the moments and step counts with copies of st's. Each
-// parameter with state needs all three entries.
-func (o *AdamW) SetState(st State) error {
-	byName, err := checkState(o.Params, st, []string{"exp_avg", "exp_avg_sq"}, []string{"step"})
-	if err != nil {
-		return err
-	}
-	var problems []string
-	for name := range byName {
-		n := 0
-		for _, k := range []string{name + ".exp_avg", name + ".exp_avg_sq"} {
-			if _, ok := st.Tensors[k]; ok {
-				n++
-			}
-		}
-		if _, ok := st.Scalars[name+".step"]; ok {
-			n++
-		}
-		if n != 0 && n != 3 {
-			problems = append(problems, fmt.Sprintf("parameter %q has %d of its 3 state entries (exp_avg, exp_avg_sq, step)", name, n))
-		}
-	}
-	if len(problems) > 0 {
-		sort.Strings(problems)
-		return errors.New("optim: " + strings.Join(problems, "; "))
-	}
-	if o.host != nil {
-		slots := map[*ferry.Tensor]*hostSlot{}
-		for name, p := range byName {
-			step, ok := st.Scalars[name+".step"]
-			if !ok {
-				continue
-			}
-			s := &hostSlot{step: int(step)}
-			if s.a, err = values(p, st.Tensors[name+".exp_avg"]); err != nil {
-				return err
-			}
-			if s.b, err = values(p, st.Tensors[name+".exp_avg_sq"]); err != nil {
-				return err
-			}
-			slots[p] = s
-		}
-		o.Release()
-		o.host.slots = slots
-		return nil
-	}
-	fresh := map[*ferry.Tensor]*adamState{}
-	release := func() {
-		for _, s := range fresh {
-			if s.expAvg != nil {
-				s.expAvg.Release()
-			}
-			if s.expSq != nil {
-				s.expSq.Release()
-			}
-		}
-	}
-	for name, p := range byName {
-		step, ok := st.Scalars[name+".step"]
-		if !ok {
-			continue
-		}
-		s := &adamState{step: int(step)}
-		fresh[p] = s
-		if s.expAvg, err = copyState(p, st.Tensors[name+".exp_avg"]); err != nil {
-			release()
-			return err
-		}
-		if s.expSq, err = copyState(p, st.Tensors[name+".exp_avg_sq"]); err != nil {
-			release()
-			return err
-		}
-	}
-	o.Release()
-	o.state = fresh
-	return nil
 }
 
 // GradNorm returns the global L2 norm of params' gradients (parameters

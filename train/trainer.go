@@ -1105,15 +1105,9 @@ func (t *Trainer) identity() map[string]any {
 	default:
 		id["schedule"] = fmt.Sprintf("%T %+v", s, s)
 	}
-	switch o := cfg.Optimizer.(type) {
-	case *optim.SGD:
-		id["optimizer"] = "sgd"
-		id["momentum"], id["dampening"], id["weight_decay"], id["nesterov"] = o.Momentum, o.Dampening, o.WeightDecay, o.Nesterov
-	case *optim.AdamW:
-		id["optimizer"] = "adamw"
-		id["beta1"], id["beta2"], id["eps"], id["weight_decay"] = o.Beta1, o.Beta2, o.Eps, o.WeightDecay
-	default:
-		id["optimizer"] = fmt.Sprintf("%T", cfg.Optimizer)
+	id["optimizer"] = cfg.Optimizer.Name()
+	for k, v := range cfg.Optimizer.Hyper() {
+		id[k] = v
 	}
 	if cfg.Comm != nil && cfg.Comm.Size() > 1 {
 		id["ranks"] = cfg.Comm.Size()

@@ -217,7 +217,11 @@ func (o *plainSGD) ZeroGrad() {
 		p.SetGrad(nil)
 	}
 }
-func (o *plainSGD) Release()         {}
+func (o *plainSGD) Release()     {}
+func (o *plainSGD) Name() string { return "plain-sgd" }
+func (o *plainSGD) Hyper() map[string]any {
+	return nil
+}
 func (o *plainSGD) LR() float64      { return o.lr }
 func (o *plainSGD) SetLR(lr float64) { o.lr = lr }
 

@@ -274,5 +274,9 @@ func (p plainOpt) LR() float64      { return p.o.LR() }
 func (p plainOpt) SetLR(lr float64) { p.o.SetLR(lr) }
 func (p plainOpt) ZeroGrad()        { p.o.ZeroGrad() }
 func (p plainOpt) Release()         { p.o.Release() }
+func (p plainOpt) Name() string     { return p.o.Name() }
+func (p plainOpt) Hyper() map[string]any {
+	return p.o.Hyper()
+}
 
 func asConfigError(err error, ce **train.ConfigError) bool { return errors.As(err, ce) }

@@ -119,7 +119,7 @@ func BenchmarkElementwise(b *testing.B) {
 				return k.Sum(s, x, 1)
 			}},
 			{"sgd_step", 12 * n, func() error {
-				return k.SGDStep(z, x, device.View{}, device.SGDParams{LR: 1e-9})
+				return k.(device.OptimizerKernels).SGDStep(z, x, device.View{}, device.SGDParams{LR: 1e-9})
 			}},
 		}
 		var copyGBs float64

@@ -162,7 +162,7 @@ func TestFastPathsMatchGeneral(t *testing.T) {
 				p := -0.01 * x
 				want[i] += p
 			}
-			f.ok(f.k.SGDStep(w, g, device.View{}, device.SGDParams{LR: 0.01}))
+			f.ok(f.k.(device.OptimizerKernels).SGDStep(w, g, device.View{}, device.SGDParams{LR: 0.01}))
 			for i, x := range vals(w) {
 				if math.Float32bits(x) != math.Float32bits(want[i]) && !(x != x && want[i] != want[i]) {
 					t.Fatalf("SGD element %d: %v, want %v", i, x, want[i])

@@ -10,7 +10,7 @@ import (
 type kernels struct{}
 
 func (k *kernels) Upload(dst device.View, src []byte) error {
-	b := Bytes(dst.Block)[dst.Off*4:]
+	b := Bytes(dst.Block)[dst.Off*dst.DType.Size():]
 	if len(src) > len(b) {
 		return fmt.Errorf("cpu: upload of %d bytes into %d", len(src), len(b))
 	}
@@ -19,7 +19,7 @@ func (k *kernels) Upload(dst device.View, src []byte) error {
 }
 
 func (k *kernels) Download(dst []byte, src device.View) error {
-	b := Bytes(src.Block)[src.Off*4:]
+	b := Bytes(src.Block)[src.Off*src.DType.Size():]
 	if len(dst) > len(b) {
 		return fmt.Errorf("cpu: download of %d bytes from %d", len(dst), len(b))
 	}

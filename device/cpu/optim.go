@@ -41,3 +41,26 @@ func (k *kernels) AdamWStep(param, grad, expAvg, expAvgSq device.View, p device.
 	})
 	return nil
 }
+
+var _ device.HostLoopKernels = (*kernels)(nil)
+
+// HostLoop runs body on the pool's chunks, each a whole number of grain
+// elements (the last excepted): the CPU's memory is the host's, so an
+// optimizer's Go loop updates it in place.
+func (k *kernels) HostLoop(n, grain int, views []device.View, bytes int64, body func(mem [][]byte, lo, hi int)) error {
+	if n <= 0 {
+		return nil
+	}
+	grain = max(grain, 1)
+	mem := make([][]byte, len(views))
+	for i, v := range views {
+		if v.Block != nil {
+			mem[i] = Bytes(v.Block)[v.Off*v.DType.Size():]
+		}
+	}
+	units := (n + grain - 1) / grain
+	parallelFor(units, max(1, elementGrain/grain), func(lo, hi int) {
+		body(mem, lo*grain, min(hi*grain, n))
+	})
+	return nil
+}

@@ -411,7 +411,7 @@ func compareOptim(e *env) {
 	} {
 		name := fmt.Sprintf("sgd step %d", step)
 		p.run(name, func(k device.Kernels, pick func(both) device.View) error {
-			return k.SGDStep(pick(w), pick(g), pick(buf), sp)
+			return k.(device.OptimizerKernels).SGDStep(pick(w), pick(g), pick(buf), sp)
 		})
 		p.check(name+" param", w, p.tol)
 		p.check(name+" momentum", buf, p.tol)
@@ -421,7 +421,7 @@ func compareOptim(e *env) {
 		ap := device.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: step}
 		name := fmt.Sprintf("adamw step %d", step)
 		p.run(name, func(k device.Kernels, pick func(both) device.View) error {
-			return k.AdamWStep(pick(w), pick(g), pick(m), pick(v), ap)
+			return k.(device.OptimizerKernels).AdamWStep(pick(w), pick(g), pick(m), pick(v), ap)
 		})
 		p.check(name+" param", w, p.tol)
 		p.check(name+" exp_avg", m, p.tol)

@@ -17,6 +17,7 @@ func init() {
 // would spoil its neighbour.
 func testMultiTensorAdamW(e *env) {
 	mk := family[device.MultiTensorOptimKernels](e, "multi-tensor optimizer")
+	ok := family[device.OptimizerKernels](e, "optimizer")
 	sizes := []int{1, 3, 1025, 70000, 0, 7, 16384, 16385, 2}
 	for len(sizes) < 90 { // beyond one launch's table
 		sizes = append(sizes, 1+(len(sizes)*37)%300)
@@ -60,7 +61,7 @@ func testMultiTensorAdamW(e *env) {
 		p := device.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: step}
 		e.ok(mk.AdamWSteps(multi, p), "AdamWSteps step %d", step)
 		for _, t := range single {
-			e.ok(e.k.AdamWStep(t.Param, t.Grad, t.ExpAvg, t.ExpAvgSq, p), "AdamWStep step %d", step)
+			e.ok(ok.AdamWStep(t.Param, t.Grad, t.ExpAvg, t.ExpAvgSq, p), "AdamWStep step %d", step)
 		}
 		for i, b := range [][2]*device.Block{{w1, w2}, {m1, m2}, {v1, v2}, {g1, g2}} {
 			got, want := e.read(flat(b[0], total)), e.read(flat(b[1], total))

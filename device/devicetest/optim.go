@@ -50,6 +50,7 @@ func refAdamW(w, g, m, v []float32, p device.AdamWParams) {
 }
 
 func testSGD(e *env) {
+	ok := family[device.OptimizerKernels](e, "optimizer")
 	configs := []device.SGDParams{
 		{LR: 0.1},
 		{LR: 0.1, WeightDecay: 0.01},
@@ -75,7 +76,7 @@ func testSGD(e *env) {
 				name := fmt.Sprintf("n=%d %+v", n, p)
 				g := seq(n, -0.5*float32(step+1), 0.7)
 				grad := e.tensor([]int{n}, g)
-				e.ok(e.k.SGDStep(param, grad, mom, p), "SGDStep %s", name)
+				e.ok(ok.SGDStep(param, grad, mom, p), "SGDStep %s", name)
 				refSGD(w, g, buf, p)
 				e.near("SGD param "+name, e.read(param), f64(w))
 				if cfg.Momentum != 0 {
@@ -87,6 +88,7 @@ func testSGD(e *env) {
 }
 
 func testAdamW(e *env) {
+	ok := family[device.OptimizerKernels](e, "optimizer")
 	configs := []device.AdamWParams{
 		{LR: 1e-2, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 1e-2},
 		{LR: 1e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6},
@@ -106,7 +108,7 @@ func testAdamW(e *env) {
 				name := fmt.Sprintf("n=%d %+v", n, p)
 				g := seq(n, -0.3*float32(step), 0.4)
 				grad := e.tensor([]int{n}, g)
-				e.ok(e.k.AdamWStep(param, grad, expAvg, expAvgSq, p), "AdamWStep %s", name)
+				e.ok(ok.AdamWStep(param, grad, expAvg, expAvgSq, p), "AdamWStep %s", name)
 				refAdamW(w, g, m, v, p)
 				e.near("AdamW param "+name, e.read(param), f64(w))
 				e.near("AdamW exp_avg "+name, e.read(expAvg), f64(m))

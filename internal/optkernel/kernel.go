@@ -63,19 +63,35 @@ const hostGrain = 1 << 15
 // least hostGrain elements, each a multiple of 64 elements long but the
 // last, the first on the caller's goroutine. Elementwise updates give the
 // same bits however they are cut.
-func hostParallel(n int, body func(lo, hi int)) {
+func hostParallel(n int, body func(lo, hi int)) { Parallel(n, 1, body) }
+
+// Parallel runs body over [0, n) as hostParallel does, each chunk
+// starting at a multiple of grain (a quantisation block) as well as of 64:
+// what the host optimizer runs any optimizer's update on.
+func Parallel(n, grain int, body func(lo, hi int)) {
+	align := 64
+	if grain > 1 {
+		align = grain * 64 / gcd(grain, 64)
+	}
 	chunks := min(n/hostGrain, runtime.GOMAXPROCS(0))
 	if chunks <= 1 {
 		body(0, n)
 		return
 	}
-	chunk := ((n+chunks-1)/chunks + 63) &^ 63
+	chunk := ((n+chunks-1)/chunks + align - 1) / align * align
 	var wg sync.WaitGroup
 	for lo := chunk; lo < n; lo += chunk {
 		wg.Go(func() { body(lo, min(lo+chunk, n)) })
 	}
 	body(0, min(chunk, n))
 	wg.Wait()
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // AdamW updates w, m and v (all of g's length) from g: one AdamW step,

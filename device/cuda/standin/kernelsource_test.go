@@ -438,7 +438,7 @@ func sgdDriver(p *kpair) {
 		{LR: 0.05},
 	} {
 		p.run("sgd", func(k device.Kernels, pick func(both) device.View) error {
-			return k.SGDStep(pick(w), pick(g), pick(buf), sp)
+			return k.(device.OptimizerKernels).SGDStep(pick(w), pick(g), pick(buf), sp)
 		})
 		p.check(fmt.Sprintf("sgd step %d param", i), w, tol32)
 		p.check(fmt.Sprintf("sgd step %d momentum", i), buf, tol32)
@@ -451,7 +451,7 @@ func adamwDriver(p *kpair) {
 	for step := 1; step <= 3; step++ {
 		ap := device.AdamWParams{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: step}
 		p.run("adamw", func(k device.Kernels, pick func(both) device.View) error {
-			return k.AdamWStep(pick(w), pick(g), pick(m), pick(v), ap)
+			return k.(device.OptimizerKernels).AdamWStep(pick(w), pick(g), pick(m), pick(v), ap)
 		})
 		p.check(fmt.Sprintf("adamw step %d param", step), w, tol32)
 		p.check(fmt.Sprintf("adamw step %d exp_avg", step), m, tol32)
@@ -527,7 +527,7 @@ func adamwMultiDriver(p *kpair) {
 				return mk.AdamWSteps(ts, ap)
 			}
 			for _, t := range ts {
-				if err := k.AdamWStep(t.Param, t.Grad, t.ExpAvg, t.ExpAvgSq, ap); err != nil {
+				if err := k.(device.OptimizerKernels).AdamWStep(t.Param, t.Grad, t.ExpAvg, t.ExpAvgSq, ap); err != nil {
 					return err
 				}
 			}
