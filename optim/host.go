@@ -194,7 +194,6 @@ func (h *hostStore) release() {
 	h.w, h.g = nil, nil
 }
 
-
 // hostWorkSimulator is implemented by devices that simulate time (the
 // meta device): a host step there charges its round trip, since no bytes
 // move.
