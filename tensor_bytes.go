@@ -83,7 +83,10 @@ func (t *Tensor) RawBytes() []byte {
 // exactly its bytes (as RawBytes gives them), and counts an in-place
 // change.
 func (t *Tensor) SetRawBytes(b []byte) {
-	inPlace("set_raw_bytes", t)
+	t.use("set_raw_bytes")
+	if t.requiresGrad && t.tape != nil && t.tape.recording() {
+		panicf("set_raw_bytes", "%s requires grad on a recording tape; in-place changes are not differentiable", t.describe())
+	}
 	if !t.IsContiguous() || int64(len(b)) != t.Bytes() {
 		panicf("set_raw_bytes", "%d bytes into %s (want %d, contiguous)", len(b), t.describe(), t.Bytes())
 	}

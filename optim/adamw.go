@@ -73,7 +73,9 @@ func (o *AdamW) Hyper() map[string]any {
 }
 
 // Layout is the two moments and the step.
-func (o *AdamW) Layout(shape []int) Layout {
+func (o *AdamW) Layout(shape []int) Layout { return adamLayout(shape) }
+
+func adamLayout(shape []int) Layout {
 	return Layout{Slots: []Slot{{Name: "exp_avg", DType: device.Float32, Shape: shape}, {Name: "exp_avg_sq", DType: device.Float32, Shape: shape}},
 		Step: true, Traffic: 28 * int64(device.Numel(shape))} // reads w, g, m, v; writes w, m, v
 }

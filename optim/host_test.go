@@ -93,6 +93,16 @@ var optCases = []optCase{
 		o.Momentum, o.Nesterov, o.WeightDecay = 0.9, true, 1e-2
 		return o
 	}},
+	{"adamw8bit", func(ps []*ferry.Tensor, opts ...optim.Option) optim.Stateful {
+		o := optim.NewAdamW8bit(ps, 1e-2, opts...)
+		o.MinQuantized = 17 // the shapes here are small: quantise most of them
+		return o
+	}},
+	{"lion", func(ps []*ferry.Tensor, opts ...optim.Option) optim.Stateful {
+		o := optim.NewLion(ps, 1e-3, opts...)
+		o.WeightDecay = 0.5
+		return o
+	}},
 }
 
 // snapshot is every parameter's values and the optimizer's state, as
@@ -107,6 +117,13 @@ type snapshot struct {
 func bitsOf(t *ferry.Tensor) []uint32 {
 	if t.Numel() == 0 {
 		return nil
+	}
+	if t.DType() != device.Float32 { // (quantised state: a word a byte)
+		var b []uint32
+		for _, x := range t.RawBytes() {
+			b = append(b, uint32(x))
+		}
+		return b
 	}
 	f := t.Float32s()
 	b := make([]uint32, len(f))

@@ -1,0 +1,207 @@
+package optim
+
+import (
+	"fmt"
+	"math"
+
+	"ferry"
+	"ferry/device"
+	"ferry/internal/optkernel"
+)
+
+// AdamW8bit is AdamW with both moments kept block-wise quantised to 8
+// bits (Dettmers et al., "8-bit Optimizers via Block-wise Quantization";
+// bitsandbytes' AdamW8bit, torchao's AdamW8bit): about 2 bytes of state a
+// parameter instead of AdamW's 8, over float32 master weights, training
+// like AdamW.
+//
+// Each moment of a parameter is 8-bit codes ("exp_avg_codes",
+// "exp_avg_sq_codes", uint8, the parameter's shape) into a dynamic map
+// (bitsandbytes' create_dynamic_map: signed for the first moment, unsigned
+// for the second, qmap_table.go), each block of 256 elements scaled by its
+// absolute maximum ("exp_avg_absmax", "exp_avg_sq_absmax", float32, one a
+// block; the last block may be shorter). An update dequantises a block,
+// runs AdamW's float32 step on it (AdamW's operations in AdamW's order),
+// and quantises the new moments to the nearest code (ties up), each block
+// by its new absolute maximum (at least 1e-12, as torchao clips it).
+// Parameters of fewer than MinQuantized elements keep float32 moments,
+// exactly AdamW's, as bitsandbytes' min_8bit_size does: biases and norms
+// are a sliver of the bytes and the most sensitive to quantisation.
+type AdamW8bit struct {
+	Engine
+	Beta1, Beta2, Eps, WeightDecay float32
+	// MinQuantized is the fewest elements a parameter has for its moments
+	// to be quantised (bitsandbytes' min_8bit_size: 4096).
+	MinQuantized int
+}
+
+// Block8bit is the elements a quantisation block of AdamW8bit's moments
+// covers, with one float32 absolute maximum.
+const Block8bit = 256
+
+// NewAdamW8bit returns 8-bit AdamW with AdamW's defaults (torch's) and
+// learning rate lr. OnHost keeps the moments on the host.
+func NewAdamW8bit(params []*ferry.Tensor, lr float32, opts ...Option) *AdamW8bit {
+	o := &AdamW8bit{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, MinQuantized: 4096}
+	o.Init(o, params, lr, opts...)
+	return o
+}
+
+func init() {
+	defaults := map[string]float64{"min_8bit_size": 4096}
+	for k, v := range adamDefaults {
+		defaults[k] = v
+	}
+	Register(Registration{
+		Name:     "adamw8bit",
+		Summary:  "AdamW with both moments block-wise quantised to 8 bits (bitsandbytes, torchao); about 2 bytes a parameter",
+		Defaults: defaults,
+		Recipe:   adamRecipe,
+		New: func(params []*ferry.Tensor, h map[string]float64, opts ...Option) (Optimizer, error) {
+			if err := checkAdam("adamw8bit", h); err != nil {
+				return nil, err
+			}
+			if v := h["min_8bit_size"]; v != math.Trunc(v) || v < 0 || v > 1<<40 {
+				return nil, fmt.Errorf("adamw8bit: min_8bit_size must be a whole number of elements ≥ 0, got %v", v)
+			}
+			o := NewAdamW8bit(params, float32(h["lr"]), opts...)
+			o.Beta1, o.Beta2, o.Eps, o.WeightDecay = float32(h["beta1"]), float32(h["beta2"]), float32(h["eps"]), float32(h["weight_decay"])
+			o.MinQuantized = int(h["min_8bit_size"])
+			return o, nil
+		},
+	})
+}
+
+// Name is "adamw8bit".
+func (o *AdamW8bit) Name() string { return "adamw8bit" }
+
+// Hyper lists beta1, beta2, eps, weight_decay and min_8bit_size.
+func (o *AdamW8bit) Hyper() map[string]any {
+	return map[string]any{"beta1": o.Beta1, "beta2": o.Beta2, "eps": o.Eps, "weight_decay": o.WeightDecay, "min_8bit_size": o.MinQuantized}
+}
+
+// quantized reports whether a parameter of n elements has 8-bit moments.
+func (o *AdamW8bit) quantized(n int) bool { return n >= o.MinQuantized && n > 0 }
+
+// Layout is codes and block maxima for each moment, and the step; float32
+// moments for a parameter below MinQuantized.
+func (o *AdamW8bit) Layout(shape []int) Layout {
+	n := device.Numel(shape)
+	if !o.quantized(n) {
+		return adamLayout(shape)
+	}
+	blocks := []int{(n + Block8bit - 1) / Block8bit}
+	return Layout{
+		Slots: []Slot{
+			{Name: "exp_avg_codes", DType: device.Uint8, Shape: shape},
+			{Name: "exp_avg_absmax", DType: device.Float32, Shape: blocks},
+			{Name: "exp_avg_sq_codes", DType: device.Uint8, Shape: shape},
+			{Name: "exp_avg_sq_absmax", DType: device.Float32, Shape: blocks},
+		},
+		Step:  true,
+		Grain: Block8bit,
+		// Reads w, g and the codes, writes w and the codes; the maxima
+		// are read and written once a block.
+		Traffic: 16*int64(n) + 16*int64(blocks[0]),
+	}
+}
+
+func (o *AdamW8bit) params(lr float32, step int) device.AdamWParams {
+	return device.AdamWParams{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: step}
+}
+
+// The maps as float32s.
+var qmapSigned, qmapUnsigned = qmapFloats(&qmapSignedBits), qmapFloats(&qmapUnsignedBits)
+
+func qmapFloats(bits *[256]uint32) *[256]float32 {
+	var q [256]float32
+	for i, b := range bits {
+		q[i] = math.Float32frombits(b)
+	}
+	return &q
+}
+
+// Update updates whole blocks of [lo, hi) (lo is a block's start).
+func (o *AdamW8bit) Update(u *Update, lo, hi int) {
+	hp := o.params(u.LR, u.Step)
+	if len(u.State) == 2 { // float32 moments: AdamW's update
+		optkernel.AdamWSerial(u.W[lo:hi], u.G[lo:hi], Float32s(u.State[0])[lo:hi], Float32s(u.State[1])[lo:hi], hp)
+		return
+	}
+	c := newAdam8Consts(hp)
+	cm, am, cv, av := u.State[0], Float32s(u.State[1]), u.State[2], Float32s(u.State[3])
+	var m, v [Block8bit]float32
+	for b0 := lo; b0 < hi; b0 += Block8bit {
+		b1 := min(b0+Block8bit, hi)
+		blk := b0 / Block8bit
+		w, g := u.W[b0:b1], u.G[b0:b1]
+		mb, vb := m[:b1-b0], v[:b1-b0]
+		sm, sv := am[blk], av[blk]
+		for i := range mb {
+			mb[i] = qmapSigned[cm[b0+i]] * sm
+			vb[i] = qmapUnsigned[cv[b0+i]] * sv
+		}
+		c.update(w, g, mb, vb)
+		am[blk] = quantizeBlock(cm[b0:b1], mb, qmapSigned)
+		av[blk] = quantizeBlock(cv[b0:b1], vb, qmapUnsigned)
+	}
+}
+
+// adam8Consts are one step's constants, derived as AdamW's are
+// (internal/optkernel), so that a block's float32 arithmetic is AdamW's.
+type adam8Consts struct {
+	decay, beta1, beta2, eps, bc2Sqrt, stepSize float32
+}
+
+func newAdam8Consts(p device.AdamWParams) adam8Consts {
+	bc1 := 1 - math.Pow(float64(p.Beta1), float64(p.Step))
+	bc2 := 1 - math.Pow(float64(p.Beta2), float64(p.Step))
+	return adam8Consts{decay: 1 - p.LR*p.WeightDecay, beta1: p.Beta1, beta2: p.Beta2, eps: p.Eps,
+		bc2Sqrt: float32(math.Sqrt(bc2)), stepSize: float32(float64(p.LR) / bc1)}
+}
+
+// update is AdamW's step on one block's dequantised moments
+// (internal/optkernel's adamwGo, operation for operation).
+func (c *adam8Consts) update(w, g, m, v []float32) {
+	g, m, v = g[:len(w)], m[:len(w)], v[:len(w)]
+	for i := range w {
+		w[i] *= c.decay
+		m[i] = m[i]*c.beta1 + g[i]*(1-c.beta1)
+		v[i] = v[i]*c.beta2 + (1-c.beta2)*g[i]*g[i]
+		denom := float32(math.Sqrt(float64(v[i])))/c.bc2Sqrt + c.eps
+		w[i] += -c.stepSize * m[i] / denom
+	}
+}
+
+// quantizeBlock writes x's codes into codes and returns the block's
+// scale: its largest magnitude, at least 1e-12.
+func quantizeBlock(codes []byte, x []float32, q *[256]float32) float32 {
+	var absmax float32
+	for _, v := range x {
+		absmax = max(absmax, float32(math.Abs(float64(v))))
+	}
+	absmax = max(absmax, 1e-12)
+	for i, v := range x {
+		codes[i] = quantize(v/absmax, q)
+	}
+	return absmax
+}
+
+// quantize is the code of q's nearest value to x, ties to the higher
+// (torchao's branch-free binary search and rounding): the largest c with
+// q[c] ≤ x (0 when none), then c+1 when x is at least halfway to q[c+1].
+func quantize(x float32, q *[256]float32) uint8 {
+	c := 0
+	if x >= q[128] {
+		c = 128
+	}
+	for s := 64; s >= 1; s >>= 1 {
+		if x >= q[c+s] {
+			c += s
+		}
+	}
+	if c < 255 && x-q[c] >= (q[c+1]-q[c])*0.5 {
+		c++
+	}
+	return uint8(c)
+}
