@@ -132,7 +132,7 @@ func TestAdamW8bitMatchesReference(t *testing.T) {
 		state  map[string][]byte
 	}
 	var loop []snapshot
-	codes, off1, offMore := 0, 0, 0
+	codes, off1, offMore, values, exact := 0, 0, 0, 0, 0
 	run8bit(t, g, "", false, func(step int, params []*ferry.Tensor, st optim.State) {
 		snap := snapshot{state: map[string][]byte{}}
 		for k, p := range params {
@@ -140,6 +140,10 @@ func TestAdamW8bitMatchesReference(t *testing.T) {
 			snap.params = append(snap.params, got)
 			want := floatsOf(unb64(t, g.Steps[step-1][k]["param"]))
 			for i := range want {
+				values++
+				if got[i] == want[i] {
+					exact++
+				}
 				if d := math.Abs(float64(got[i] - want[i])); d > 1e-6*math.Max(math.Abs(float64(want[i])), 1e-6) {
 					t.Fatalf("step %d, parameter %d[%d]: %v, reference %v", step, k, i, got[i], want[i])
 				}
@@ -178,7 +182,7 @@ func TestAdamW8bitMatchesReference(t *testing.T) {
 		}
 		loop = append(loop, snap)
 	})
-	t.Logf("%d codes compared over 10 steps: %d one apart, %d further", codes, off1, offMore)
+	t.Logf("%d codes compared over 10 steps: %d one apart, %d further; %d of %d parameter values bit-identical", codes, off1, offMore, exact, values)
 	if off1 > codes/1000 {
 		t.Errorf("%d of %d codes one apart: more than float rounding explains", off1, codes)
 	}
