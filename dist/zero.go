@@ -372,6 +372,17 @@ func (s *ShardedOptimizer) SetState(st optim.State) error {
 	return inner.SetState(part)
 }
 
+// CheckState checks a whole state (as SetState takes it) against the
+// inner optimizer without changing anything, where the inner optimizer
+// can (optim.Engine's CheckState); otherwise it accepts st, and SetState
+// checks it.
+func (s *ShardedOptimizer) CheckState(st optim.State) error {
+	if c, ok := s.inner.(interface{ CheckState(optim.State) error }); ok {
+		return c.CheckState(st)
+	}
+	return nil
+}
+
 func paramOfKey(k string) string {
 	if i := strings.LastIndexByte(k, '.'); i >= 0 {
 		return k[:i]

@@ -88,10 +88,10 @@ type Workload interface {
 	// recompute it checkpoints each layer or block.
 	Forward(tape *ferry.Tape, x *ferry.Tensor, recompute bool) *ferry.Tensor
 	Loss(y, target *ferry.Tensor) *ferry.Tensor
-	// Optimizer is the family's usual optimizer at lr (0: its default),
-	// with opts (optim.OnHost: its state on the host).
-	Optimizer(lr float32, opts ...optim.Option) optim.Stepper
-	// Describe is one line about the model and its sizes.
+	// Optimizer is the family's usual optimizer (a name optim knows) and
+	// its learning rate there; NewOptimizer builds it, or another.
+	Optimizer() (name string, lr float32)
+	// Describe is one line about the model, its sizes and its loss.
 	Describe() string
 	// Figures for the demo's report: the parameter count and the bytes
 	// of one layer's (block's) output.
@@ -103,6 +103,34 @@ type Workload interface {
 	// Smaller lists smaller sizes to suggest when a step does not fit,
 	// most preferred first.
 	Smaller() []Variant
+}
+
+// NewOptimizer builds the optimizer registered as name (optim.Names; ""
+// for w's usual one) over w's parameters at learning rate lr (0: w's for
+// its usual optimizer, the optimizer's default for another), with opts
+// (optim.OnHost: its state on the host).
+func NewOptimizer(w Workload, name string, lr float32, opts ...optim.Option) (optim.Stepper, error) {
+	usual, usualLR := w.Optimizer()
+	if name == "" {
+		name = usual
+	}
+	h := map[string]float64{}
+	switch {
+	case lr != 0:
+		h["lr"] = float64(lr)
+	case name == usual:
+		h["lr"] = float64(usualLR)
+	}
+	o, err := optim.New(name, w.Parameters(), h, opts...)
+	if err != nil {
+		return nil, err
+	}
+	st, ok := o.(optim.Stepper)
+	if !ok {
+		o.Release()
+		return nil, fmt.Errorf("optimizer %s cannot update one parameter at a time (optim.Stepper), which the planner needs", name)
+	}
+	return st, nil
 }
 
 // Variant is a smaller size of a workload and what changed.

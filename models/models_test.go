@@ -36,7 +36,10 @@ func TestEveryFamilyRunsAStepOnMeta(t *testing.T) {
 				t.Errorf("%s on %s: %v", name, kind, err)
 				continue
 			}
-			opt := w.Optimizer(0)
+			opt, err := models.NewOptimizer(w, "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
 			err = ferry.Step(func(tape *ferry.Tape) error {
 				x, y := w.Data(dev, 1)
 				defer x.Release()

@@ -6,7 +6,6 @@ import (
 	"ferry"
 	"ferry/device"
 	"ferry/nn"
-	"ferry/optim"
 )
 
 // TokenWorkload is a language model as the demo and the planner train it:
@@ -38,16 +37,11 @@ func (w *TokenWorkload) Loss(y, target *ferry.Tensor) *ferry.Tensor {
 	return ferry.CrossEntropy(y, target)
 }
 
-// Optimizer is AdamW at lr (0: 3e-4) with opts.
-func (w *TokenWorkload) Optimizer(lr float32, opts ...optim.Option) optim.Stepper {
-	if lr == 0 {
-		lr = 3e-4
-	}
-	return optim.NewAdamW(w.LM.Parameters(), lr, opts...)
-}
+// Optimizer is AdamW at 3e-4.
+func (w *TokenWorkload) Optimizer() (string, float32) { return "adamw", 3e-4 }
 
 func (w *TokenWorkload) Describe() string {
-	return fmt.Sprintf("%s, batch %d, cross-entropy, AdamW", w.Model, w.Sizes.Int("batch"))
+	return fmt.Sprintf("%s, batch %d, cross-entropy", w.Model, w.Sizes.Int("batch"))
 }
 
 func (w *TokenWorkload) ParameterCount() int64 { return w.Params }

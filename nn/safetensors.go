@@ -60,8 +60,8 @@ func SaveSafetensorsAs(path string, m Module, dt device.DType) error {
 	return nil
 }
 
-// SaveTensors writes named tensors (float32 or int32, any device that
-// holds values) and string metadata to a safetensors file at path,
+// SaveTensors writes named tensors (float32, bfloat16, int32 or uint8, on
+// any device that holds values) and string metadata to a safetensors file at path,
 // atomically. The metadata key safetensors.ChecksumKey is reserved.
 func SaveTensors(path string, tensors map[string]*ferry.Tensor, metadata map[string]string) error {
 	return saveTensors(path, tensors, metadata, device.Float32)
@@ -95,8 +95,10 @@ func saveTensors(path string, tensors map[string]*ferry.Tensor, metadata map[str
 				w.Release()
 			case device.Int32:
 				out = append(out, safetensors.FromInt32s(n, t.Int32s(), t.Shape()...))
+			case device.Uint8:
+				out = append(out, safetensors.Tensor{Name: n, DType: safetensors.U8, Shape: slices.Clone(t.Shape()), Data: t.Uint8s()})
 			default:
-				return fmt.Errorf("tensor %q is %s; ferry saves float32, bfloat16 and int32", n, t.DType())
+				return fmt.Errorf("tensor %q is %s; ferry saves float32, bfloat16, int32 and uint8", n, t.DType())
 			}
 		}
 		return nil
@@ -109,7 +111,7 @@ func saveTensors(path string, tensors map[string]*ferry.Tensor, metadata map[str
 
 // LoadTensors reads every tensor of a safetensors file onto dev: F32 as
 // float32 tensors, BF16 as bfloat16, F16 widened to float32 (exactly),
-// I32 as int32 tensors. A tensor of any other dtype is an
+// I32 as int32 tensors, U8 as uint8 (quantised optimizer state). A tensor of any other dtype is an
 // error (all of them named at once), and nothing is allocated. The caller
 // owns the tensors. The metadata comes without the checksum key.
 func LoadTensors(path string, dev device.Device) (map[string]*ferry.Tensor, map[string]string, error) {
@@ -124,7 +126,7 @@ func LoadTensors(path string, dev device.Device) (map[string]*ferry.Tensor, map[
 		}
 	}
 	if len(bad) > 0 {
-		return nil, nil, fmt.Errorf("nn.LoadTensors %s: ferry holds F32, BF16 (and F16 widened to F32) and I32 tensors only: %s", path, strings.Join(bad, "; "))
+		return nil, nil, fmt.Errorf("nn.LoadTensors %s: ferry holds F32, BF16 (and F16 widened to F32), I32 and U8 tensors only: %s", path, strings.Join(bad, "; "))
 	}
 	out := make(map[string]*ferry.Tensor, len(f.Tensors))
 	err = ferry.Catch(func() error {
@@ -319,6 +321,8 @@ func ferryDType(d safetensors.DType) (device.DType, bool) {
 		return device.Float32, true
 	case safetensors.I32:
 		return device.Int32, true
+	case safetensors.U8:
+		return device.Uint8, true
 	case safetensors.BF16:
 		return device.BFloat16, true
 	case safetensors.F16:
@@ -337,7 +341,9 @@ func upload(dev device.Device, st *safetensors.Tensor, loadBF16 bool) *ferry.Ten
 		shape = []int{1}
 	}
 	var t *ferry.Tensor
-	if st.DType == safetensors.I32 {
+	if st.DType == safetensors.U8 {
+		t = ferry.FromUint8s(dev, device.Activation, st.Data, shape...)
+	} else if st.DType == safetensors.I32 {
 		v, err := st.Int32s()
 		if err != nil {
 			panic(&ferry.Error{Op: "load", Msg: err.Error()})

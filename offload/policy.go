@@ -32,6 +32,10 @@ type Policy struct {
 	// is: "" or "device", or "host" (optim.OnHost), which a run must then
 	// do for the predicted peak to hold.
 	OptimizerState string `json:"optimizer_state,omitempty"`
+	// Optimizer names the optimizer (optim's registry) whose state the
+	// plan counted; "" for the model family's usual one. A run must use
+	// it for the predicted peak to hold.
+	Optimizer string `json:"optimizer,omitempty"`
 	// Precision records the precision of the step the plan recorded:
 	// "" or "fp32", or "bf16" (mixed precision, ferry.Tape.Autocast), which
 	// a run must then use: saved tensors are half the bytes in bf16.

@@ -274,6 +274,9 @@ func (c *Checkpointer) writeLatest(name string) (err error) {
 func checkFinite(model nn.Module, st optim.State, step int) error {
 	var bad []string
 	count := func(name string, t *ferry.Tensor) {
+		if t.DType() != device.Float32 {
+			return // codes (quantised state): every value is a number
+		}
 		n := 0
 		var first float32
 		for _, v := range t.Float32s() {
@@ -391,7 +394,7 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	// The model loads all or nothing; the optimizer's state is checked
 	// against the parameters before the model changes, so a mismatch
 	// there cannot leave the model half-resumed.
-	if err := checkOptimizerState(params, st); err != nil {
+	if err := checkOptimizerState(opt, params, st); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	if err := nn.LoadSafetensors(filepath.Join(path, modelFile), model); err != nil {
@@ -476,9 +479,14 @@ func ReadMeta(path string) (*Meta, error) {
 	return &meta, nil
 }
 
-// checkOptimizerState checks st's names and shapes against params without
-// changing anything.
-func checkOptimizerState(params []*ferry.Tensor, st optim.State) error {
+// checkOptimizerState checks st against opt and params without changing
+// anything: through the optimizer's own CheckState where it has one
+// (optim.Engine's: every name, shape and dtype of its layout), otherwise
+// st's names and shapes against params.
+func checkOptimizerState(opt optim.Stateful, params []*ferry.Tensor, st optim.State) error {
+	if c, ok := opt.(interface{ CheckState(optim.State) error }); ok {
+		return c.CheckState(st)
+	}
 	shapes := map[string][]int{}
 	for _, p := range params {
 		shapes[p.Name()] = p.Shape()

@@ -3,11 +3,13 @@ package train_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"ferry"
 	"ferry/device"
 	"ferry/dist"
 	"ferry/nn"
@@ -28,6 +30,12 @@ type zeroRun struct {
 // checkpoint fields, from a fresh model (or a checkpoint with Resume).
 func trainRanks(t *testing.T, ranks int, cfg train.Config) []zeroRun {
 	t.Helper()
+	return trainRanksWith(t, ranks, cfg, func(ps []*ferry.Tensor) (optim.Stepper, error) { return optim.NewAdamW(ps, 1e-2), nil })
+}
+
+// trainRanksWith is trainRanks with the optimizer newOpt makes.
+func trainRanksWith(t *testing.T, ranks int, cfg train.Config, newOpt func([]*ferry.Tensor) (optim.Stepper, error)) []zeroRun {
+	t.Helper()
 	one := func(comm dist.Comm) (zeroRun, error) {
 		dev, err := device.Open("cpu", device.Options{})
 		if err != nil {
@@ -37,7 +45,10 @@ func trainRanks(t *testing.T, ranks int, cfg train.Config) []zeroRun {
 		task := sharded{&traintest.MLP{Dev: dev, Layers: 3, Width: 16, Rows: 4, Seed: 7}}
 		model := task.Model()
 		defer nn.Release(model)
-		opt := optim.NewAdamW(model.Parameters(), 1e-2)
+		opt, err := newOpt(model.Parameters())
+		if err != nil {
+			return zeroRun{}, err
+		}
 		defer opt.Release()
 		c := cfg
 		c.Optimizer, c.Comm, c.BucketBytes, c.CheckEvery = opt, comm, 700, 1
@@ -280,3 +291,51 @@ func (p plainOpt) Hyper() map[string]any {
 }
 
 func asConfigError(err error, ce **train.ConfigError) bool { return errors.As(err, ce) }
+
+// Every registered optimizer goes through the Trainer's whole machinery
+// with the same bits: its state on the host trains as on the device,
+// ZeRO-1 and -2 on two ranks train as unsharded data parallelism, and a
+// sharded run resumed from its checkpoint finishes as the unbroken run.
+// (8-bit AdamW quantises every parameter here: min_8bit_size 16.)
+func TestEveryOptimizerPlacedShardedResumed(t *testing.T) {
+	for _, name := range optim.Names() {
+		t.Run(name, func(t *testing.T) {
+			h := map[string]float64{"lr": 1e-2}
+			r, _ := optim.Lookup(name)
+			for k, v := range map[string]float64{"min_8bit_size": 16, "momentum": 0.9, "weight_decay": 0.05} {
+				if _, ok := r.Defaults[k]; ok {
+					h[k] = v
+				}
+			}
+			mk := func(opts ...optim.Option) func([]*ferry.Tensor) (optim.Stepper, error) {
+				return func(ps []*ferry.Tensor) (optim.Stepper, error) {
+					o, err := optim.New(name, ps, h, opts...)
+					if err != nil {
+						return nil, err
+					}
+					return o.(optim.Stepper), nil
+				}
+			}
+			const steps = 4
+			dev := trainRanksWith(t, 0, train.Config{Steps: steps}, mk())
+			host := trainRanksWith(t, 0, train.Config{Steps: steps}, mk(optim.OnHost()))
+			if !sameBits(host[0].params, dev[0].params) {
+				t.Fatalf("the state on the host trains other parameters than on the device")
+			}
+			dir := t.TempDir()
+			ref := trainRanksWith(t, 2, train.Config{Steps: steps}, mk())
+			for _, shard := range []int{1, 2} {
+				ckpt := filepath.Join(dir, fmt.Sprint("zero", shard))
+				whole := trainRanksWith(t, 2, train.Config{Steps: steps, Shard: shard, CheckpointDir: ckpt, CheckpointEvery: 2}, mk())
+				if !sameBits(whole[0].params, ref[0].params) || !sameBits(whole[1].params, ref[0].params) {
+					t.Fatalf("ZeRO-%d trains other parameters than data parallelism", shard)
+				}
+				removeAfter(t, ckpt, 2)
+				resumed := trainRanksWith(t, 2, train.Config{Steps: steps, Shard: shard, CheckpointDir: ckpt, Resume: true}, mk())
+				if resumed[0].res.ResumedFrom != 2 || !sameBits(resumed[0].params, whole[0].params) {
+					t.Fatalf("ZeRO-%d resumed from step %d to other parameters than the unbroken run", shard, resumed[0].res.ResumedFrom)
+				}
+			}
+		})
+	}
+}

@@ -67,7 +67,8 @@ func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 				return err
 			}
 			rows, width := w.MatmulShape()
-			opts.FitOn = "training steps of " + w.Describe() + ", in modes none and offload (recompute, recompute-offload and planned policies not fitted)"
+			name, _ := w.Optimizer()
+			opts.FitOn = "training steps of " + w.Describe() + ", " + name + ", in modes none and offload (recompute, recompute-offload and planned policies not fitted)"
 			w.Release()
 			opts.Width, opts.Batch, opts.Fit = width, rows, demo.FitModelProfile(f, s)
 		}

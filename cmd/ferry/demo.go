@@ -43,6 +43,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	traceDir := fs.String("trace", "", "write each mode's last step as a Chrome trace and an SVG memory chart into this directory")
 	inBackward := fs.Bool("optimizer-in-backward", false, "update each parameter inside backward and free its gradient at once")
 	optState := fs.String("optimizer-state", "device", "where the optimizer keeps its state and steps, in every mode: device, or host (default: the policy's, else device)")
+	optimizer := defineOptimizerFlag(fs, "")
 	state := defineStateFlags(fs)
 	precision := fs.String("precision", "fp32", precisionUsage)
 	profile := fs.String("profile", "", "meta device only: hardware profile for predicted times ("+strings.Join(plan.Profiles(), ", ")+" or a JSON file)")
@@ -78,6 +79,21 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 		}
 		cfg.Family, cfg.Steps, cfg.Seed, cfg.DiskDir = f, *steps, *seed, *diskDir
+		if *optimizer != "" {
+			if err := checkOptimizer(*optimizer); err != nil {
+				return err
+			}
+		}
+		cfg.Optimizer = *optimizer
+		if pol != nil && pol.Optimizer != "" {
+			if set["optimizer"] && *optimizer != pol.Optimizer {
+				return fmt.Errorf("--policy %s was planned with --optimizer %s; drop --optimizer %s, or plan again with it", *policy, pol.Optimizer, *optimizer)
+			}
+			if err := checkOptimizer(pol.Optimizer); err != nil {
+				return fmt.Errorf("--policy %s: %w", *policy, err)
+			}
+			cfg.Optimizer = pol.Optimizer
+		}
 		if set["modes"] {
 			cfg.Modes = strings.Split(*modes, ",")
 		}

@@ -29,6 +29,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	grads := fs.String("gradients", "auto", "where gradients go as backward completes them: device; host (needs the optimizer's state on the host); or auto: the planner chooses")
 	params := fs.String("parameters", "auto", "where parameters live between uses: device; host (all of them streamed to the device around their uses); or auto: the planner chooses, streaming the fewest that fit")
 	precision := fs.String("precision", "fp32", precisionUsage)
+	optimizer := defineOptimizerFlag(fs, "")
 	zero := fs.Int("zero", 1, "with --ranks above 1, the ZeRO stage: 0 every rank holds the whole optimizer state and gradients, 1 its share of the optimizer state, 2 of the gradients too")
 	return func(w io.Writer, asJSON bool) error {
 		if budget <= 0 {
@@ -64,6 +65,12 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if cfg.Precision, err = parsePrecision(*precision); err != nil {
 			return err
 		}
+		if *optimizer != "" {
+			if err := checkOptimizer(*optimizer); err != nil {
+				return err
+			}
+		}
+		cfg.Optimizer = *optimizer
 		f, err := sizes.family()
 		if err != nil {
 			return err
@@ -111,7 +118,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		written := ""
 		if p.Fits && *out != "" {
 			pol := p.Policy()
-			pol.Model, pol.Sizes = f.Name(), cfg.Sizes
+			pol.Model, pol.Sizes, pol.Optimizer = f.Name(), cfg.Sizes, demo.OptimizerName(cfg)
 			pol.HostPeakBytes = p.Predicted.HostPeakBytes
 			if err := pol.Save(*out); err != nil {
 				return err
@@ -123,7 +130,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			replay = replayCommand(cfg, *profile, written, p.Counts.Disk > 0)
 		}
 		if asJSON {
-			if err := writeJSON(w, planJSON(p, written, replay, tried)); err != nil {
+			if err := writeJSON(w, planJSON(p, demo.OptimizerName(cfg), written, replay, tried)); err != nil {
 				return err
 			}
 		} else {
@@ -148,6 +155,9 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 // replayCommand is the ferry demo command that replays the plan on meta.
 func replayCommand(cfg demo.Config, profile, file string, disk bool) string {
 	c := "ferry demo --device meta --profile " + profile + " " + sizeArgs(cfg.Family, cfg.Sizes)
+	if cfg.Optimizer != "" {
+		c += " --optimizer " + cfg.Optimizer
+	}
 	if disk {
 		c += " --disk-dir DIR"
 	}
@@ -162,17 +172,18 @@ type figures struct {
 	Placements           plan.Counts `json:"placements"`
 }
 
-func planJSON(p *plan.Plan, written, replay string, tried []plan.Tried) any {
+func planJSON(p *plan.Plan, optimizer, written, replay string, tried []plan.Tried) any {
 	return struct {
 		*plan.Plan
 		PredictedPeakBytes   int64        `json:"predicted_peak_bytes"`
 		PredictedStepSeconds float64      `json:"predicted_step_seconds"`
 		AllRecompute         figures      `json:"all_recompute"`
 		AllOffload           figures      `json:"all_offload"`
+		Optimizer            string       `json:"optimizer"`
 		PolicyFile           string       `json:"policy_file,omitempty"`
 		Replay               string       `json:"replay_command,omitempty"`
 		Tried                []plan.Tried `json:"state_placements_tried,omitempty"`
-	}{p, p.Predicted.PeakBytes, p.Predicted.StepSeconds, baselineJSON(p.AllRecompute), baselineJSON(p.AllOffload), written, replay, tried}
+	}{p, p.Predicted.PeakBytes, p.Predicted.StepSeconds, baselineJSON(p.AllRecompute), baselineJSON(p.AllOffload), optimizer, written, replay, tried}
 }
 
 func baselineJSON(b plan.Baseline) figures {

@@ -41,6 +41,9 @@ type trainOptions struct {
 	lr, minLR, clip               float64
 	weightDecay, momentum         float64
 	optimizer, optimizerState     string
+	optimizerArgs                 string
+	lrScale                       float64            // the command's --lr default over the optimizer's
+	hyper                         map[string]float64 // the optimizer's hyperparameters, lr included (validate)
 	state                         *stateFlags
 	gradsOnHost                   bool
 	paramsOnHost                  []string
@@ -89,24 +92,28 @@ var trainModes = func() []string {
 	return names
 }()
 
-func (o *trainOptions) register(fs *flag.FlagSet, lr float64, optimizer string) {
+// register declares the flags on fs; the default learning rate is
+// lrScale times the optimizer's recipe's (optim.Registration).
+func (o *trainOptions) register(fs *flag.FlagSet, lrScale float64, optimizer string) {
+	o.lrScale = lrScale
 	fs.StringVar(&o.device, "device", "cpu", "device to train on: cpu or cuda[:N]")
 	fs.StringVar(&o.mode, "mode", string(offload.None), "memory mode: "+strings.Join(trainModes, ", "))
 	fs.BoolVar(&o.offload, "offload", false, "offload saved activations (the same as --mode offload)")
 	fs.StringVar(&o.policy, "policy", "", "policy file written by ferry plan --out (runs mode policy)")
 	fs.StringVar(&o.diskDir, "disk-dir", "", "directory for the offloader's disk tier (offload-disk, or a policy with disk placements)")
 	fs.IntVar(&o.accum, "accum", 1, "micro-batches per optimizer step (gradient accumulation)")
-	fs.Float64Var(&o.lr, "lr", lr, "peak learning rate")
+	fs.Float64Var(&o.lr, "lr", 0, lrUsage(lrScale))
 	fs.Float64Var(&o.minLR, "min-lr", 0, "learning rate at the end of the cosine decay (default: a tenth of --lr)")
 	fs.IntVar(&o.warmup, "warmup", 0, "linear warm-up steps (default: a tenth of the steps)")
 	fs.Float64Var(&o.clip, "clip", 0, "clip gradients to this global L2 norm (0: no clipping)")
-	fs.StringVar(&o.optimizer, "optimizer", optimizer, "sgd or adamw")
+	fs.StringVar(&o.optimizer, "optimizer", optimizer, optimizerUsage(optimizer))
+	fs.StringVar(&o.optimizerArgs, "optimizer-args", "", "the optimizer's other hyperparameters, key=value[,key=value] (adamw: beta1=0.9,beta2=0.95,eps=1e-8); defaults: the optimizer's recipe")
 	fs.StringVar(&o.optimizerState, "optimizer-state", "device", "where the optimizer keeps its state and steps: device, or host (host memory, updated on the CPU cores: no optimizer state on the device)")
 	o.state = defineStateFlags(fs)
 	fs.StringVar(&o.precision, "precision", "fp32", precisionUsage)
 	fs.StringVar(&o.saveDType, "save-dtype", "fp32", "element type of the saved model: fp32 (model.safetensors, the master weights each checkpoint resumes from), or bf16 to also write model.bf16.safetensors (rounded, half the bytes) in each checkpoint")
-	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "weight decay (default: 0 for sgd, 0.1 for adamw)")
-	fs.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
+	fs.Float64Var(&o.weightDecay, "weight-decay", 0, "weight decay (default: the optimizer's recipe: "+recipeUsage("weight_decay")+")")
+	fs.Float64Var(&o.momentum, "momentum", 0, "momentum, for an optimizer that takes it (default: the optimizer's recipe: "+recipeUsage("momentum")+")")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the initialisation, the data order and dropout")
 	fs.IntVar(&o.logEvery, "log-every", 0, "steps between progress lines and --log records (default: about 50 per run)")
 	fs.StringVar(&o.logPath, "log", "", "append one JSON object per logging interval to this file (JSON lines)")
@@ -152,8 +159,8 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	if o.policy != "" && o.mode == string(offload.None) {
 		o.mode = string(offload.Offload) // a policy runs through the offloader
 	}
-	if o.optimizer != "sgd" && o.optimizer != "adamw" {
-		return fmt.Errorf("--optimizer %q: want sgd or adamw", o.optimizer)
+	if err := checkOptimizer(o.optimizer); err != nil {
+		return err
 	}
 	if o.optimizerState != "device" && o.optimizerState != "host" {
 		return fmt.Errorf("--optimizer-state %q: want device or host", o.optimizerState)
@@ -173,8 +180,17 @@ func (o *trainOptions) validate(set map[string]bool) error {
 		if err != nil {
 			return err
 		}
-		// The plan's optimizer state holds for its peak: take it, and
-		// refuse a flag that contradicts it.
+		// The plan's optimizer and its state's place hold for its peak:
+		// take them, and refuse a flag that contradicts them.
+		if s := pol.Optimizer; s != "" {
+			if set["optimizer"] && o.optimizer != s {
+				return fmt.Errorf("--policy %s was planned with --optimizer %s; drop --optimizer %s, or plan again with it", o.policy, s, o.optimizer)
+			}
+			if err := checkOptimizer(s); err != nil {
+				return fmt.Errorf("--policy %s: %w", o.policy, err)
+			}
+			o.optimizer = s
+		}
 		if s := pol.OptimizerState; s != "" {
 			if set["optimizer-state"] && o.optimizerState != s {
 				return fmt.Errorf("--policy %s was planned with the optimizer state on the %s; drop --optimizer-state %s, or plan again with it", o.policy, s, o.optimizerState)
@@ -189,31 +205,17 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	if o.gradsOnHost, o.paramsOnHost, err = o.state.resolve(set, o.pol, o.policy, o.optimizerState); err != nil {
 		return err
 	}
+	if err := o.resolveHyper(set); err != nil {
+		return err
+	}
 	if !set["min-lr"] {
 		o.minLR = o.lr / 10
 	}
 	if !set["warmup"] {
 		o.warmup = -1 // a tenth of the steps, once they are known
 	}
-	if !set["weight-decay"] && o.optimizer == "adamw" {
-		o.weightDecay = 0.1
-	}
-	if !(o.lr > 0) || math.IsInf(o.lr, 0) {
-		return fmt.Errorf("--lr must be a positive finite number, got %v", o.lr)
-	}
-	finite := func(name string, v float64) error {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return fmt.Errorf("--%s must be a finite number ≥ 0, got %v", name, v)
-		}
-		return nil
-	}
-	for name, v := range map[string]float64{"clip": o.clip, "weight-decay": o.weightDecay, "momentum": o.momentum} {
-		if err := finite(name, v); err != nil {
-			return err
-		}
-	}
-	if o.momentum >= 1 {
-		return fmt.Errorf("--momentum must be below 1, got %v", o.momentum)
+	if err := finiteFlag("clip", o.clip); err != nil {
+		return err
 	}
 	if o.zero < 0 || o.zero > 2 {
 		return fmt.Errorf("--zero must be 0, 1 or 2, got %d", o.zero)
@@ -225,6 +227,75 @@ func (o *trainOptions) validate(set map[string]bool) error {
 		return fmt.Errorf("--resume, --checkpoint-every and --keep need --checkpoint-dir")
 	}
 	return nil
+}
+
+// resolveHyper fills o.hyper: the optimizer's recipe (optim.Registration)
+// with the command's learning-rate scale, then the flags given over it.
+// A flag the optimizer does not take is an error, not ignored.
+func (o *trainOptions) resolveHyper(set map[string]bool) error {
+	r, err := optim.Lookup(o.optimizer)
+	if err != nil {
+		return err
+	}
+	h := r.Hyper(true)
+	h["lr"] *= o.lrScale
+	if set["lr"] {
+		if !(o.lr > 0) || math.IsInf(o.lr, 0) {
+			return fmt.Errorf("--lr must be a positive finite number, got %v", o.lr)
+		}
+		h["lr"] = o.lr
+	}
+	for _, f := range []struct {
+		flag, key string
+		v         float64
+	}{{"weight-decay", "weight_decay", o.weightDecay}, {"momentum", "momentum", o.momentum}} {
+		if !set[f.flag] {
+			continue
+		}
+		if _, ok := h[f.key]; !ok {
+			return fmt.Errorf("--%s: %s takes no %s (its hyperparameters: %s)", f.flag, o.optimizer, f.key, strings.Join(optim.HyperNames(r), ", "))
+		}
+		if err := finiteFlag(f.flag, f.v); err != nil {
+			return err
+		}
+		h[f.key] = f.v
+	}
+	if set["momentum"] && o.momentum >= 1 {
+		return fmt.Errorf("--momentum must be below 1, got %v", o.momentum)
+	}
+	if err := parseOptimizerArgs(o.optimizer, o.optimizerArgs, h); err != nil {
+		return err
+	}
+	// Built once over no parameters, so that a value the optimizer
+	// refuses fails here, naming it, before any data is read.
+	probe, err := optim.New(o.optimizer, nil, h)
+	if err != nil {
+		return fmt.Errorf("--optimizer %s: %w", o.optimizer, err)
+	}
+	probe.Release()
+	o.hyper, o.lr = h, h["lr"]
+	return nil
+}
+
+// finiteFlag refuses a negative or non-finite value of --name.
+func finiteFlag(name string, v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		return fmt.Errorf("--%s must be a finite number ≥ 0, got %v", name, v)
+	}
+	return nil
+}
+
+// recipeUsage lists each optimizer's recipe value of key, for a flag's
+// usage.
+func recipeUsage(key string) string {
+	var parts []string
+	for _, n := range optim.Names() {
+		r, _ := optim.Lookup(n)
+		if v, ok := r.Hyper(true)[key]; ok {
+			parts = append(parts, fmt.Sprintf("%s %g", n, v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // maxTrainDim bounds sizes and counts given on the command line, so that
@@ -319,20 +390,18 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	for _, prm := range model.Parameters() {
 		sum.ParameterCount += int64(prm.Numel())
 	}
-	var opt optim.Stateful
 	place, err := optim.StateOn(o.optimizerState)
 	if err != nil {
 		return nil, err
 	}
-	switch o.optimizer {
-	case "sgd":
-		s := optim.NewSGD(model.Parameters(), float32(o.lr), place)
-		s.Momentum, s.WeightDecay = float32(o.momentum), float32(o.weightDecay)
-		opt = s
-	default:
-		a := optim.NewAdamW(model.Parameters(), float32(o.lr), place)
-		a.Beta2, a.WeightDecay = 0.95, float32(o.weightDecay)
-		opt = a
+	built, err := optim.New(o.optimizer, model.Parameters(), o.hyper, place)
+	if err != nil {
+		return nil, err
+	}
+	opt, ok := built.(optim.Stateful)
+	if !ok {
+		built.Release()
+		return nil, fmt.Errorf("--optimizer %s cannot save its state (optim.Stateful), which checkpoints need", o.optimizer)
 	}
 	defer opt.Release()
 	if r.initOptimizer != nil {

@@ -20,7 +20,7 @@ func init() {
 
 func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	var o trainOptions
-	o.register(fs, 1e-3, "adamw")
+	o.register(fs, 1, "adamw")
 	data := fs.String("data", "", "directory holding MNIST's four .gz files (default: the GoMNIST module's)")
 	depth := fs.Int("depth", 2, "hidden layers")
 	width := fs.Int("width", 512, "units per hidden layer")

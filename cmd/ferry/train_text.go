@@ -34,7 +34,7 @@ func init() {
 
 func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	var o trainOptions
-	o.register(fs, 2e-3, "adamw")
+	o.register(fs, 2, "adamw")
 	data := fs.String("data", "", "a text file or a directory of text files (default: the Go distribution's sources)")
 	maxBytes := fs.Int("max-bytes", 4<<20, "read at most this much text")
 	// A small model by default, whatever the family's usual size; the

@@ -8,7 +8,6 @@ import (
 	"ferry/device"
 	"ferry/models"
 	"ferry/nn"
-	"ferry/optim"
 )
 
 func init() { models.Register(family{}) }
@@ -101,15 +100,11 @@ func (m *workload) Data(dev device.Device, seed uint64) (input, target *ferry.Te
 
 func (m *workload) Loss(y, target *ferry.Tensor) *ferry.Tensor { return ferry.MSELoss(y, target) }
 
-func (m *workload) Optimizer(lr float32, opts ...optim.Option) optim.Stepper {
-	if lr == 0 {
-		lr = 1e-3
-	}
-	return optim.NewSGD(m.Parameters(), lr, opts...)
-}
+// Optimizer is plain SGD at 1e-3, as the origin user trained.
+func (m *workload) Optimizer() (string, float32) { return "sgd", 1e-3 }
 
 func (m *workload) Describe() string {
-	return fmt.Sprintf("%d × (Linear(%d, %d) + ReLU), batch %d, MSE loss, SGD", len(m.layers), m.width(), m.width(), m.batch)
+	return fmt.Sprintf("%d × (Linear(%d, %d) + ReLU), batch %d, MSE loss", len(m.layers), m.width(), m.width(), m.batch)
 }
 
 func (m *workload) ParameterCount() int64 {

@@ -76,9 +76,12 @@ type Config struct {
 	Steps      int    // timed steps after one warm-up
 	SkipWarmup bool   // no warm-up step (the meta device needs none)
 	Seed       uint64 // parameters, input and target
-	LR         float32
-	DiskDir    string         // for offload-disk ("" = the system's temporary directory)
-	Offload    offload.Config // for offload and offload-disk
+	// Optimizer is a registered optimizer's name (optim.Names), "" for
+	// the family's usual one; LR its learning rate (0: the usual).
+	Optimizer string
+	LR        float32
+	DiskDir   string         // for offload-disk ("" = the system's temporary directory)
+	Offload   offload.Config // for offload and offload-disk
 	// Policy, if set, replaces the offloader's default choices (ferry plan
 	// writes one).
 	Policy func(ferry.SaveInfo, *ferry.Tensor) offload.Placement
@@ -222,7 +225,7 @@ func Execute(cfg Config) (*Result, error) {
 	rows, width := w.MatmulShape()
 	res := &Result{Device: cfg.Device, Layers: cfg.Sizes.Int("layers"), Width: width, Batch: cfg.Sizes.Int("batch"), Steps: cfg.Steps,
 		ActivationBytes: w.ActivationBytes(), ParameterCount: w.ParameterCount(), ParameterBytes: 4 * w.ParameterCount(),
-		Model: cfg.Family.Name(), Description: w.Describe(), Sizes: cfg.Sizes, Precision: offload.PrecisionName(cfg.Precision)}
+		Model: cfg.Family.Name(), Description: w.Describe() + ", " + cfg.optimizerName(w), Sizes: cfg.Sizes, Precision: offload.PrecisionName(cfg.Precision)}
 	_ = rows
 	w.Release()
 	if cfg.Modes == nil {
@@ -345,7 +348,10 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	opt := m.Optimizer(cfg.LR, where)
+	opt, err := models.NewOptimizer(m, cfg.Optimizer, cfg.LR, where)
+	if err != nil {
+		return nil, err
+	}
 	defer opt.Release()
 	task := &demoTask{w: m, dev: dev, naive: mode == Naive}
 	if err := ferry.Catch(func() error {

@@ -7,6 +7,7 @@ import (
 	"ferry/device"
 	"ferry/device/meta"
 	"ferry/dist"
+	"ferry/models"
 	"ferry/offload"
 	"ferry/optim"
 	"ferry/plan"
@@ -116,7 +117,7 @@ func (m planModel) String() string {
 		return m.cfg.Family.Name()
 	}
 	defer w.Release()
-	d := w.Describe()
+	d := w.Describe() + ", " + m.cfg.optimizerName(w)
 	if m.cfg.Precision == device.BFloat16 {
 		d += " · bf16"
 	}
@@ -124,6 +125,29 @@ func (m planModel) String() string {
 		return fmt.Sprintf("%s · rank %d of %d, ZeRO-%d", d, m.rank, m.ranks, m.shard)
 	}
 	return d
+}
+
+// OptimizerName is the optimizer cfg trains its family with: its
+// Optimizer, or the family's usual one.
+func OptimizerName(cfg Config) string {
+	if cfg.Optimizer != "" {
+		return cfg.Optimizer
+	}
+	w, err := cfg.Family.Workload(meta.New(device.Options{}, nil), cfg.sizes(), cfg.Seed)
+	if err != nil {
+		return ""
+	}
+	defer w.Release()
+	return cfg.optimizerName(w)
+}
+
+// optimizerName is the optimizer the configuration trains w with.
+func (c Config) optimizerName(w models.Workload) string {
+	if c.Optimizer != "" {
+		return c.Optimizer
+	}
+	name, _ := w.Optimizer()
+	return name
 }
 
 func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error) {
@@ -137,7 +161,11 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		w.Release()
 		return nil, err
 	}
-	opt := w.Optimizer(cfg.LR, where)
+	opt, err := models.NewOptimizer(w, cfg.Optimizer, cfg.LR, where)
+	if err != nil {
+		w.Release()
+		return nil, err
+	}
 	var input, target *ferry.Tensor
 	if err := ferry.Catch(func() error { input, target = w.Data(dev, cfg.Seed); return nil }); err != nil {
 		opt.Release()
