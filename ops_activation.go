@@ -83,6 +83,28 @@ func Sigmoid(x *Tensor) *Tensor {
 	return out
 }
 
+// SiLU returns x·σ(x) (PyTorch: nn.functional.silu), saving x.
+func SiLU(x *Tensor) *Tensor {
+	if isBF16(x) && !nativeBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return SiLU(w[0]) }, x)
+	}
+	const op = "silu"
+	out, tp := unary(op, device.SiLU, x, 0)
+	record(tp, op, out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
+		// d/dx x·σ(x) = σ(x)·(1 + x·(1 - σ(x))) = σ + x·σ - x·σ²
+		x := bk.Saved(0)
+		s := Sigmoid(x)
+		xs := Mul(x, s)
+		xss := Mul(xs, s)
+		a := Add(s, xs)
+		d := Sub(a, xss)
+		dx := Mul(bk.Grad(), d)
+		releaseAll(s, xs, xss, a, d)
+		bk.Accumulate(0, dx)
+	})
+	return out
+}
+
 // Softmax returns the softmax of x over its last axis.
 func Softmax(x *Tensor) *Tensor { return softmax("softmax", x, false) }
 
