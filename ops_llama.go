@@ -19,17 +19,6 @@ import (
 // The forward runs its parts with recording off and records the result;
 // the backward is written beside it from the same public ops.
 
-// composite runs f with recording off on tp (if any): its ops save nothing
-// and their outputs carry no history; the caller records the result.
-func composite(tp *Tape, f func() *Tensor) *Tensor {
-	if tp == nil {
-		return f()
-	}
-	var out *Tensor
-	tp.NoGrad(func() { out = f() })
-	return out
-}
-
 // RMSNorm returns x/√(mean(x²) + eps)·weight over the last axis (PyTorch:
 // the LlamaRMSNorm of Hugging Face's transformers, in float32). weight is
 // [C], or nil for none. It saves x and each row's √(mean(x²) + eps): as
@@ -199,12 +188,4 @@ func RotaryTables(dev device.Device, T, D int, theta float64) (cos, sin *Tensor)
 		}
 	}
 	return FromFloat32s(dev, c, T, D), FromFloat32s(dev, s, T, D)
-}
-
-func releaseAll(ts ...*Tensor) {
-	for _, t := range ts {
-		if t != nil {
-			t.Release()
-		}
-	}
 }
