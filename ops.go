@@ -140,6 +140,7 @@ func sumTo(g *Tensor, shape []int) *Tensor {
 	return out
 }
 
+// releaseAll releases each tensor of ts that is not nil.
 func releaseAll(ts ...*Tensor) {
 	for _, t := range ts {
 		if t != nil {

@@ -9,7 +9,7 @@ import (
 // Activations and softmax. Each saves what its derivative needs: ReLU,
 // Tanh, Sigmoid and the softmaxes their output (as PyTorch does, so that a
 // following Linear and the activation share one saved tensor), the GELUs
-// their input.
+// and SiLU their input.
 
 // ReLU returns max(x, 0).
 func ReLU(x *Tensor) *Tensor {
@@ -83,7 +83,10 @@ func Sigmoid(x *Tensor) *Tensor {
 	return out
 }
 
-// SiLU returns x·σ(x) (PyTorch: nn.functional.silu), saving x.
+// SiLU returns x·σ(x) (PyTorch: nn.functional.silu), saving x. Its
+// forward is one elementwise kernel (device.SiLU), like the other
+// activations'; its backward is composed of public ops, σ(x) computed
+// again from the saved x.
 func SiLU(x *Tensor) *Tensor {
 	if isBF16(x) && !nativeBF16(x) {
 		return inFloat32(true, func(w []*Tensor) *Tensor { return SiLU(w[0]) }, x)

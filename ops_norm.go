@@ -146,7 +146,12 @@ func layerNormComposite(x, weight, bias *Tensor, eps float32) *Tensor {
 // RMSNorm returns x/√(mean(x²) + eps)·weight over the last axis (PyTorch:
 // the LlamaRMSNorm of Hugging Face's transformers, in float32). weight is
 // [C], or nil for none. It saves x and each row's √(mean(x²) + eps): as
-// LayerNorm's fused kernel does, never the normalised tensor.
+// LayerNorm's fused kernel does, never the normalised tensor (PyTorch
+// 1.13's eager LlamaRMSNorm saves x, its rsqrt per row and the normalised
+// x). It has no kernel of its own: it is composed of elementwise ops and
+// reductions (so it runs on every device, meta included), run with
+// recording off (composite) and recorded as one op with the backward
+// written beside it.
 func RMSNorm(x, weight *Tensor, eps float32) *Tensor {
 	if isBF16(x, weight) {
 		return inFloat32(false, func(w []*Tensor) *Tensor { return RMSNorm(w[0], w[1], eps) }, x, weight)

@@ -6,18 +6,13 @@ import (
 	"ferry/device"
 )
 
-// Ops of the Llama family: SiLU, RMSNorm and rotary position embeddings.
-// Each is a composite of existing ops (so it runs on every device, meta
-// included) recorded as one op with its own backward, so that it saves
-// only what its derivative needs:
-//
-//	op                 saves                      PyTorch 1.13 eager saves
-//	SiLU               x                          x
-//	RMSNorm            x, √(mean x² + eps) per row x, rsqrt per row, the normalised x
-//	RotaryEmbedding    cos, sin (constants)       cos, sin
-//
-// The forward runs its parts with recording off and records the result;
-// the backward is written beside it from the same public ops.
+// Rotary position embeddings, as Llama applies them to queries and keys.
+// RotaryEmbedding is a composite of existing ops (so it runs on every
+// device, meta included) recorded as one op with its own backward, so that
+// it saves only what its derivative needs: the tables cos and sin, as
+// PyTorch 1.13's eager apply_rotary_pos_emb does. The forward runs its
+// parts with recording off (composite) and records the result; the
+// backward is written beside it from the same public ops.
 
 // RotaryEmbedding applies rotary position embeddings to x [..., T, D] (D
 // even) with cos and sin [T, D], in the "rotate_half" convention of
