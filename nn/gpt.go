@@ -49,18 +49,6 @@ func (c GPTConfig) ParameterCount() int64 {
 	return int64(c.Vocab)*C + int64(c.Seq)*C + int64(c.Layers)*block + ln
 }
 
-// Tanh is tanh as a module.
-type Tanh struct{}
-
-func (Tanh) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.Tanh(x) }
-func (Tanh) Parameters() []*ferry.Tensor           { return nil }
-
-// Sigmoid is the logistic function as a module.
-type Sigmoid struct{}
-
-func (Sigmoid) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.Sigmoid(x) }
-func (Sigmoid) Parameters() []*ferry.Tensor           { return nil }
-
 // Embedding looks up rows of Weight [num, dim] by int32 indices (PyTorch:
 // nn.Embedding).
 type Embedding struct{ Weight *ferry.Tensor }
