@@ -41,3 +41,16 @@ func (l *LayerNorm) Forward(x *ferry.Tensor) *ferry.Tensor {
 
 func (l *LayerNorm) Parameters() []*ferry.Tensor { return nonNil(l.Weight, l.Bias) }
 func (l *LayerNorm) NamedParameters() []Named    { return weightBias(l.Weight, l.Bias) }
+
+// RMSNorm normalises over the last axis by the root mean square, times
+// Weight (PyTorch: Hugging Face's LlamaRMSNorm; ferry.RMSNorm).
+type RMSNorm struct {
+	Weight *ferry.Tensor // [C], or nil
+	Eps    float32
+}
+
+func (n *RMSNorm) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.RMSNorm(x, n.Weight, n.Eps) }
+func (n *RMSNorm) Parameters() []*ferry.Tensor           { return nonNil(n.Weight) }
+func (n *RMSNorm) NamedParameters() []Named              { return weightBias(n.Weight, nil) }
+
+var _ Module = (*RMSNorm)(nil)
