@@ -49,25 +49,6 @@ func (c GPTConfig) ParameterCount() int64 {
 	return int64(c.Vocab)*C + int64(c.Seq)*C + int64(c.Layers)*block + ln
 }
 
-func nonNil(ts ...*ferry.Tensor) []*ferry.Tensor {
-	var out []*ferry.Tensor
-	for _, t := range ts {
-		if t != nil {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// normal draws a parameter-category tensor from N(0, std²).
-func normal(dev device.Device, rng *rand.Rand, std float32, shape ...int) *ferry.Tensor {
-	t := ferry.RandnAs(dev, device.Parameter, rng, shape...)
-	if std != 1 {
-		t.ScaleInPlace(std)
-	}
-	return t
-}
-
 // CausalSelfAttention is nanoGPT's: one Linear to q, k, v, causal scaled
 // dot-product attention over Heads heads, dropout on the weights, an
 // output projection and dropout on the result.

@@ -50,6 +50,15 @@ func NewParameter(t *ferry.Tensor, name string) *ferry.Tensor {
 	return t.SetCategory(device.Parameter).RequireGrad().SetName(name)
 }
 
+// normal draws a parameter-category tensor from N(0, std²).
+func normal(dev device.Device, rng *rand.Rand, std float32, shape ...int) *ferry.Tensor {
+	t := ferry.RandnAs(dev, device.Parameter, rng, shape...)
+	if std != 1 {
+		t.ScaleInPlace(std)
+	}
+	return t
+}
+
 // Linear is y = x·Wᵀ + b (PyTorch: nn.Linear).
 type Linear struct {
 	Weight *ferry.Tensor // [out, in]
@@ -116,6 +125,16 @@ func weightBias(w, b *ferry.Tensor) []Named {
 		ns = append(ns, Named{Name: "bias", Tensor: b})
 	}
 	return ns
+}
+
+func nonNil(ts ...*ferry.Tensor) []*ferry.Tensor {
+	var out []*ferry.Tensor
+	for _, t := range ts {
+		if t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Epiloguer is an optional interface of a Module that is an elementwise
