@@ -6,6 +6,10 @@ import (
 	"ferry"
 )
 
+// What the two decoder models, GPT (gpt.go) and Llama (llama.go), share:
+// the check of a token batch, module scopes on a tape that may be absent,
+// and running the blocks in turn, plainly, as segments or as checkpoints.
+
 // tokenLength checks that tokens are [batch, seq] with 1 ≤ seq ≤ max
 // (panicking with an *ferry.Error of op otherwise) and returns seq.
 func tokenLength(op string, tokens *ferry.Tensor, max int) int {

@@ -5,6 +5,14 @@
 // the caller owns; whatever the module makes in between it releases itself
 // (or leaves to autograd, which keeps what backward needs). So a model built
 // from these modules holds, after forward, exactly what PyTorch would.
+//
+// The layers are generic: Linear, the activations ReLU, GELU, Tanh and
+// Sigmoid, LayerNorm and RMSNorm, Embedding, Dropout, and the containers
+// Sequential, ModuleList and Checkpoint. Two whole models are built from
+// them: GPT (nanoGPT's GPT-2, with its own attention, MLP and block) and
+// Llama (Hugging Face's LlamaForCausalLM). Parameters are named as
+// PyTorch names them; modules save and load safetensors files, and the
+// models load Hugging Face's checkpoints.
 package nn
 
 import (
