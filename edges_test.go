@@ -15,7 +15,7 @@ import (
 	"ferry/device"
 )
 
-// index returns the flat row-major offset of idx in shape.
+// flatIndex returns the flat row-major offset of idx in shape.
 func flatIndex(shape, idx []int) int {
 	off := 0
 	for i, d := range shape {
@@ -24,7 +24,7 @@ func flatIndex(shape, idx []int) int {
 	return off
 }
 
-// forEach calls f with every index of shape, in row-major order.
+// forEachIndex calls f with every index of shape, in row-major order.
 func forEachIndex(shape []int, f func(idx []int)) {
 	idx := make([]int, len(shape))
 	n := device.Numel(shape)

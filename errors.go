@@ -82,7 +82,7 @@ func captureStack(skip int) (st stackTrace) {
 
 // String names the innermost frame outside package ferry itself, and the
 // first frame outside ferry's packages when that is a different one:
-// "nn/sequential.go:41 (nn.(*Sequential).Forward), from main.go:12".
+// "nn/nn.go:213 (nn.(*Sequential).Forward), from main.go:12".
 func (st stackTrace) String() string {
 	n := 0
 	for n < len(st) && st[n] != 0 {

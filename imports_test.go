@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Imports point one way (DESIGN.md, Layout): the CLI and the demo sit on
+// Imports point one way (docs/design.md, Layout): the CLI and the demo sit on
 // top, the training loop knows no dataset or model, devices register
 // themselves with device, and autograd knows nothing of offloading. The
 // test reads the import graph of every package, tests included.

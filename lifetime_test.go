@@ -36,7 +36,7 @@ func originModel(t testing.TB, dev device.Device, layers, width int, seed uint64
 	return nn.NewSequential(ms...)
 }
 
-// The yardstick of DESIGN.md decision 3: in Sequential{Linear, ReLU, ...}
+// The yardstick of docs/design.md, decision 3: in Sequential{Linear, ReLU, ...}
 // forward holds exactly the parameters, the input and one saved ReLU output
 // per layer, and peaks one pre-activation higher.
 func TestOriginForwardMemory(t *testing.T) {

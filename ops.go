@@ -50,6 +50,17 @@ func record(tp *Tape, op string, out *Tensor, inputs []*Tensor, save []*Tensor, 
 
 func kernels(t *Tensor) device.Kernels { return t.st.dev.Kernels() }
 
+// composite runs f with recording off on tp (if any): its ops save nothing
+// and their outputs carry no history; the caller records the result.
+func composite(tp *Tape, f func() *Tensor) *Tensor {
+	if tp == nil {
+		return f()
+	}
+	var out *Tensor
+	tp.NoGrad(func() { out = f() })
+	return out
+}
+
 // contiguousCopy returns a contiguous copy of t owned by tp (nil: the
 // caller), with no autograd history.
 func (t *Tensor) contiguousCopy(tp *Tape) *Tensor {
@@ -127,4 +138,13 @@ func sumTo(g *Tensor, shape []int) *Tensor {
 		check("sum_to", kernels(g).Sum(v, g.view(), 1))
 	}
 	return out
+}
+
+// releaseAll releases each tensor of ts that is not nil.
+func releaseAll(ts ...*Tensor) {
+	for _, t := range ts {
+		if t != nil {
+			t.Release()
+		}
+	}
 }

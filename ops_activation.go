@@ -9,7 +9,7 @@ import (
 // Activations and softmax. Each saves what its derivative needs: ReLU,
 // Tanh, Sigmoid and the softmaxes their output (as PyTorch does, so that a
 // following Linear and the activation share one saved tensor), the GELUs
-// their input.
+// and SiLU their input.
 
 // ReLU returns max(x, 0).
 func ReLU(x *Tensor) *Tensor {
@@ -79,6 +79,31 @@ func Sigmoid(x *Tensor) *Tensor {
 		gy.Release()
 		gyy.Release()
 		bk.Accumulate(0, d)
+	})
+	return out
+}
+
+// SiLU returns x·σ(x) (PyTorch: nn.functional.silu), saving x. Its
+// forward is one elementwise kernel (device.SiLU), like the other
+// activations'; its backward is composed of public ops, σ(x) computed
+// again from the saved x.
+func SiLU(x *Tensor) *Tensor {
+	if isBF16(x) && !nativeBF16(x) {
+		return inFloat32(true, func(w []*Tensor) *Tensor { return SiLU(w[0]) }, x)
+	}
+	const op = "silu"
+	out, tp := unary(op, device.SiLU, x, 0)
+	record(tp, op, out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
+		// d/dx x·σ(x) = σ(x)·(1 + x·(1 - σ(x))) = σ + x·σ - x·σ²
+		x := bk.Saved(0)
+		s := Sigmoid(x)
+		xs := Mul(x, s)
+		xss := Mul(xs, s)
+		a := Add(s, xs)
+		d := Sub(a, xss)
+		dx := Mul(bk.Grad(), d)
+		releaseAll(s, xs, xss, a, d)
+		bk.Accumulate(0, dx)
 	})
 	return out
 }

@@ -143,6 +143,84 @@ func layerNormComposite(x, weight, bias *Tensor, eps float32) *Tensor {
 	return y
 }
 
+// RMSNorm returns x/√(mean(x²) + eps)·weight over the last axis (PyTorch:
+// the LlamaRMSNorm of Hugging Face's transformers, in float32). weight is
+// [C], or nil for none. It saves x and each row's √(mean(x²) + eps): as
+// LayerNorm's fused kernel does, never the normalised tensor (PyTorch
+// 1.13's eager LlamaRMSNorm saves x, its rsqrt per row and the normalised
+// x). It has no kernel of its own: it is composed of elementwise ops and
+// reductions (so it runs on every device, meta included), run with
+// recording off (composite) and recorded as one op with the backward
+// written beside it.
+func RMSNorm(x, weight *Tensor, eps float32) *Tensor {
+	if isBF16(x, weight) {
+		return inFloat32(false, func(w []*Tensor) *Tensor { return RMSNorm(w[0], w[1], eps) }, x, weight)
+	}
+	const op = "rms_norm"
+	tp := tapeOf(op, x, weight)
+	sameDevice(op, x, weight)
+	floats32(op, x, weight)
+	if x.Rank() == 0 {
+		panicf(op, "needs at least one axis")
+	}
+	last := x.Rank() - 1
+	C := x.shape[last]
+	if weight != nil && (weight.Rank() != 1 || weight.shape[0] != C) {
+		panicf(op, "weight must be [%d] for input %v, got %v", C, x.shape, weight.shape)
+	}
+	if !(eps >= 0) {
+		panicf(op, "eps must be a non-negative number, got %v", eps)
+	}
+	var sd *Tensor // √(mean x² + eps), [..., 1]
+	out := composite(tp, func() *Tensor {
+		sq := Square(x)
+		ms := MeanKeepDim(sq, last)
+		sq.Release()
+		mse := AddScalar(ms, eps)
+		ms.Release()
+		sd = Sqrt(mse)
+		mse.Release()
+		y := Div(x, sd)
+		if weight == nil {
+			return y
+		}
+		defer y.Release()
+		return Mul(y, weight)
+	})
+	save := []*Tensor{x, sd}
+	if weight != nil {
+		save = append(save, weight)
+	}
+	record(tp, op, out, []*Tensor{x, weight}, save, func(bk *backward) {
+		// y = x·w/s, s = √(mean x² + eps). With h = g·w:
+		//   dx = (h - x·mean(h·x)/s²)/s,  dw = Σ_rows g·x/s.
+		g, x, s := bk.Grad(), bk.Saved(0), bk.Saved(1)
+		h := g
+		if weight != nil {
+			h = Mul(g, bk.Saved(2))
+			defer h.Release()
+		}
+		if bk.Needs(0) {
+			hx := Mul(h, x)
+			m := MeanKeepDim(hx, last)
+			s2 := Square(s)
+			c := Div(m, s2)
+			xc := Mul(x, c)
+			diff := Sub(h, xc)
+			releaseAll(hx, m, s2, c, xc)
+			bk.Accumulate(0, Div(diff, s))
+			diff.Release()
+		}
+		if weight != nil && bk.Needs(1) {
+			n := Div(x, s)
+			bk.Accumulate(1, Mul(g, n)) // summed to [C] by Accumulate
+			n.Release()
+		}
+	})
+	sd.Release() // lives on only as a saved tensor
+	return out
+}
+
 // AddLayerNorm returns sum = x + r and LayerNorm(sum, weight, bias, eps),
 // as Add and then LayerNorm return them, in one pass over memory on a
 // device with device.FusedAddLayerNormKernels (a pre-LN block's residual

@@ -8,14 +8,15 @@
 //   - Local (this package): one rank, no communication. Every caller of
 //     Comm works unchanged in a single process.
 //   - ferry/dist/mpi: Open MPI's C library, loaded at run time with purego
-//     (DESIGN.md 6 and 16), over host memory.
+//     (docs/design.md, decisions 6 and 16), over host memory.
 //   - ferry/dist/nccl: a binding of NCCL for device memory on CUstreams.
 //
-// Collectives are asynchronous, as device work is (DESIGN.md 4): each
-// returns a device.Event that completes when the result is in place, and
-// carries the collective's error. Between the call and the event's
-// completion the buffers belong to the backend: the caller neither reads
-// nor writes them, and keeps them alive (holding the slice is enough).
+// Collectives are asynchronous, as device work is (docs/design.md,
+// decision 4): each returns a device.Event that completes when the result
+// is in place, and carries the collective's error. Between the call and
+// the event's completion the buffers belong to the backend: the caller
+// neither reads nor writes them, and keeps them alive (holding the slice
+// is enough).
 //
 // Every rank must issue the same collectives, with the same lengths, in
 // the same order; a backend matches them by order alone. A rank that skips

@@ -1,13 +1,21 @@
 // Package models is the registry of model families. A family registers
-// itself once, in its package's init (models/mlp, models/gpt), as
-// database/sql drivers do; `ferry demo`, `plan`, `calibrate` and `train`
-// then know it by name and size it from its own list of sizes, so adding a
-// family touches no command.
+// itself once, in its package's init (models/mlp, models/gpt and
+// models/llama; models/all imports them all), as database/sql drivers do;
+// `ferry demo`, `plan`, `calibrate`, `tune` and `train` then know it by
+// name and size it from its own list of sizes, so adding a family touches
+// no command.
 //
 // A family gives two things: a Workload, its model on random data with its
 // usual loss and optimizer, which the demo times, the planner records on
 // the meta device and calibration fits a profile to; and, for language
 // models, a LanguageModel that `ferry train text` trains on real text.
+//
+// Around language models of any family the package also holds the task
+// that trains and evaluates one on text (TextTask), sampling (Generate),
+// the model a run starts from: a ferry checkpoint, a Hugging Face
+// directory or a safetensors file (OpenSource), and the family and sizes
+// a checkpoint records (CheckpointModel), which `ferry eval` and `ferry
+// sample` use too.
 package models
 
 import (

@@ -152,9 +152,9 @@ func openHFSource(dir string, cfg []byte) (*Source, error) {
 	return src, nil
 }
 
-// merge takes the source's model sizes over s (the flags' and defaults'):
-// the batch and the dropout stay the run's; a size flag that contradicts
-// the source is an error naming both.
+// Merge takes the source's model sizes over s (the flags' and defaults'):
+// the batch stays the run's, and so does the dropout when its flag is set;
+// a size flag that contradicts the source is an error naming both.
 func (src *Source) Merge(f Family, s Sizes, set map[string]bool) (Sizes, error) {
 	out := Sizes{}
 	for k, v := range s {
@@ -180,7 +180,7 @@ func (src *Source) Merge(f Family, s Sizes, set map[string]bool) (Sizes, error) 
 	return out, nil
 }
 
-// load reads the source's weights into m (all or nothing; Hugging Face's
+// Load reads the source's weights into m (all or nothing; Hugging Face's
 // half-precision tensors converted).
 func (src *Source) Load(m nn.Module) error {
 	if err := nn.LoadSafetensorsFiles(src.Files, m, nn.LoadOptions{ConvertFloats: true}); err != nil {
@@ -189,7 +189,7 @@ func (src *Source) Load(m nn.Module) error {
 	return nil
 }
 
-// loadOptimizer sets opt's state from the source checkpoint's.
+// LoadOptimizer sets opt's state from the source checkpoint's.
 // The shapes must match the model's (SetState checks every entry).
 func (src *Source) LoadOptimizer(opt optim.Stateful) error {
 	var params []*ferry.Tensor

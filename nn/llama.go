@@ -113,17 +113,6 @@ func llamaShapes(cfg LlamaConfig) map[string][]int {
 	return s
 }
 
-// RMSNorm normalises over the last axis by the root mean square, times
-// Weight (PyTorch: Hugging Face's LlamaRMSNorm; ferry.RMSNorm).
-type RMSNorm struct {
-	Weight *ferry.Tensor // [C], or nil
-	Eps    float32
-}
-
-func (n *RMSNorm) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.RMSNorm(x, n.Weight, n.Eps) }
-func (n *RMSNorm) Parameters() []*ferry.Tensor           { return nonNil(n.Weight) }
-func (n *RMSNorm) NamedParameters() []Named              { return weightBias(n.Weight, nil) }
-
 // LlamaAttention is grouped-query causal self-attention with rotary
 // position embeddings: Heads query heads share KVHeads key/value heads,
 // each key/value head serving Heads/KVHeads query heads (Hugging Face's
@@ -439,5 +428,4 @@ var (
 	_ Trainable      = (*Llama)(nil)
 	_ Stepped        = (*Llama)(nil)
 	_ Module         = (*LlamaBlock)(nil)
-	_ Module         = (*RMSNorm)(nil)
 )

@@ -5,6 +5,14 @@
 // the caller owns; whatever the module makes in between it releases itself
 // (or leaves to autograd, which keeps what backward needs). So a model built
 // from these modules holds, after forward, exactly what PyTorch would.
+//
+// The layers are generic: Linear, the activations ReLU, GELU, Tanh and
+// Sigmoid, LayerNorm and RMSNorm, Embedding, Dropout, and the containers
+// Sequential, ModuleList and Checkpoint. Two whole models are built from
+// them: GPT (nanoGPT's GPT-2, with its own attention, MLP and block) and
+// Llama (Hugging Face's LlamaForCausalLM). Parameters are named as
+// PyTorch names them; modules save and load safetensors files, and the
+// models load Hugging Face's checkpoints.
 package nn
 
 import (
@@ -48,6 +56,15 @@ func ParameterBytes(m Module) int64 {
 // as parameter memory, named name.
 func NewParameter(t *ferry.Tensor, name string) *ferry.Tensor {
 	return t.SetCategory(device.Parameter).RequireGrad().SetName(name)
+}
+
+// normal draws a parameter-category tensor from N(0, std²).
+func normal(dev device.Device, rng *rand.Rand, std float32, shape ...int) *ferry.Tensor {
+	t := ferry.RandnAs(dev, device.Parameter, rng, shape...)
+	if std != 1 {
+		t.ScaleInPlace(std)
+	}
+	return t
 }
 
 // Linear is y = x·Wᵀ + b (PyTorch: nn.Linear).
@@ -118,42 +135,22 @@ func weightBias(w, b *ferry.Tensor) []Named {
 	return ns
 }
 
+func nonNil(ts ...*ferry.Tensor) []*ferry.Tensor {
+	var out []*ferry.Tensor
+	for _, t := range ts {
+		if t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // Epiloguer is an optional interface of a Module that is an elementwise
 // function an op before it can apply in its own pass over memory
 // (ferry.Epilogue); a Linear before it in a Sequential asks the op layer
 // for the fused pair (ferry.LinearEpilogue).
 type Epiloguer interface {
 	Epilogue() ferry.Epilogue
-}
-
-// ReLU is max(x, 0) as a module.
-type ReLU struct{}
-
-func (ReLU) Forward(x *ferry.Tensor) *ferry.Tensor { return ferry.ReLU(x) }
-func (ReLU) Parameters() []*ferry.Tensor           { return nil }
-
-// Epilogue: a Linear before a ReLU runs as ferry.LinearReLU.
-func (ReLU) Epilogue() ferry.Epilogue { return ferry.EpilogueReLU }
-
-// GELU is the Gaussian error linear unit as a module; Tanh selects the tanh
-// approximation (PyTorch: approximate="tanh").
-type GELU struct{ Tanh bool }
-
-func (g GELU) Forward(x *ferry.Tensor) *ferry.Tensor {
-	if g.Tanh {
-		return ferry.GELUTanh(x)
-	}
-	return ferry.GELU(x)
-}
-func (GELU) Parameters() []*ferry.Tensor { return nil }
-
-// Epilogue: a Linear before a tanh GELU runs as ferry.LinearGELUTanh (the
-// exact GELU has no fused form).
-func (g GELU) Epilogue() ferry.Epilogue {
-	if g.Tanh {
-		return ferry.EpilogueGELUTanh
-	}
-	return ferry.EpilogueNone
 }
 
 // Fuser is an optional interface of a Module that can run together with

@@ -1,7 +1,9 @@
-// Package train holds what a training run needs besides the model: data
-// (MNIST from the GoMNIST module, byte-level text from files on the
-// machine), learning-rate schedules, and checkpoints that resume a run
-// exactly. The ferry command's `train` subcommands are built from it.
+// Package train is ferry's training loop: a Trainer runs a Task (the
+// caller's model, batches, loss and optimizer) under a memory mode, with
+// learning-rate schedules, hooks, a JSON log, plots, and checkpoints that
+// resume a run exactly. It knows no dataset or model (imports_test.go);
+// the ferry command's `train` subcommands give it tasks built from
+// packages models and data.
 //
 // Determinism is a contract here: every random choice (initialisation,
 // batch order, dropout) is drawn from generators whose state a checkpoint

@@ -7,9 +7,18 @@
 //
 // Kernels run on the caller's goroutine (the compute stream is synchronous),
 // spreading large loops over GOMAXPROCS goroutines. Side streams each run on
-// a goroutine of their own, so a copy really overlaps compute. Matrix
-// products go to OpenBLAS when it can be loaded at run time, and to a pure-Go
-// kernel otherwise.
+// a goroutine of their own, so a copy really overlaps compute.
+//
+// Float32 matrix products run on a pure-Go kernel (package internal/gemm)
+// or on OpenBLAS, loaded at run time with purego where it is installed
+// (package internal/blas). The library is chosen per product by its shape
+// class, from a table `ferry tune` measured on this machine (Note [matmul
+// table]); a class the table does not hold, or a machine without a table,
+// follows a fixed rule (matmulMode: pure Go where the CPU has AVX-512,
+// OpenBLAS elsewhere). Without OpenBLAS, or with FERRY_BLAS=off, every
+// product runs in pure Go; FERRY_MATMUL=go|blas forces one library, and
+// MatmulBackend says which runs and why. bfloat16 products always run in
+// pure Go.
 //
 // Host memory (Device.Host) is a second CPU device with its own allocator, so
 // that bytes offloaded "to the host" are counted apart from the device's,

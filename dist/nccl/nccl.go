@@ -1,7 +1,7 @@
 // Package nccl binds NCCL (libnccl.so.2), NVIDIA's collectives over GPU
-// memory, loaded at run time with purego: no cgo (DESIGN.md 6, 16). Where
-// the library is missing, Load's error matches dist.ErrUnavailable and
-// says why.
+// memory, loaded at run time with purego: no cgo (docs/design.md,
+// decisions 6 and 16). Where the library is missing, Load's error matches
+// dist.ErrUnavailable and says why.
 //
 // This is the layer under a GPU backend, shaped like NCCL itself rather
 // than like dist.Comm: buffers are device pointers (cu.DevicePtr) and

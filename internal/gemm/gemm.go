@@ -1,7 +1,9 @@
 // Package gemm is a pure-Go (plus Go assembly) single-precision matrix
-// multiply, used when no native BLAS is available, and the CPU's only
-// bfloat16 matrix multiply (GemmBF16, bf16.go: bfloat16 A and B, float32
-// sums, C in float32 or bfloat16).
+// multiply, which the CPU device runs wherever its measured per-shape
+// table or its fixed rule prefers it to OpenBLAS and wherever no native
+// BLAS loads (package device/cpu), and the CPU's only bfloat16 matrix
+// multiply (GemmBF16, bf16.go: bfloat16 A and B, float32 sums, C in
+// float32 or bfloat16).
 //
 // Sgemm follows the Goto/BLIS design. op(B) is packed into KC×NC panels
 // split into NR-column micro-panels and op(A) into MC×KC blocks split into

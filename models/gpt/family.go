@@ -1,3 +1,8 @@
+// Package gpt registers the gpt family (nn.GPT): nanoGPT's GPT-2, with
+// pre-LN blocks, a tanh-GELU MLP, learned position embeddings and a head
+// tied to the token embedding, under PyTorch's parameter names. Its sizes
+// default to GPT-2 124M, and on the CPU to nanoGPT's baby GPT (6 layers ×
+// 384, sequence 256, vocabulary 65).
 package gpt
 
 import (

@@ -1,6 +1,8 @@
-// Package mlp trains multilayer perceptrons: Linear+ReLU hidden layers
-// under PyTorch's nn.Sequential names (0.weight, 2.weight, …), as the
-// classifier `ferry train mnist` runs.
+// Package mlp registers the mlp family, the origin model (layers ×
+// (Linear(width, width) + ReLU), MSE, SGD; the demo's default, its
+// parameters named layers.N.weight), and holds the MNIST classifier that
+// `ferry train mnist` trains (Classifier): Linear+ReLU hidden layers under
+// PyTorch's nn.Sequential names (0.weight, 2.weight, …).
 package mlp
 
 import (

@@ -12,7 +12,7 @@ It writes, beside this script:
               testdata/golden/ops.json (whose writer, testdata/golden/gen.py,
               this script imports): inputs, output, the upstream gradient G
               and the gradient of every float input, i.e. backward of
-              (out * G).sum(). golden_gpt_test.go reads it.
+              (out * G).sum(). golden_gpt_ops_test.go reads it.
   model.json  a GPT-2-style model with nanoGPT's structure (model.py:
               pre-LN blocks, fused c_attn, tanh GELU, tied wte/lm_head,
               dropout 0, bias true): its config, its initial weights under
@@ -20,7 +20,7 @@ It writes, beside this script:
               transformer.wte.weight), the token batch and targets of each
               step, the loss of each step, the gradients of the first step
               and every parameter after 5 AdamW steps.
-              golden_gpt_model_test.go reads it.
+              gpt_model_golden_test.go reads it.
 
 Optimizer (the issue leaves it open): AdamW, lr 1e-3, betas (0.9, 0.999),
 eps 1e-8, with nanoGPT's decay groups (configure_optimizers): weight decay
