@@ -23,7 +23,7 @@ const (
 	uAbs                    // |x|
 	uTanh                   // tanh x
 	uSigmoid                // 1/(1+e^-x)
-	uReLU                   // max(x, 0)
+	uReLU                   // max(x, 0), NaN propagating as torch.relu
 	uGELU                   // x·Φ(x), with the exact (erf) Φ
 	uGELUTanh               // x·Φ(x), Φ approximated with tanh as PyTorch's approximate="tanh"
 	uScale                  // alpha·x
@@ -39,7 +39,7 @@ const (
 	bSub                       // a - b
 	bMul                       // a · b
 	bDiv                       // a / b
-	bReLUGrad                  // a · [b > 0]   (a: gradient, b: ReLU output)
+	bReLUGrad                  // a where b > 0 or b is NaN, else 0   (a: gradient, b: ReLU output), as torch's threshold_backward
 	bGELUGrad                  // a · GELU'(b)  (b: GELU input)
 	bGELUTanhGrad              // a · GELUTanh'(b)
 	bMaximum                   // max(a, b), NaN propagating as torch.maximum
@@ -66,7 +66,7 @@ func unaryMath(op int32, x, alpha float64) float64 {
 	case uSigmoid:
 		return 1 / (1 + math.Exp(-x))
 	case uReLU:
-		return mathPos(x)
+		return mathReLU(x)
 	case uGELU:
 		return 0.5 * x * (1 + math.Erf(x/sqrt2))
 	case uGELUTanh:
@@ -95,7 +95,7 @@ func binaryMath(op int32, a, b float64) float64 {
 	case bDiv:
 		return a / b
 	case bReLUGrad:
-		return a * mathStep(b)
+		return mathReLUGrad(a, b)
 	case bGELUGrad:
 		return a * (0.5*(1+math.Erf(b/sqrt2)) + b*invSqrt2Pi*math.Exp(-0.5*b*b))
 	case bGELUTanhGrad:
@@ -106,18 +106,18 @@ func binaryMath(op int32, a, b float64) float64 {
 	return math.NaN()
 }
 
-func mathPos(v float64) float64 {
-	if v > 0 {
-		return v
+func mathReLU(v float64) float64 {
+	if v <= 0 {
+		return 0
 	}
-	return 0
+	return v
 }
 
-func mathStep(v float64) float64 {
-	if v > 0 {
-		return 1
+func mathReLUGrad(g, y float64) float64 {
+	if y <= 0 {
+		return 0
 	}
-	return 0
+	return g
 }
 
 func mathMaxNaN(a, b float64) float64 {

@@ -32,8 +32,10 @@ import (
 // header, where an op without a hand-tuned case in elementwise.cu runs it;
 // the CPU device runs it for an op without a SIMD kernel. It may use the
 // constants below (by their C names), exp, log, sqrt, tanh, erf, fabs,
-// pow, and pos(v) = v > 0 ? v : 0, step(v) = v > 0 ? 1 : 0, maxnan(a, b)
-// = a is NaN or a > b ? a : b.
+// pow, and relu(v) = v ≤ 0 ? 0 : v (NaN propagating, as PyTorch's
+// relu), relugrad(g, y) = y ≤ 0 ? 0 : g (PyTorch's threshold_backward:
+// the gradient passes where the output is positive or NaN, and is 0, not
+// g·0, where it is not), maxnan(a, b) = a is NaN or a > b ? a : b.
 type op struct{ Go, C, Name, Doc, Math string }
 
 var unary = []op{
@@ -45,7 +47,7 @@ var unary = []op{
 	{"Abs", "ABS", "abs", "|x|", "fabs(x)"},
 	{"Tanh", "TANH", "tanh", "tanh x", "tanh(x)"},
 	{"Sigmoid", "SIGMOID", "sigmoid", "1/(1+e^-x)", "1 / (1 + exp(-x))"},
-	{"ReLU", "RELU", "relu", "max(x, 0)", "pos(x)"},
+	{"ReLU", "RELU", "relu", "max(x, 0), NaN propagating as torch.relu", "relu(x)"},
 	{"GELU", "GELU", "gelu", "x·Φ(x), with the exact (erf) Φ", "0.5 * x * (1 + erf(x/SQRT2))"},
 	{"GELUTanh", "GELU_TANH", "gelu_tanh", `x·Φ(x), Φ approximated with tanh as PyTorch's approximate="tanh"`, "0.5 * x * (1 + tanh(SQRT2_OVER_PI*(x+GELU_COEF*x*x*x)))"},
 	{"Scale", "SCALE", "scale", "alpha·x", "alpha * x"},
@@ -59,7 +61,7 @@ var binary = []op{
 	{"Sub", "SUB", "sub", "a - b", "a - b"},
 	{"Mul", "MUL", "mul", "a · b", "a * b"},
 	{"Div", "DIV", "div", "a / b", "a / b"},
-	{"ReLUGrad", "RELU_GRAD", "relu_backward", "a · [b > 0]   (a: gradient, b: ReLU output)", "a * step(b)"},
+	{"ReLUGrad", "RELU_GRAD", "relu_backward", "a where b > 0 or b is NaN, else 0   (a: gradient, b: ReLU output), as torch's threshold_backward", "relugrad(a, b)"},
 	{"GELUGrad", "GELU_GRAD", "gelu_backward", "a · GELU'(b)  (b: GELU input)", "a * (0.5*(1+erf(b/SQRT2)) + b*INV_SQRT_2PI*exp(-0.5*b*b))"},
 	{"GELUTanhGrad", "GELU_TANH_GRAD", "gelu_tanh_backward", "a · GELUTanh'(b)", "a * (0.5*(1+tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b))) + 0.5*b*(1-tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b))*tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b)))*SQRT2_OVER_PI*(1+GELU_COEF3*b*b))"},
 	{"Maximum", "MAXIMUM", "maximum", "max(a, b), NaN propagating as torch.maximum", "maxnan(a, b)"},
@@ -141,7 +143,7 @@ func goEnums() []byte {
 
 // goFuncs maps the functions of an op's Math to Go.
 var goFuncs = map[string]string{"exp": "math.Exp", "log": "math.Log", "sqrt": "math.Sqrt", "tanh": "math.Tanh",
-	"erf": "math.Erf", "fabs": "math.Abs", "pow": "math.Pow", "pos": "mathPos", "step": "mathStep", "maxnan": "mathMaxNaN"}
+	"erf": "math.Erf", "fabs": "math.Abs", "pow": "math.Pow", "relu": "mathReLU", "relugrad": "mathReLUGrad", "maxnan": "mathMaxNaN"}
 
 var ident = regexp.MustCompile(`[A-Za-z_][A-Za-z_0-9]*`)
 
@@ -181,18 +183,18 @@ func goMathFuncs(b *bytes.Buffer, opType func(prefix string, o op) string, intTy
 	}
 	b.WriteString("\t}\n\treturn math.NaN()\n}\n")
 	b.WriteString(`
-func mathPos(v float64) float64 {
-	if v > 0 {
-		return v
+func mathReLU(v float64) float64 {
+	if v <= 0 {
+		return 0
 	}
-	return 0
+	return v
 }
 
-func mathStep(v float64) float64 {
-	if v > 0 {
-		return 1
+func mathReLUGrad(g, y float64) float64 {
+	if y <= 0 {
+		return 0
 	}
-	return 0
+	return g
 }
 
 func mathMaxNaN(a, b float64) float64 {
@@ -266,14 +268,14 @@ func cudaHeader() []byte {
 	b.WriteString(`
 // Each op's Math (device/internal/opgen), in double: what an op without a
 // hand-tuned case in elementwise.cu computes.
-__device__ __forceinline__ double ops_pos(double v) { return v > 0 ? v : 0; }
-__device__ __forceinline__ double ops_step(double v) { return v > 0 ? 1 : 0; }
+__device__ __forceinline__ double ops_relu(double v) { return v <= 0 ? 0 : v; }
+__device__ __forceinline__ double ops_relugrad(double g, double y) { return y <= 0 ? 0 : g; }
 __device__ __forceinline__ double ops_maxnan(double a, double b) { return (a != a || a > b) ? a : b; }
 `)
 	cmath := func(expr string) string {
 		return ident.ReplaceAllStringFunc(expr, func(w string) string {
 			switch w {
-			case "pos", "step", "maxnan":
+			case "relu", "relugrad", "maxnan":
 				return "ops_" + w
 			}
 			return w
