@@ -85,8 +85,7 @@ func (v View) IsContiguous() bool {
 }
 
 // The elementwise op enums, UnaryOp and BinaryOp, are generated with
-// their copies for the CUDA kernels and the fake driver from one list
-// (internal/opgen):
+// their copy for the CUDA kernels from one list (internal/opgen):
 //
 //go:generate go run ./internal/opgen
 

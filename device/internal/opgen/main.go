@@ -1,13 +1,13 @@
 // Command opgen writes ferry's elementwise op enums and the GELU constants,
 // declared once in this file, into every place that needs a copy: the Go
-// enums (device), the CUDA header the kernels include (device/cuda/kernels),
-// the fake CUDA driver's op numbers (device/cuda/fake) and the CPU device's
-// constants (device/cpu). Run it with `go generate ./device`; a test checks
+// enums (device), the CUDA header the kernels include (device/cuda/kernels)
+// and the CPU device's constants (device/cpu). Run it with `go generate ./device`; a test checks
 // that the committed files are what it writes.
 //
 // An op's number is its position in its list: append, never reorder, or
-// the committed PTX stops matching the Go enum (TestPTXUpToDate and the
-// conformance suite on the fake driver catch that).
+// the committed PTX stops matching the Go enum (the header changes, and
+// device/cuda's TestPTXSourcesUnchanged asks for the PTX to be
+// regenerated).
 package main
 
 import (
@@ -28,9 +28,9 @@ import (
 // an expression in float64 (double) arithmetic of x and alpha (unary) or
 // a and b (binary). Math is written once here and generated into every
 // place that needs the scalar math: the reference of the conformance suite
-// (device.UnaryOp.Math), the fake CUDA driver's kernels, and the CUDA
-// header, where an op without a hand-tuned case in elementwise.cu runs it;
-// the CPU device runs it for an op without a SIMD kernel. It may use the
+// (device.UnaryOp.Math), and the CUDA header, where an op without a
+// hand-tuned case in elementwise.cu runs it; the CPU device runs it for an
+// op without a kernel of its own. It may use the
 // constants below (by their C names), exp, log, sqrt, tanh, erf, fabs,
 // pow, and relu(v) = v ≤ 0 ? 0 : v (NaN propagating, as PyTorch's
 // relu), relugrad(g, y) = y ≤ 0 ? 0 : g (PyTorch's threshold_backward:
@@ -88,7 +88,6 @@ func files() (map[string][]byte, error) {
 	for path, gen := range map[string]func() []byte{
 		"ops_gen.go":           goEnums,
 		"cpu/consts_gen.go":    func() []byte { return goConsts("cpu") },
-		"cuda/fake/ops_gen.go": fakeTable,
 		"cuda/kernels/ops.cuh": cudaHeader,
 	} {
 		b := gen()
@@ -137,7 +136,7 @@ func goEnums() []byte {
 		fmt.Fprintf(&b, "\t%s = %s // %s\n", c.Go, c.Value, c.Doc)
 	}
 	b.WriteString(")\n")
-	goMathFuncs(&b, func(prefix string, o op) string { return o.Go }, "UnaryOp", "BinaryOp")
+	goMathFuncs(&b)
 	return b.Bytes()
 }
 
@@ -167,19 +166,15 @@ func goMath(expr string) string {
 // goMathFuncs writes, in package-level Go, the scalar math of every op:
 // unaryMath(op, x, alpha) and binaryMath(op, a, b) on the op numbers, and
 // the helpers Math uses.
-func goMathFuncs(b *bytes.Buffer, opType func(prefix string, o op) string, intType string, binType ...string) {
-	bt := intType
-	if len(binType) > 0 {
-		bt = binType[0]
-	}
-	fmt.Fprintf(b, "\n// unaryMath is each unary op's Math (device/internal/opgen), in float64.\nfunc unaryMath(op %s, x, alpha float64) float64 {\n\tswitch op {\n", intType)
+func goMathFuncs(b *bytes.Buffer) {
+	b.WriteString("\n// unaryMath is each unary op's Math (device/internal/opgen), in float64.\nfunc unaryMath(op UnaryOp, x, alpha float64) float64 {\n\tswitch op {\n")
 	for _, o := range unary {
-		fmt.Fprintf(b, "\tcase %s:\n\t\treturn %s\n", opType("u", o), goMath(o.Math))
+		fmt.Fprintf(b, "\tcase %s:\n\t\treturn %s\n", o.Go, goMath(o.Math))
 	}
 	b.WriteString("\t}\n\treturn math.NaN()\n}\n")
-	fmt.Fprintf(b, "\n// binaryMath is each binary op's Math (device/internal/opgen), in float64.\nfunc binaryMath(op %s, a, b float64) float64 {\n\tswitch op {\n", bt)
+	b.WriteString("\n// binaryMath is each binary op's Math (device/internal/opgen), in float64.\nfunc binaryMath(op BinaryOp, a, b float64) float64 {\n\tswitch op {\n")
 	for _, o := range binary {
-		fmt.Fprintf(b, "\tcase %s:\n\t\treturn %s\n", opType("b", o), goMath(o.Math))
+		fmt.Fprintf(b, "\tcase %s:\n\t\treturn %s\n", o.Go, goMath(o.Math))
 	}
 	b.WriteString("\t}\n\treturn math.NaN()\n}\n")
 	b.WriteString(`
@@ -206,38 +201,14 @@ func mathMaxNaN(a, b float64) float64 {
 `)
 }
 
-func goConsts(pkg string, imports ...string) []byte {
+func goConsts(pkg string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "// %s\n\npackage %s\n\n", header, pkg)
-	for _, im := range imports {
-		fmt.Fprintf(&b, "import %q\n\n", im)
-	}
 	b.WriteString("// The GELU constants, as every device spells them.\nconst (\n")
 	for _, c := range constants {
 		fmt.Fprintf(&b, "\t%s = %s // %s\n", c.Go, c.Value, c.Doc)
 	}
 	b.WriteString(")\n")
-	return b.Bytes()
-}
-
-// fakeTable is the fake driver's copy: the op numbers its Go kernels
-// switch on (uNeg … bMaximum), the counts, and the constants.
-func fakeTable() []byte {
-	b := bytes.NewBuffer(goConsts("fake", "math"))
-	list := func(prefix string, ops []op, count string) {
-		fmt.Fprintf(b, "\n// The %s op numbers of elementwise.cu (device.%sOp).\nconst (\n", map[string]string{"u": "unary", "b": "binary"}[prefix], map[string]string{"u": "Unary", "b": "Binary"}[prefix])
-		for i, o := range ops {
-			if i == 0 {
-				fmt.Fprintf(b, "\t%s%s int32 = iota // %s\n", prefix, o.Go, o.Doc)
-			} else {
-				fmt.Fprintf(b, "\t%s%s // %s\n", prefix, o.Go, o.Doc)
-			}
-		}
-		fmt.Fprintf(b, "\t%s\n)\n", count)
-	}
-	list("u", unary, "numUnary")
-	list("b", binary, "numBinary")
-	goMathFuncs(b, func(prefix string, o op) string { return prefix + o.Go }, "int32")
 	return b.Bytes()
 }
 
