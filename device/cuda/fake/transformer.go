@@ -7,7 +7,7 @@ import (
 	"ferry/device/cpu"
 )
 
-// The launches of device/cuda/kernels/gpt.cu (the transformer kernels:
+// The launches of device/cuda/kernels/transformer.cu (the transformer kernels:
 // dropout, embedding, layer norm, attention) on the CPU device's kernels
 // (Note [one source per kernel]).
 
@@ -90,7 +90,7 @@ func dropout(k *launch, bf16 bool) {
 }
 
 // badIndex is the embedding kernels' index check (Note [bad indices] in
-// gpt.cu): the smallest position holding an index outside [0, V) goes
+// transformer.cu): the smallest position holding an index outside [0, V) goes
 // into the word at parameter bad, and the launch does nothing else.
 func (k *launch) badIndex(idx []int32, bad int, V int64) bool {
 	for r, v := range idx {
