@@ -62,6 +62,7 @@ const (
 	stateFree      blockState = iota // in a free list, reusable
 	stateAllocated                   // handed out
 	statePending                     // freed by its owner, but a stream may still use it
+	stateForeign                     // made by ForeignBlock: no allocator owns it
 )
 
 // Block is a piece of memory handed out by an Allocator. The caller that
@@ -94,6 +95,16 @@ func (b *Block) Requested() int64 { return b.requested }
 
 // Category is what the block holds.
 func (b *Block) Category() Category { return b.category }
+
+// ForeignBlock returns a block over size bytes at off in seg that no
+// Allocator owns, so that one device's kernels can run over memory that
+// something else manages: the fake CUDA driver (device/cuda/fake) runs
+// the CPU device's kernels over its device memory this way, seg being a
+// cpu.Segment. The memory's owner keeps it alive while the block is used;
+// Allocator.Free refuses the block.
+func ForeignBlock(seg Segment, off, size int64) *Block {
+	return &Block{seg: &segment{raw: seg, size: off + size}, off: off, size: size, requested: size, state: stateForeign}
+}
 
 type segment struct {
 	raw   Segment
@@ -394,6 +405,9 @@ func (a *Allocator) Free(b *Block) {
 	defer a.mu.Unlock()
 	if a.closed.Load() {
 		return
+	}
+	if b.state == stateForeign {
+		panic(fmt.Sprintf("%s: Free of a block no allocator owns (device.ForeignBlock)", a.cfg.Name))
 	}
 	if b.state != stateAllocated {
 		panic(fmt.Sprintf("%s: Free of a block that is not allocated (double free)", a.cfg.Name))

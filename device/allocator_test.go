@@ -630,6 +630,20 @@ func TestDoubleFreePanics(t *testing.T) {
 	check(t, a)
 }
 
+// A ForeignBlock reads as a block over its segment and belongs to no
+// allocator: freeing it, or handing it to a stream, is refused.
+func TestForeignBlock(t *testing.T) {
+	a, _ := newTestAllocator(t, 0)
+	seg := []byte("0123456789")
+	b := ForeignBlock(seg, 2, 5)
+	if got, ok := b.Segment().([]byte); !ok || &got[0] != &seg[0] || b.Offset() != 2 || b.Size() != 5 || b.Requested() != 5 {
+		t.Errorf("ForeignBlock(seg, 2, 5): segment %v, offset %d, size %d", b.Segment(), b.Offset(), b.Size())
+	}
+	mustPanic(t, "Free of a foreign block", func() { a.Free(b) })
+	mustPanic(t, "RecordStream of a foreign block", func() { a.RecordStream(b, &fakeStream{}) })
+	check(t, a)
+}
+
 func TestPoisonOnReuse(t *testing.T) {
 	m := newFakeMemory()
 	a := NewAllocator(m, AllocatorConfig{Name: "fake", PoisonFreed: true})

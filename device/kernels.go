@@ -88,8 +88,7 @@ func (v View) IsContiguous() bool {
 }
 
 // The elementwise op enums, UnaryOp and BinaryOp, are generated with
-// their copies for the CUDA kernels and the fake driver from one list
-// (internal/opgen):
+// their copy for the CUDA kernels from one list (internal/opgen):
 //
 //go:generate go run ./internal/opgen
 
@@ -206,8 +205,8 @@ type FusedKernels interface {
 	// contiguous [rows, cols] (dst may be src), bias contiguous [cols].
 	// NaN propagates, as in Unary's ReLU.
 	BiasReLU(dst, src, bias View) error
-	// ReLUBackwardSum writes grad·[out > 0] into dst (Binary's ReLUGrad)
-	// and, unless sum.Block is nil, the sum of dst over its rows into sum,
+	// ReLUBackwardSum writes Binary's ReLUGrad of grad and out into dst
+	// (grad where out > 0 or out is NaN, else 0) and, unless sum.Block is nil, the sum of dst over its rows into sum,
 	// with the bits Sum would give: grad, out and dst are contiguous
 	// [rows, cols] (dst may be grad), sum contiguous [cols].
 	ReLUBackwardSum(dst, sum, grad, out View) error

@@ -19,7 +19,7 @@ const (
 	Abs                      // |x|
 	Tanh                     // tanh x
 	Sigmoid                  // 1/(1+e^-x)
-	ReLU                     // max(x, 0)
+	ReLU                     // max(x, 0), NaN propagating as torch.relu
 	GELU                     // x·Φ(x), with the exact (erf) Φ
 	GELUTanh                 // x·Φ(x), Φ approximated with tanh as PyTorch's approximate="tanh"
 	Scale                    // alpha·x
@@ -49,7 +49,7 @@ const (
 	Sub                          // a - b
 	Mul                          // a · b
 	Div                          // a / b
-	ReLUGrad                     // a · [b > 0]   (a: gradient, b: ReLU output)
+	ReLUGrad                     // a where b > 0 or b is NaN, else 0   (a: gradient, b: ReLU output), as torch's threshold_backward
 	GELUGrad                     // a · GELU'(b)  (b: GELU input)
 	GELUTanhGrad                 // a · GELUTanh'(b)
 	Maximum                      // max(a, b), NaN propagating as torch.maximum
@@ -104,7 +104,7 @@ func unaryMath(op UnaryOp, x, alpha float64) float64 {
 	case Sigmoid:
 		return 1 / (1 + math.Exp(-x))
 	case ReLU:
-		return mathPos(x)
+		return mathReLU(x)
 	case GELU:
 		return 0.5 * x * (1 + math.Erf(x/sqrt2))
 	case GELUTanh:
@@ -133,7 +133,7 @@ func binaryMath(op BinaryOp, a, b float64) float64 {
 	case Div:
 		return a / b
 	case ReLUGrad:
-		return a * mathStep(b)
+		return mathReLUGrad(a, b)
 	case GELUGrad:
 		return a * (0.5*(1+math.Erf(b/sqrt2)) + b*invSqrt2Pi*math.Exp(-0.5*b*b))
 	case GELUTanhGrad:
@@ -144,18 +144,18 @@ func binaryMath(op BinaryOp, a, b float64) float64 {
 	return math.NaN()
 }
 
-func mathPos(v float64) float64 {
-	if v > 0 {
-		return v
+func mathReLU(v float64) float64 {
+	if v <= 0 {
+		return 0
 	}
-	return 0
+	return v
 }
 
-func mathStep(v float64) float64 {
-	if v > 0 {
-		return 1
+func mathReLUGrad(g, y float64) float64 {
+	if y <= 0 {
+		return 0
 	}
-	return 0
+	return g
 }
 
 func mathMaxNaN(a, b float64) float64 {

@@ -23,7 +23,8 @@ func (k *kernels) BiasReLU(dst, src, bias device.View) error {
 	return nil
 }
 
-// ReLUBackwardSum writes grad·[out > 0] into dst and, unless sum.Block is
+// ReLUBackwardSum writes grad where out > 0 or is NaN, else 0, into dst
+// (Binary's ReLUGrad) and, unless sum.Block is
 // nil, the sum of dst over its rows into sum, blocked and rounded exactly
 // as Sum does it (Note [column sums]): grad, out and dst are contiguous
 // [rows, cols] (dst may be grad), sum a contiguous [cols].

@@ -32,8 +32,8 @@ func vecReLU(d, s []float32) {
 	}
 }
 
-// vecReLUGrad sets d[i] = g[i]·[y[i] > 0]: the ReLU's gradient from its
-// output y; at a NaN output the gradient passes, as PyTorch's
+// vecReLUGrad sets d[i] = y[i] ≤ 0 ? 0 : g[i]: the ReLU's gradient from
+// its output y; at a NaN output the gradient passes, as PyTorch's
 // threshold_backward.
 func vecReLUGrad(d, g, y []float32) {
 	g, y = g[:len(d)], y[:len(d)]

@@ -16,9 +16,13 @@ import (
 // device's operation by operation. The committed PTX comes from CUDA 11.8's
 // nvcc (PTX ISA 7.8), which any driver of R520 or later loads; a newer nvcc
 // writes a newer ISA and so needs a newer driver. Regenerate after changing
-// a .cu file with `go generate ./device/cuda` (needs nvcc):
+// a .cu file or a header with `go generate ./device/cuda` (needs nvcc),
+// which then records what it compiled (kernels/ptx.sum, Note [PTX sums]
+// in kernels/ptxsum.go): TestPTXSourcesUnchanged fails, without nvcc,
+// when a source changed and its PTX was not regenerated.
 //
 //go:generate sh -c "for f in kernels/*.cu; do nvcc -ptx -arch=compute_80 --fmad=false -O3 -o ${DOLLAR}{f%.cu}.ptx ${DOLLAR}f || exit 1; done"
+//go:generate go run ./internal/ptxsum
 
 //go:embed kernels/*.ptx
 var ptxFS embed.FS

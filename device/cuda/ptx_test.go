@@ -8,26 +8,53 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"ferry/device/cuda/kernels"
 )
 
 // The committed PTX is what the committed sources compile to, and it
-// assembles for the GPUs ferry targets without spilling registers. Both
-// tests need CUDA 11.8's tools (the committed PTX is theirs, see ptx.go)
-// and skip, saying why, without them.
+// assembles for the GPUs ferry targets without spilling registers.
+// TestPTXSourcesUnchanged checks the first from the record go generate
+// keeps; TestPTXUpToDate and TestPTXAssemblesWithoutSpills need CUDA
+// 11.8's tools (the committed PTX is theirs, see ptx.go) and skip, saying
+// why, without them.
 
 // generateCommand is the shell command of ptx.go's go:generate line, as go
 // generate runs it.
 func generateCommand(t *testing.T) string {
+	return strings.ReplaceAll(nvccCommand(t), "${DOLLAR}", "$")
+}
+
+// nvccCommand is that command as ptx.go writes it.
+func nvccCommand(t *testing.T) string {
 	t.Helper()
 	src, err := os.ReadFile("ptx.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^//go:generate sh -c "(.*)"$`).FindSubmatch(src)
-	if m == nil {
-		t.Fatal("ptx.go has no go:generate line of the form sh -c \"…\"")
+	c, err := kernels.GenerateCommand(src)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return strings.ReplaceAll(string(m[1]), "${DOLLAR}", "$")
+	return c
+}
+
+// No .cu file, and no header one includes, changed since its PTX was
+// compiled, and every PTX file is the one compiled (Note [PTX sums] in
+// kernels/ptxsum.go). Unlike TestPTXUpToDate this needs no nvcc, so it
+// runs everywhere, CI and -short included.
+func TestPTXSourcesUnchanged(t *testing.T) {
+	files, err := kernels.ReadSources("kernels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	record, err := os.ReadFile(filepath.Join("kernels", kernels.PTXSumFile))
+	if err != nil {
+		t.Fatalf("%v: run go generate ./device/cuda", err)
+	}
+	for _, p := range kernels.CheckPTXSum(files, nvccCommand(t), record) {
+		t.Error(p)
+	}
 }
 
 func needTool(t *testing.T, name, version string) {

@@ -273,9 +273,12 @@ func unaryRange(op device.UnaryOp) (lo, hi float32) {
 func compareUnary(e *env) {
 	p := e.pair()
 	s := p.sz.big
-	for op := device.UnaryOp(0); op <= device.PowScalar; op++ {
+	for op := device.UnaryOp(0); op < device.NumUnaryOps; op++ { // every op, new ones included
 		lo, hi := unaryRange(op)
-		x := p.rand(s, lo, hi)
+		// Random values, the first of them the edges of float32.
+		vals := p.randoms(device.Numel(s), lo, hi)
+		copy(vals, edgeValues)
+		x := p.tensor(s, vals)
 		y := p.tensor(s, nil)
 		p.run(op.String(), func(k device.Kernels, pick func(both) device.View) error {
 			return k.Unary(op, pick(y), pick(x), 1.7)
@@ -296,13 +299,17 @@ func compareUnary(e *env) {
 func compareBinary(e *env) {
 	p := e.pair()
 	s := p.sz.big
-	for op := device.BinaryOp(0); op <= device.Maximum; op++ {
-		a := p.rand(s, -3, 3)
+	ea, eb := edgePairs()
+	for op := device.BinaryOp(0); op < device.NumBinaryOps; op++ { // every op, new ones included
 		lo, hi := float32(-3), float32(3)
 		if op == device.Div {
 			lo, hi = 0.5, 3
 		}
-		b := p.rand(s, lo, hi)
+		// Random values, the first of them every pair of float32's edges.
+		av, bv := p.randoms(device.Numel(s), -3, 3), p.randoms(device.Numel(s), lo, hi)
+		copy(av, ea)
+		copy(bv, eb)
+		a, b := p.tensor(s, av), p.tensor(s, bv)
 		y := p.tensor(s, nil)
 		p.run(op.String(), func(k device.Kernels, pick func(both) device.View) error {
 			return k.Binary(op, pick(y), pick(a), pick(b))

@@ -228,7 +228,8 @@ func testDropout(e *env) {
 }
 
 // testFused: BiasReLU against max(src + bias, 0), in place too, NaN
-// propagated; ReLUBackwardSum against grad·[out > 0], its row sum with the
+// propagated; ReLUBackwardSum against grad where out > 0 or is NaN (as
+// torch's threshold_backward), else 0, its row sum with the
 // bits the device's own Binary(ReLUGrad) and Sum give. A small case and
 // one large enough to be split across workers.
 func testFused(e *env) {
@@ -254,7 +255,7 @@ func testFused(e *env) {
 		e.ok(fk.BiasReLU(sv, sv, bv), "BiasReLU in place")
 		e.near("BiasReLU in place", e.read(sv), want)
 
-		src[3] = 1
+		src[3] = float32(math.NaN())            // passes its gradient
 		out := e.tensor([]int{rows, cols}, src) // some zero, some negative: masked
 		grad := seq(n, -1, 1)
 		gv := e.tensor([]int{rows, cols}, grad)
@@ -262,7 +263,7 @@ func testFused(e *env) {
 		e.ok(fk.ReLUBackwardSum(dx, sum, gv, out), "ReLUBackwardSum %dx%d", rows, cols)
 		wantDx, wantSum := make([]float64, n), make([]float64, cols)
 		for i := range wantDx {
-			if src[i] > 0 {
+			if !(src[i] <= 0) {
 				wantDx[i] = float64(grad[i])
 			}
 			wantSum[i%cols] += wantDx[i]

@@ -15,6 +15,8 @@ var kernelTests = []test{
 	{name: "Fill", fn: testFill},
 	{name: "Unary", fn: testUnary},
 	{name: "Binary", fn: testBinary},
+	{name: "UnaryEdges", fn: testUnaryEdges},
+	{name: "BinaryEdges", fn: testBinaryEdges},
 	{name: "Sum", fn: testSum},
 	{name: "Softmax", fn: testSoftmax},
 	{name: "NLL", fn: testNLL},

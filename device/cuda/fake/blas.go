@@ -1,11 +1,12 @@
 package fake
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"time"
-	"unsafe"
 
+	"ferry/device"
 	"ferry/device/cuda/cu"
 )
 
@@ -138,112 +139,34 @@ func (c *Context) BLASHandles() []BLASState {
 func (c *Context) SgemmStridedBatched(h cu.BLASHandle, transA, transB bool, m, n, k int, alpha float32,
 	a cu.DevicePtr, lda int, strideA int64, b cu.DevicePtr, ldb int, strideB int64,
 	beta float32, cp cu.DevicePtr, ldc int, strideC int64, batch int) error {
-	const call = "cublasSgemmStridedBatched"
-	if err := c.blasEnter(call); err != nil {
-		return err
-	}
-	bh, err := c.handle(call, h)
-	if err != nil {
-		return err
-	}
-	rowsA, rowsB := m, k
-	if transA {
-		rowsA = k
-	}
-	if transB {
-		rowsB = n
-	}
-	if m < 0 || n < 0 || k < 0 || batch < 0 || lda < max(1, rowsA) || ldb < max(1, rowsB) || ldc < max(1, m) {
-		return cu.BLASError(call, cu.BLASInvalidValue)
-	}
-	c.mu.Lock()
-	s, mode := bh.stream, bh.mode
-	c.mu.Unlock()
-	st, err := c.stream(call, s)
-	if err != nil {
-		return cu.BLASError(call, cu.BLASInvalidValue) // the fake wants the device's own stream
-	}
-	delay := c.drv.opts.KernelDelay
-	st.enqueue(func() *cu.Error {
-		if c.faulted() {
-			return nil
-		}
-		if delay > 0 {
-			time.Sleep(delay)
-		}
-		return c.run(call, func(kl *launch) {
-			A, B, C := devFloats(kl, a), devFloats(kl, b), devFloats(kl, cp)
-			round := func(x float32) float32 { return x }
-			if mode == cu.TF32Math {
-				round = tf32
-			}
-			for z := 0; z < batch; z++ {
-				sgemm(transA, transB, m, n, k, alpha, A[int64(z)*strideA:], lda, B[int64(z)*strideB:], ldb, beta, C[int64(z)*strideC:], ldc, round)
-			}
-		}, &launch{mem: c.deviceTail, name: call})
-	})
-	return nil
-}
-
-func devFloats(k *launch, p cu.DevicePtr) []float32 {
-	b, ok := k.mem(uint64(p))
-	if !ok {
-		k.fail("%#x is not device memory", uint64(p))
-	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-// sgemm is column-major C = alpha·op(A)·op(B) + beta·C, with C not read
-// when beta is 0.
-func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int,
-	beta float32, c []float32, ldc int, round func(float32) float32) {
-	for j := 0; j < n; j++ {
-		for i := 0; i < m; i++ {
-			var acc float32
-			for l := 0; l < k; l++ {
-				var x, y float32
-				if transA {
-					x = a[l+i*lda]
-				} else {
-					x = a[i+l*lda]
-				}
-				if transB {
-					y = b[j+l*ldb]
-				} else {
-					y = b[l+j*ldb]
-				}
-				acc += float32(round(x) * round(y))
-			}
-			r := alpha * acc
-			if beta != 0 {
-				r += beta * c[i+j*ldc]
-			}
-			c[i+j*ldc] = r
-		}
-	}
-}
-
-// tf32 rounds x to the nearest TF32 value (10 mantissa bits).
-func tf32(x float32) float32 {
-	b := math.Float32bits(x)
-	if b&0x7f800000 == 0x7f800000 { // Inf, NaN
-		return x
-	}
-	return math.Float32frombits((b + 0x1000) &^ 0x1fff)
+	return c.gemm("cublasSgemmStridedBatched", h, transA, transB, m, n, k, alpha, a, cu.R32F, lda, strideA, b, cu.R32F, ldb, strideB,
+		beta, cp, cu.R32F, ldc, strideC, batch)
 }
 
 // GemmStridedBatchedEx checks its arguments as cuBLAS does and queues a
 // column-major product on the handle's stream, for the element types
 // ferry uses with CUBLAS_COMPUTE_32F: bfloat16 A and B with a bfloat16 or
-// float32 C, or all float32. Products and sums are float32, in the order
-// sgemm takes (a product of two bfloat16 values is exact in float32); a
-// bfloat16 C is read widened and written rounded to nearest even, as
-// device.ToBFloat16 rounds. Other type combinations answer
+// float32 C, or all float32 (rounded to TF32 in TF32 mode). Products and
+// sums are float32 (a product of two bfloat16 values is exact in
+// float32); a bfloat16 C is read widened and written rounded to nearest
+// even, as device.ToBFloat16 rounds. Other type combinations answer
 // CUBLAS_STATUS_NOT_SUPPORTED.
 func (c *Context) GemmStridedBatchedEx(h cu.BLASHandle, transA, transB bool, m, n, k int, alpha float32,
 	a cu.DevicePtr, typeA cu.DataType, lda int, strideA int64, b cu.DevicePtr, typeB cu.DataType, ldb int, strideB int64,
 	beta float32, cp cu.DevicePtr, typeC cu.DataType, ldc int, strideC int64, batch int) error {
-	const call = "cublasGemmStridedBatchedEx"
+	return c.gemm("cublasGemmStridedBatchedEx", h, transA, transB, m, n, k, alpha, a, typeA, lda, strideA, b, typeB, ldb, strideB,
+		beta, cp, typeC, ldc, strideC, batch)
+}
+
+// gemm checks a cuBLAS product's arguments and queues it: the CPU
+// device's Gemm (Note [one source per kernel]), which is row-major. A
+// column-major matrix read row-major is its transpose, so column-major
+// C = op(A)·op(B) is row-major Cᵀ = op(B)ᵀ·op(A)ᵀ: A and B (and m and n)
+// swap, each keeping its transpose flag and leading dimension, as the
+// CUDA device swaps them on the way in.
+func (c *Context) gemm(call string, h cu.BLASHandle, transA, transB bool, m, n, k int, alpha float32,
+	a cu.DevicePtr, typeA cu.DataType, lda int, strideA int64, b cu.DevicePtr, typeB cu.DataType, ldb int, strideB int64,
+	beta float32, cp cu.DevicePtr, typeC cu.DataType, ldc int, strideC int64, batch int) error {
 	if err := c.blasEnter(call); err != nil {
 		return err
 	}
@@ -272,8 +195,12 @@ func (c *Context) GemmStridedBatchedEx(h cu.BLASHandle, transA, transB bool, m, 
 	c.mu.Unlock()
 	st, err := c.stream(call, s)
 	if err != nil {
-		return cu.BLASError(call, cu.BLASInvalidValue)
+		return cu.BLASError(call, cu.BLASInvalidValue) // the fake wants the device's own stream
 	}
+	dtype := map[cu.DataType]device.DType{cu.R32F: device.Float32, cu.R16BF: device.BFloat16}
+	p := device.GemmParams{TransA: transB, TransB: transA, M: n, N: m, K: k, Alpha: alpha, Beta: beta,
+		LDA: ldb, LDB: lda, LDC: ldc, StrideA: int(strideB), StrideB: int(strideA), StrideC: int(strideC), Batch: batch,
+		TypeA: dtype[typeB], TypeB: dtype[typeA], TypeC: dtype[typeC]}
 	delay := c.drv.opts.KernelDelay
 	st.enqueue(func() *cu.Error {
 		if c.faulted() {
@@ -283,89 +210,35 @@ func (c *Context) GemmStridedBatchedEx(h cu.BLASHandle, transA, transB bool, m, 
 			time.Sleep(delay)
 		}
 		return c.run(call, func(kl *launch) {
-			A, B, C := devMatrix(kl, a, typeA), devMatrix(kl, b, typeB), devMatrix(kl, cp, typeC)
-			round := func(x float32) float32 { return x }
+			if m == 0 || n == 0 || batch == 0 {
+				return
+			}
+			na, nb := kl.gemmOperands(&p, uint64(b), uint64(a), uint64(cp))
 			if f32 && mode == cu.TF32Math {
-				round = tf32
+				p.A, p.B = tf32Copy(p.A, na), tf32Copy(p.B, nb)
 			}
-			for z := 0; z < batch; z++ {
-				gemmEx(transA, transB, m, n, k, alpha, A.at(int64(z)*strideA), lda, B.at(int64(z)*strideB), ldb,
-					beta, C.at(int64(z)*strideC), ldc, round)
-			}
+			kl.must(host.Gemm(p))
 		}, &launch{mem: c.deviceTail, name: call})
 	})
 	return nil
 }
 
-// matrixMem is a cuBLAS operand in device memory: float32 or bfloat16
-// elements.
-type matrixMem struct {
-	f []float32
-	h []uint16
+// tf32Copy is a copy of a float32 operand's first n elements rounded to
+// TF32.
+func tf32Copy(b *device.Block, n int) *device.Block {
+	src := b.Segment().(hostBytes)
+	out := make(hostBytes, 4*n)
+	for i := 0; i < len(out); i += 4 {
+		binary.NativeEndian.PutUint32(out[i:], math.Float32bits(tf32(math.Float32frombits(binary.NativeEndian.Uint32(src[i:])))))
+	}
+	return device.ForeignBlock(out, 0, int64(len(out)))
 }
 
-func devMatrix(k *launch, p cu.DevicePtr, t cu.DataType) matrixMem {
-	if t == cu.R32F {
-		return matrixMem{f: devFloats(k, p)}
+// tf32 rounds x to the nearest TF32 value (10 mantissa bits).
+func tf32(x float32) float32 {
+	b := math.Float32bits(x)
+	if b&0x7f800000 == 0x7f800000 { // Inf, NaN
+		return x
 	}
-	b, ok := k.mem(uint64(p))
-	if !ok {
-		k.fail("%#x is not device memory", uint64(p))
-	}
-	if uint64(p)%2 != 0 {
-		k.fail("%#x is not aligned to 2 bytes", uint64(p))
-	}
-	return matrixMem{h: unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)}
-}
-
-// at is the operand from element off on.
-func (x matrixMem) at(off int64) matrixMem {
-	if x.f != nil {
-		return matrixMem{f: x.f[off:]}
-	}
-	return matrixMem{h: x.h[off:]}
-}
-
-func (x matrixMem) get(i int) float32 {
-	if x.f != nil {
-		return x.f[i]
-	}
-	return math.Float32frombits(uint32(x.h[i]) << 16)
-}
-
-func (x matrixMem) set(i int, v float32) {
-	if x.f != nil {
-		x.f[i] = v
-		return
-	}
-	x.h[i] = f32ToBF16(math.Float32bits(v))
-}
-
-// gemmEx is sgemm over operands of either element type.
-func gemmEx(transA, transB bool, m, n, k int, alpha float32, a matrixMem, lda int, b matrixMem, ldb int,
-	beta float32, c matrixMem, ldc int, round func(float32) float32) {
-	for j := 0; j < n; j++ {
-		for i := 0; i < m; i++ {
-			var acc float32
-			for l := 0; l < k; l++ {
-				var x, y float32
-				if transA {
-					x = a.get(l + i*lda)
-				} else {
-					x = a.get(i + l*lda)
-				}
-				if transB {
-					y = b.get(j + l*ldb)
-				} else {
-					y = b.get(l + j*ldb)
-				}
-				acc += float32(round(x) * round(y))
-			}
-			r := alpha * acc
-			if beta != 0 {
-				r += beta * c.get(i+j*ldc)
-			}
-			c.set(i+j*ldc, r)
-		}
-	}
+	return math.Float32frombits((b + 0x1000) &^ 0x1fff)
 }

@@ -3,13 +3,16 @@
 // memory stands in for device memory, each stream is a goroutine, events
 // order them, copies can be slowed down, and failures can be injected.
 //
-// Kernels run as Go code that mirrors each kernel of device/cuda/kernels
-// thread block by thread block, reading its arguments from the same
-// parameter bytes the real cuLaunchKernel would copy; every launch is
-// checked against the kernel's declaration in the loaded PTX (name,
-// parameter count and sizes) and against CUDA's limits on grid and block
-// shapes. Device memory is addressed through fake device pointers that are
-// bounds-checked on every access, so an out-of-range access is a
+// A launch reads its arguments from the same parameter bytes the real
+// cuLaunchKernel would copy and runs the CPU device's kernel that
+// computes what the launched kernel computes (Note [one source per
+// kernel] in kernels.go): the fake keeps the driver's behaviour, not a
+// copy of the kernels' arithmetic. Every launch is checked against the
+// kernel's declaration in the loaded PTX (name, parameter count and
+// sizes), against CUDA's limits on grid and block shapes, and against
+// the block shape the kernel is written for. Device memory is addressed
+// through fake device pointers; every operand of a launch is checked to
+// lie inside its allocation, so an out-of-range access is a
 // CUDA_ERROR_ILLEGAL_ADDRESS, sticky for the context, as on a GPU.
 //
 // Use it with cuda.Open(fake.New(fake.Options{}), 0, opts).

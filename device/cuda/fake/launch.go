@@ -19,7 +19,9 @@ type function struct {
 	run   kernelFunc
 }
 
-// kernelFunc is the Go version of a kernel: it runs the whole grid.
+// kernelFunc runs one launch of a kernel, its whole grid (Note [one
+// source per kernel]). It panics through launch.fail on a launch the
+// kernel is not written for.
 type kernelFunc func(k *launch)
 
 func (c *Context) ModuleLoadData(image []byte) (cu.Module, error) {
@@ -73,7 +75,7 @@ func (c *Context) ModuleGetFunction(h cu.Module, name string) (cu.Function, erro
 	}
 	run := kernelsByName[name]
 	if run == nil {
-		return 0, errorOf(call, cu.ErrNotFound, "the fake driver has no Go version of kernel "+name)
+		return 0, errorOf(call, cu.ErrNotFound, "the fake driver does not know kernel "+name)
 	}
 	f := cu.Function(c.newID())
 	c.funcs[f] = &function{entry: e, run: run}
@@ -82,7 +84,7 @@ func (c *Context) ModuleGetFunction(h cu.Module, name string) (cu.Function, erro
 
 // LaunchKernel checks the launch as the driver would (and a little more:
 // the parameter bytes must be exactly as many as the PTX declares), copies
-// the parameters, and queues the kernel's Go version on the stream.
+// the parameters, and queues the kernel on the stream.
 func (c *Context) LaunchKernel(f cu.Function, grid, block cu.Dim3, sharedMem uint32, s cu.Stream, args *cu.Args) error {
 	const call = "cuLaunchKernel"
 	if err := c.enter(call); err != nil {
@@ -153,15 +155,16 @@ func (c *Context) faulted() bool {
 	return c.sticky != nil
 }
 
-// run runs a kernel's Go version, turning a panic (an access out of
-// bounds, an unexpected launch shape) into the fault a GPU would report.
+// run runs a launch, turning a panic (an access out of bounds, an
+// unexpected launch shape) into the fault a GPU would report.
 func (c *Context) run(name string, fn kernelFunc, k *launch) *cu.Error {
 	return runKernel(name, fn, k)
 }
 
-// RunKernel runs the Go version of kernel name over the memory that mem
-// maps device addresses to (the bytes from an address to the end of its
-// allocation; false when the address is not device memory). params are
+// RunKernel runs a launch of kernel name as the fake driver runs it, over
+// the memory that mem maps device addresses to (the bytes from an address
+// to the end of its allocation; false when the address is not device
+// memory). params are
 // the parameters' bytes, as many of each as the PTX declares. A fault (an
 // access out of bounds, a launch shape the kernel is not written for) is
 // returned as the *cu.Error a GPU would report; an unknown kernel as
@@ -170,7 +173,7 @@ func (c *Context) run(name string, fn kernelFunc, k *launch) *cu.Error {
 func RunKernel(name string, grid, block cu.Dim3, params [][]byte, mem func(p uint64) ([]byte, bool)) error {
 	fn := kernelsByName[name]
 	if fn == nil {
-		return errorOf(name, cu.ErrNotFound, "the fake driver has no Go version of kernel "+name)
+		return errorOf(name, cu.ErrNotFound, "the fake driver does not know kernel "+name)
 	}
 	if err := runKernel(name, fn, &launch{mem: mem, name: name, grid: grid, block: block, params: params}); err != nil {
 		return err
@@ -192,7 +195,7 @@ func runKernel(name string, fn kernelFunc, k *launch) (err *cu.Error) {
 	return nil
 }
 
-// launch is one kernel launch as its Go version sees it.
+// launch is one kernel launch: its grid and parameter bytes.
 type launch struct {
 	mem         func(p uint64) ([]byte, bool) // device memory from p to the end of its allocation
 	name        string
@@ -202,13 +205,6 @@ type launch struct {
 
 func (k *launch) fail(format string, args ...any) {
 	panic(fmt.Sprintf("fake: "+k.name+": "+format, args...))
-}
-
-// requireBlock checks the block shape a kernel is written for.
-func (k *launch) requireBlock(x, y uint32) {
-	if k.block.X != x || k.block.Y != y || k.block.Z != 1 {
-		k.fail("written for %dx%d threads per block, launched with %v", x, y, k.block)
-	}
 }
 
 func (k *launch) u64(i int) uint64 { return binary.LittleEndian.Uint64(k.params[i]) }

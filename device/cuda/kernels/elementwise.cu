@@ -17,7 +17,7 @@ __device__ __forceinline__ float unary_op(float x, float alpha) {
     case U_ABS: return fabsf(x);
     case U_TANH: return (float)tanh((double)x);
     case U_SIGMOID: return (float)(1.0 / (1.0 + exp(-(double)x)));
-    case U_RELU: return x > 0.0f ? x : 0.0f;
+    case U_RELU: return x <= 0.0f ? 0.0f : x;  // NaN propagates, as torch.relu
     case U_GELU: {
       double v = x;
       return (float)(0.5 * v * (1.0 + erf(v / SQRT2)));
@@ -40,7 +40,7 @@ __device__ __forceinline__ float binary_op(float a, float b) {
     case B_SUB: return a - b;
     case B_MUL: return a * b;
     case B_DIV: return a / b;
-    case B_RELU_GRAD: return b > 0.0f ? a : 0.0f;
+    case B_RELU_GRAD: return b <= 0.0f ? 0.0f : a;  // a NaN output passes the gradient, as torch's threshold_backward
     case B_GELU_GRAD: {
       double v = b;
       double cdf = 0.5 * (1.0 + erf(v / SQRT2));

@@ -112,7 +112,7 @@ extern "C" __global__ void ferry_adamw_multi(AdamWTable T, float decay, float be
 
 #define LN_BLOCK 256  // ferry_add_layer_norm is launched with 256 threads
 
-// gpt.cu's tree_sum (keep the two in step: the order of the sum is the
+// transformer.cu's tree_sum (keep the two in step: the order of the sum is the
 // bits).
 __device__ __forceinline__ double fused_tree_sum(double* s, double v) {
   s[threadIdx.x] = v;
@@ -126,7 +126,7 @@ __device__ __forceinline__ double fused_tree_sum(double* s, double v) {
   return r;
 }
 
-// sum = x + res, then gpt.cu's ferry_layer_norm of sum, operation for
+// sum = x + res, then transformer.cu's ferry_layer_norm of sum, operation for
 // operation (keep the two in step); each thread reads back only the
 // elements of sum it wrote. One block per row.
 extern "C" __global__ void ferry_add_layer_norm(float* sum, float* dst, float* mean, float* rstd, const float* x,

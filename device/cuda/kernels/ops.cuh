@@ -15,7 +15,7 @@ enum {
   U_ABS,  // |x|
   U_TANH,  // tanh x
   U_SIGMOID,  // 1/(1+e^-x)
-  U_RELU,  // max(x, 0)
+  U_RELU,  // max(x, 0), NaN propagating as torch.relu
   U_GELU,  // x·Φ(x), with the exact (erf) Φ
   U_GELU_TANH,  // x·Φ(x), Φ approximated with tanh as PyTorch's approximate="tanh"
   U_SCALE,  // alpha·x
@@ -29,7 +29,7 @@ enum {
   B_SUB,  // a - b
   B_MUL,  // a · b
   B_DIV,  // a / b
-  B_RELU_GRAD,  // a · [b > 0]   (a: gradient, b: ReLU output)
+  B_RELU_GRAD,  // a where b > 0 or b is NaN, else 0   (a: gradient, b: ReLU output), as torch's threshold_backward
   B_GELU_GRAD,  // a · GELU'(b)  (b: GELU input)
   B_GELU_TANH_GRAD,  // a · GELUTanh'(b)
   B_MAXIMUM,  // max(a, b), NaN propagating as torch.maximum
@@ -74,8 +74,8 @@ enum {
 
 // Each op's Math (device/internal/opgen), in double: what an op without a
 // hand-tuned case in elementwise.cu computes.
-__device__ __forceinline__ double ops_pos(double v) { return v > 0 ? v : 0; }
-__device__ __forceinline__ double ops_step(double v) { return v > 0 ? 1 : 0; }
+__device__ __forceinline__ double ops_relu(double v) { return v <= 0 ? 0 : v; }
+__device__ __forceinline__ double ops_relugrad(double g, double y) { return y <= 0 ? 0 : g; }
 __device__ __forceinline__ double ops_maxnan(double a, double b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ double unary_math(int op, double x, double alpha) {
   switch (op) {
@@ -87,7 +87,7 @@ __device__ __forceinline__ double unary_math(int op, double x, double alpha) {
     case U_ABS: return fabs(x);
     case U_TANH: return tanh(x);
     case U_SIGMOID: return 1 / (1 + exp(-x));
-    case U_RELU: return ops_pos(x);
+    case U_RELU: return ops_relu(x);
     case U_GELU: return 0.5 * x * (1 + erf(x/SQRT2));
     case U_GELU_TANH: return 0.5 * x * (1 + tanh(SQRT2_OVER_PI*(x+GELU_COEF*x*x*x)));
     case U_SCALE: return alpha * x;
@@ -104,7 +104,7 @@ __device__ __forceinline__ double binary_math(int op, double a, double b) {
     case B_SUB: return a - b;
     case B_MUL: return a * b;
     case B_DIV: return a / b;
-    case B_RELU_GRAD: return a * ops_step(b);
+    case B_RELU_GRAD: return ops_relugrad(a, b);
     case B_GELU_GRAD: return a * (0.5*(1+erf(b/SQRT2)) + b*INV_SQRT_2PI*exp(-0.5*b*b));
     case B_GELU_TANH_GRAD: return a * (0.5*(1+tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b))) + 0.5*b*(1-tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b))*tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b)))*SQRT2_OVER_PI*(1+GELU_COEF3*b*b));
     case B_MAXIMUM: return ops_maxnan(a, b);

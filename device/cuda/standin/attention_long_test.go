@@ -10,7 +10,7 @@ import (
 	"ferry/device"
 )
 
-// The tiled attention kernels (kernels/gpt.cu) from source against the
+// The tiled attention kernels (kernels/transformer.cu) from source against the
 // CPU device at sequence lengths 1 (one row of a tile), 17 (a partial
 // tile), 64 (two whole tiles), 1024 and 2048; one head and twelve; causal
 // and not (twelve heads of 1024: causal only); dropout on; heads of 64

@@ -12,8 +12,8 @@ import (
 // there is g++) and products through the stand-in's
 // cublasGemmStridedBatchedEx, which checks the call's arguments (types,
 // compute type, algo, leading dimensions, strides, alignment, bounds) and
-// sums in float32 in the fake's order, so the results match that sum bit
-// for bit.
+// sums in float32 in order of k, so the results match that sum bit for
+// bit.
 func TestBFloat16(t *testing.T) {
 	l := setupPreferSource(t)
 	dev := openCUDA(t, l, device.Options{PoisonFreed: true})

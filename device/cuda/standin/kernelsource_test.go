@@ -74,14 +74,14 @@ func setupSource(t *testing.T) (*standin.Lib, *standin.Kernels) {
 }
 
 // setupPreferSource is setupSource where there is g++, else setup (the
-// fake driver's Go copies of the kernels).
+// fake driver's launches, on the CPU device's kernels).
 func setupPreferSource(t *testing.T) *standin.Lib {
 	t.Helper()
 	// The stand-in first: the kernels' library resolves its symbols
 	// (standin_resolve) when buildSource loads it.
 	l := setup(t)
 	if _, err := buildSource(t); errors.Is(err, standin.ErrNoCXX) {
-		t.Logf("kernels run as the fake driver's Go copies: %v", err)
+		t.Logf("kernels run as the fake driver runs them: %v", err)
 		return l
 	}
 	l, _ = setupSource(t)

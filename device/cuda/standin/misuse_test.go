@@ -208,7 +208,7 @@ const ptx = `.version 8.0
 
 func TestStandInModuleOptionsAndLogs(t *testing.T) {
 	r := openRaw(t)
-	r.l.NoKernels() // k has no Go version
+	r.l.NoKernels() // the fake driver does not know k
 	image := append([]byte(ptx), 0)
 	var m uintptr
 	// An unknown CUjit_option.

@@ -19,10 +19,10 @@
 // CUDA sources themselves, device/cuda/kernels/*.cu compiled for the CPU
 // with g++: what a GPU would run, with barriers, warp operations and
 // shared memory emulated and checked. RunKernelsWithFake calls back into
-// Go, where the fake driver's hand copy of each kernel runs; those copies
-// are the reference the fake driver needs, and the fallback where there is
-// no g++. Either way the stand-in's memory is the kernels' memory, so
-// results can be checked against the CPU device.
+// Go, where the fake driver runs each launch on the CPU device's kernels
+// (fake.RunKernel): the fallback where there is no g++. Either way the
+// stand-in's memory is the kernels' memory, so results can be checked
+// against the CPU device.
 package standin
 
 import (
@@ -151,8 +151,8 @@ var (
 )
 
 // RunKernelsWithFake makes the stand-in run each kernel, when its stream
-// reaches it, with the fake driver's Go version (fake.RunKernel) over the
-// stand-in's memory. Without it, launches are checked and queued but do
+// reaches it, as the fake driver runs it (fake.RunKernel: the CPU
+// device's kernel) over the stand-in's memory. Without it, launches are checked and queued but do
 // nothing. The runner runs on the thread of the call that drives the
 // stream (a synchronisation, an event query), inside that call.
 func (l *Lib) RunKernelsWithFake() {

@@ -1,13 +1,13 @@
 // Command opgen writes ferry's elementwise op enums and the GELU constants,
 // declared once in this file, into every place that needs a copy: the Go
-// enums (device), the CUDA header the kernels include (device/cuda/kernels),
-// the fake CUDA driver's op numbers (device/cuda/fake) and the CPU device's
-// constants (device/cpu). Run it with `go generate ./device`; a test checks
+// enums (device), the CUDA header the kernels include (device/cuda/kernels)
+// and the CPU device's constants (device/cpu). Run it with `go generate ./device`; a test checks
 // that the committed files are what it writes.
 //
 // An op's number is its position in its list: append, never reorder, or
-// the committed PTX stops matching the Go enum (TestPTXUpToDate and the
-// conformance suite on the fake driver catch that).
+// the committed PTX stops matching the Go enum (the header changes, and
+// device/cuda's TestPTXSourcesUnchanged asks for the PTX to be
+// regenerated).
 package main
 
 import (
@@ -28,12 +28,14 @@ import (
 // an expression in float64 (double) arithmetic of x and alpha (unary) or
 // a and b (binary). Math is written once here and generated into every
 // place that needs the scalar math: the reference of the conformance suite
-// (device.UnaryOp.Math), the fake CUDA driver's kernels, and the CUDA
-// header, where an op without a hand-tuned case in elementwise.cu runs it;
-// the CPU device runs it for an op without a SIMD kernel. It may use the
+// (device.UnaryOp.Math), and the CUDA header, where an op without a
+// hand-tuned case in elementwise.cu runs it; the CPU device runs it for an
+// op without a kernel of its own. It may use the
 // constants below (by their C names), exp, log, sqrt, tanh, erf, fabs,
-// pow, and pos(v) = v > 0 ? v : 0, step(v) = v > 0 ? 1 : 0, maxnan(a, b)
-// = a is NaN or a > b ? a : b.
+// pow, and relu(v) = v ≤ 0 ? 0 : v (NaN propagating, as PyTorch's
+// relu), relugrad(g, y) = y ≤ 0 ? 0 : g (PyTorch's threshold_backward:
+// the gradient passes where the output is positive or NaN, and is 0, not
+// g·0, where it is not), maxnan(a, b) = a is NaN or a > b ? a : b.
 type op struct{ Go, C, Name, Doc, Math string }
 
 var unary = []op{
@@ -45,7 +47,7 @@ var unary = []op{
 	{"Abs", "ABS", "abs", "|x|", "fabs(x)"},
 	{"Tanh", "TANH", "tanh", "tanh x", "tanh(x)"},
 	{"Sigmoid", "SIGMOID", "sigmoid", "1/(1+e^-x)", "1 / (1 + exp(-x))"},
-	{"ReLU", "RELU", "relu", "max(x, 0)", "pos(x)"},
+	{"ReLU", "RELU", "relu", "max(x, 0), NaN propagating as torch.relu", "relu(x)"},
 	{"GELU", "GELU", "gelu", "x·Φ(x), with the exact (erf) Φ", "0.5 * x * (1 + erf(x/SQRT2))"},
 	{"GELUTanh", "GELU_TANH", "gelu_tanh", `x·Φ(x), Φ approximated with tanh as PyTorch's approximate="tanh"`, "0.5 * x * (1 + tanh(SQRT2_OVER_PI*(x+GELU_COEF*x*x*x)))"},
 	{"Scale", "SCALE", "scale", "alpha·x", "alpha * x"},
@@ -59,7 +61,7 @@ var binary = []op{
 	{"Sub", "SUB", "sub", "a - b", "a - b"},
 	{"Mul", "MUL", "mul", "a · b", "a * b"},
 	{"Div", "DIV", "div", "a / b", "a / b"},
-	{"ReLUGrad", "RELU_GRAD", "relu_backward", "a · [b > 0]   (a: gradient, b: ReLU output)", "a * step(b)"},
+	{"ReLUGrad", "RELU_GRAD", "relu_backward", "a where b > 0 or b is NaN, else 0   (a: gradient, b: ReLU output), as torch's threshold_backward", "relugrad(a, b)"},
 	{"GELUGrad", "GELU_GRAD", "gelu_backward", "a · GELU'(b)  (b: GELU input)", "a * (0.5*(1+erf(b/SQRT2)) + b*INV_SQRT_2PI*exp(-0.5*b*b))"},
 	{"GELUTanhGrad", "GELU_TANH_GRAD", "gelu_tanh_backward", "a · GELUTanh'(b)", "a * (0.5*(1+tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b))) + 0.5*b*(1-tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b))*tanh(SQRT2_OVER_PI*(b+GELU_COEF*b*b*b)))*SQRT2_OVER_PI*(1+GELU_COEF3*b*b))"},
 	{"Maximum", "MAXIMUM", "maximum", "max(a, b), NaN propagating as torch.maximum", "maxnan(a, b)"},
@@ -86,7 +88,6 @@ func files() (map[string][]byte, error) {
 	for path, gen := range map[string]func() []byte{
 		"ops_gen.go":           goEnums,
 		"cpu/consts_gen.go":    func() []byte { return goConsts("cpu") },
-		"cuda/fake/ops_gen.go": fakeTable,
 		"cuda/kernels/ops.cuh": cudaHeader,
 	} {
 		b := gen()
@@ -135,13 +136,13 @@ func goEnums() []byte {
 		fmt.Fprintf(&b, "\t%s = %s // %s\n", c.Go, c.Value, c.Doc)
 	}
 	b.WriteString(")\n")
-	goMathFuncs(&b, func(prefix string, o op) string { return o.Go }, "UnaryOp", "BinaryOp")
+	goMathFuncs(&b)
 	return b.Bytes()
 }
 
 // goFuncs maps the functions of an op's Math to Go.
 var goFuncs = map[string]string{"exp": "math.Exp", "log": "math.Log", "sqrt": "math.Sqrt", "tanh": "math.Tanh",
-	"erf": "math.Erf", "fabs": "math.Abs", "pow": "math.Pow", "pos": "mathPos", "step": "mathStep", "maxnan": "mathMaxNaN"}
+	"erf": "math.Erf", "fabs": "math.Abs", "pow": "math.Pow", "relu": "mathReLU", "relugrad": "mathReLUGrad", "maxnan": "mathMaxNaN"}
 
 var ident = regexp.MustCompile(`[A-Za-z_][A-Za-z_0-9]*`)
 
@@ -165,34 +166,30 @@ func goMath(expr string) string {
 // goMathFuncs writes, in package-level Go, the scalar math of every op:
 // unaryMath(op, x, alpha) and binaryMath(op, a, b) on the op numbers, and
 // the helpers Math uses.
-func goMathFuncs(b *bytes.Buffer, opType func(prefix string, o op) string, intType string, binType ...string) {
-	bt := intType
-	if len(binType) > 0 {
-		bt = binType[0]
-	}
-	fmt.Fprintf(b, "\n// unaryMath is each unary op's Math (device/internal/opgen), in float64.\nfunc unaryMath(op %s, x, alpha float64) float64 {\n\tswitch op {\n", intType)
+func goMathFuncs(b *bytes.Buffer) {
+	b.WriteString("\n// unaryMath is each unary op's Math (device/internal/opgen), in float64.\nfunc unaryMath(op UnaryOp, x, alpha float64) float64 {\n\tswitch op {\n")
 	for _, o := range unary {
-		fmt.Fprintf(b, "\tcase %s:\n\t\treturn %s\n", opType("u", o), goMath(o.Math))
+		fmt.Fprintf(b, "\tcase %s:\n\t\treturn %s\n", o.Go, goMath(o.Math))
 	}
 	b.WriteString("\t}\n\treturn math.NaN()\n}\n")
-	fmt.Fprintf(b, "\n// binaryMath is each binary op's Math (device/internal/opgen), in float64.\nfunc binaryMath(op %s, a, b float64) float64 {\n\tswitch op {\n", bt)
+	b.WriteString("\n// binaryMath is each binary op's Math (device/internal/opgen), in float64.\nfunc binaryMath(op BinaryOp, a, b float64) float64 {\n\tswitch op {\n")
 	for _, o := range binary {
-		fmt.Fprintf(b, "\tcase %s:\n\t\treturn %s\n", opType("b", o), goMath(o.Math))
+		fmt.Fprintf(b, "\tcase %s:\n\t\treturn %s\n", o.Go, goMath(o.Math))
 	}
 	b.WriteString("\t}\n\treturn math.NaN()\n}\n")
 	b.WriteString(`
-func mathPos(v float64) float64 {
-	if v > 0 {
-		return v
+func mathReLU(v float64) float64 {
+	if v <= 0 {
+		return 0
 	}
-	return 0
+	return v
 }
 
-func mathStep(v float64) float64 {
-	if v > 0 {
-		return 1
+func mathReLUGrad(g, y float64) float64 {
+	if y <= 0 {
+		return 0
 	}
-	return 0
+	return g
 }
 
 func mathMaxNaN(a, b float64) float64 {
@@ -204,38 +201,14 @@ func mathMaxNaN(a, b float64) float64 {
 `)
 }
 
-func goConsts(pkg string, imports ...string) []byte {
+func goConsts(pkg string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "// %s\n\npackage %s\n\n", header, pkg)
-	for _, im := range imports {
-		fmt.Fprintf(&b, "import %q\n\n", im)
-	}
 	b.WriteString("// The GELU constants, as every device spells them.\nconst (\n")
 	for _, c := range constants {
 		fmt.Fprintf(&b, "\t%s = %s // %s\n", c.Go, c.Value, c.Doc)
 	}
 	b.WriteString(")\n")
-	return b.Bytes()
-}
-
-// fakeTable is the fake driver's copy: the op numbers its Go kernels
-// switch on (uNeg … bMaximum), the counts, and the constants.
-func fakeTable() []byte {
-	b := bytes.NewBuffer(goConsts("fake", "math"))
-	list := func(prefix string, ops []op, count string) {
-		fmt.Fprintf(b, "\n// The %s op numbers of elementwise.cu (device.%sOp).\nconst (\n", map[string]string{"u": "unary", "b": "binary"}[prefix], map[string]string{"u": "Unary", "b": "Binary"}[prefix])
-		for i, o := range ops {
-			if i == 0 {
-				fmt.Fprintf(b, "\t%s%s int32 = iota // %s\n", prefix, o.Go, o.Doc)
-			} else {
-				fmt.Fprintf(b, "\t%s%s // %s\n", prefix, o.Go, o.Doc)
-			}
-		}
-		fmt.Fprintf(b, "\t%s\n)\n", count)
-	}
-	list("u", unary, "numUnary")
-	list("b", binary, "numBinary")
-	goMathFuncs(b, func(prefix string, o op) string { return prefix + o.Go }, "int32")
 	return b.Bytes()
 }
 
@@ -266,14 +239,14 @@ func cudaHeader() []byte {
 	b.WriteString(`
 // Each op's Math (device/internal/opgen), in double: what an op without a
 // hand-tuned case in elementwise.cu computes.
-__device__ __forceinline__ double ops_pos(double v) { return v > 0 ? v : 0; }
-__device__ __forceinline__ double ops_step(double v) { return v > 0 ? 1 : 0; }
+__device__ __forceinline__ double ops_relu(double v) { return v <= 0 ? 0 : v; }
+__device__ __forceinline__ double ops_relugrad(double g, double y) { return y <= 0 ? 0 : g; }
 __device__ __forceinline__ double ops_maxnan(double a, double b) { return (a != a || a > b) ? a : b; }
 `)
 	cmath := func(expr string) string {
 		return ident.ReplaceAllStringFunc(expr, func(w string) string {
 			switch w {
-			case "pos", "step", "maxnan":
+			case "relu", "relugrad", "maxnan":
 				return "ops_" + w
 			}
 			return w

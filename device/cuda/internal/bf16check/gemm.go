@@ -18,8 +18,9 @@ import (
 // for a float32 C, and for a bfloat16 C the float64 result's own rounding
 // or one of its neighbours (the float32 sum may fall either side of a
 // rounding boundary). With exact, the device must also match, bit for
-// bit, the float32 sum in order of k (the fake driver's and the
-// stand-in's cuBLAS; a GPU's cuBLAS sums in its own order).
+// bit, the float32 sum in order of k (the stand-in's cuBLAS, and
+// ferry_gemm_bf16 run from its source or on a GPU; a GPU's cuBLAS sums in
+// its own order, and the fake driver in the CPU device's).
 func Gemm(t *testing.T, dev device.Device, exact bool) {
 	rng := rand.New(rand.NewPCG(11, 13))
 	for _, tc := range []device.DType{device.Float32, device.BFloat16} {

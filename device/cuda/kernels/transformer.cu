@@ -1,8 +1,8 @@
 // Transformer kernels (device.EmbeddingKernels, LayerNormKernels,
-// AttentionKernels, DropoutKernels), following device/cpu/gpt.go operation
-// by operation. No float atomics: every sum runs in an order fixed by the
-// shapes (and, for the layer-norm parameter gradients, the launch's split),
-// so results repeat bit for bit.
+// AttentionKernels, DropoutKernels), following device/cpu/transformer.go
+// operation by operation. No float atomics: every sum runs in an order
+// fixed by the shapes (and, for the layer-norm parameter gradients, the
+// launch's split), so results repeat bit for bit.
 #include "common.cuh"
 
 #define BLOCK 256  // every kernel here is launched with 256 threads

@@ -374,12 +374,34 @@ func dropRow(row []float32, key device.DropoutKey, base uint64, thr uint32, scal
 }
 
 func (k *kernels) AttentionBackward(dq, dk, dv, grad, q, kk, v, out, lse device.View, p device.AttentionParams) error {
+	return attentionBackward(dq, dk, dv, grad, q, kk, v, out, device.View{}, lse, p)
+}
+
+// AttentionBackwardFromDelta is AttentionBackward given, instead of the
+// forward's output, each row's Σ_d dO·O (delta, contiguous [B, H, T]):
+// for a driver that computes those first and passes them on, as a GPU's
+// FlashAttention-2 backward does (the fake CUDA driver runs its
+// ferry_attention_backward_q and _kv launches through it). Blocks are as
+// for Kernels.
+func AttentionBackwardFromDelta(dq, dk, dv, grad, q, k, v, lse, delta device.View, p device.AttentionParams) error {
+	return attentionBackward(dq, dk, dv, grad, q, k, v, device.View{}, delta, lse, p)
+}
+
+// attentionBackward is AttentionBackward with the rows' Σ_d dO·O computed
+// from out, or read from delta where out has no Block.
+func attentionBackward(dq, dk, dv, grad, q, kk, v, out, delta, lse device.View, p device.AttentionParams) error {
 	gq, gk, gv, gg := geometry(q), geometry(kk), geometry(v), geometry(grad)
 	B, H, T, D := gq.B, gq.H, gq.T, gq.D
 	if T == 0 || D == 0 {
 		return nil
 	}
-	o, l := floats(out)[:B*H*T*D], floats(lse)[:B*H*T]
+	var o, dl []float32
+	if out.Block != nil {
+		o = floats(out)[:B*H*T*D]
+	} else {
+		dl = floats(delta)[:B*H*T]
+	}
+	l := floats(lse)[:B*H*T]
 	dQ, dK, dV := floats(dq)[:B*H*T*D], floats(dk)[:B*H*T*D], floats(dv)[:B*H*T*D]
 	thr, scale := device.DropoutThreshold(p.Dropout), 1/(1-p.Dropout)
 	mm, rows := headsRun(B * H)
@@ -392,7 +414,7 @@ func (k *kernels) AttentionBackward(dq, dk, dv, grad, q, kk, v, out, lse device.
 		kh, ldk := gk.head(b, h)
 		vh, ldv := gv.head(b, h)
 		gh, ldg := gg.head(b, h)
-		oh, lh := o[bh*T*D:(bh+1)*T*D], l[bh*T:(bh+1)*T]
+		lh := l[bh*T : (bh+1)*T]
 		// P = exp(scale·q·kᵀ - lse), masked.
 		mm(false, true, T, T, D, p.Scale, qh, ldq, kh, ldk, 0, P, T)
 		rows(T, max(1, elementGrain/(8*T)), func(lo, hi int) {
@@ -402,6 +424,11 @@ func (k *kernels) AttentionBackward(dq, dk, dv, grad, q, kk, v, out, lse device.
 				vecExpSub(row[:n], row[:n], lh[i], &acc)
 				clear(row[n:])
 				// D_i = Σ_d dO·O, which equals Σ_j dP'·P' with dropout too.
+				if o == nil {
+					rowDot[i] = dl[bh*T+i]
+					continue
+				}
+				oh := o[bh*T*D:]
 				var s float32
 				for d := 0; d < D; d++ {
 					s += gh[i*ldg+d] * oh[i*D+d]

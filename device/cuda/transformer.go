@@ -10,7 +10,7 @@ import (
 
 // The transformer kernel families (device.EmbeddingKernels,
 // LayerNormKernels, AttentionKernels, DropoutKernels) on the GPU, launching
-// kernels/gpt.cu. Like the CPU device's, every sum runs in an order fixed
+// kernels/transformer.cu. Like the CPU device's, every sum runs in an order fixed
 // by the shapes: no float atomics, results repeat bit for bit.
 
 var (
@@ -62,7 +62,7 @@ func (k *kernels) ScatterAdd(dst, src, idx device.View) error {
 // outside [0, V) as the CPU device does, naming it.
 //
 // Note [index check]: the kernels skip such an index and keep the smallest
-// position holding one in a word of scratch (kernels/gpt.cu, Note [bad
+// position holding one in a word of scratch (kernels/transformer.cu, Note [bad
 // indices]), which this reads back: one synchronisation of the compute
 // stream per call. That is the price of a bad index being an error of the
 // call, as on the CPU, rather than a fault of the whole context at some
@@ -81,7 +81,7 @@ func (k *kernels) embedding(op, name string, a, b, idx device.View, C int64) err
 		return err
 	}
 	// Scratch, all ones: the bad-index word and, for the scatter-add, the
-	// position links next[n], prev[n] and last[V] (kernels/gpt.cu).
+	// position links next[n], prev[n] and last[V] (kernels/transformer.cu).
 	words := int64(1)
 	if name == "ferry_embedding_scatter_add" {
 		words += 2*n + V
@@ -187,7 +187,7 @@ func (k *kernels) LayerNormBackward(dx, dweight, dbias, grad, x, mean, rstd, wei
 
 // dropoutArgs appends a dropout's threshold, scale, Philox key and mask
 // offset, as
-// kernels/gpt.cu takes them.
+// kernels/transformer.cu takes them.
 func dropoutArgs(a *cu.Args, p float32, key device.DropoutKey) *cu.Args {
 	kk, step := key.PhiloxKey()
 	return a.I32(int32(device.DropoutThreshold(p))).F32(1 / (1 - p)).
@@ -212,7 +212,7 @@ func (k *kernels) Dropout(dst, src device.View, p float32, key device.DropoutKey
 	return k.launch("ferry_dropout", k.grid1((n+3)/4), block1, dropoutArgs(newArgs().Ptr(ptr[0]).Ptr(ptr[1]).I64(n), p, key))
 }
 
-// heads encodes struct Heads (kernels/gpt.cu): B, H, T, D, then the batch,
+// heads encodes struct Heads (kernels/transformer.cu): B, H, T, D, then the batch,
 // head and row strides of q, k, v and grad (zeros where absent).
 func heads(q, k, v, g device.View) []int64 {
 	out := make([]int64, 0, 16)
@@ -249,7 +249,7 @@ func (k *kernels) Attention(out, lse, q, kk, v device.View, p device.AttentionPa
 }
 
 // attnTile is the rows (queries or keys) of one block's tile in the
-// attention kernels (ATT in kernels/gpt.cu).
+// attention kernels (ATT in kernels/transformer.cu).
 const attnTile = 32
 
 // tileGrid is the grid of an attention kernel: a block per tile of
