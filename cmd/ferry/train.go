@@ -26,6 +26,7 @@ import (
 	"ferry/optim"
 	"ferry/plan"
 	"ferry/train"
+	"ferry/train/plot"
 )
 
 // The train commands parse flags into a train.Config and a task (from
@@ -382,7 +383,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	cfg := train.Config{
 		Steps: o.steps, Accum: o.accum, Optimizer: opt, Clip: o.clip, Memory: mem,
 		Schedule:  train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps},
-		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath, PlotDir: o.plotDir,
+		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath,
 		CheckpointDir: ckptDir, CheckpointEvery: ckptEvery, Keep: o.keep, Resume: o.resume,
 		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit, Comm: o.comm, CheckEvery: o.checkEvery, Shard: o.zero,
 		Precision: o.precisionType, ExportBF16: o.exportBF16,
@@ -411,6 +412,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		if _, ok := task.(train.Describer); !ok {
 			return nil, fmt.Errorf("--plot: the task has no title")
 		}
+		cfg.Plots = plot.Writer{Dir: o.plotDir}
 	}
 	tr, err := train.New(dev, task, cfg)
 	var ce *train.ConfigError
@@ -791,7 +793,7 @@ func flagError(err error) error {
 	}
 	flags := map[string]string{"Steps": "--steps", "Accum": "--accum", "EvalEvery": "--eval-every", "LogEvery": "--log-every",
 		"CheckpointEvery": "--checkpoint-every", "StopAfter": "--stop-after", "Clip": "--clip", "Memory.Policy": "--policy",
-		"CheckpointDir": "--checkpoint-dir", "PlotDir": "--plot", "LogPath": "--log"}
+		"CheckpointDir": "--checkpoint-dir", "Plots": "--plot", "LogPath": "--log", "Resume": "--resume"}
 	if f, ok := flags[ce.Field]; ok {
 		return fmt.Errorf("%s: %w", f, ce.Err)
 	}
