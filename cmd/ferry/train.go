@@ -713,58 +713,34 @@ func (s *trainSummary) initialVal(name string) (float64, bool) {
 }
 
 // preflight refuses a run whose least memory cannot fit, before anything
-// large is allocated: parameters with their gradients and optimizer state
-// (stateCopies per parameter, see trainOptions.stateCopies) plus
-// minStepBytes of activations on the device, and hostBytes of batch data on
-// the Go heap. The estimates are lower bounds, so a refused run could not
-// have run; the device's own limit still catches the rest, with an error.
-func preflight(dev device.Device, params int64, deviceCopies, hostCopies int, minStepBytes, hostBytes int64, advice string) error {
-	need := params*4*int64(deviceCopies) + minStepBytes
-	c := dev.Allocator().Stats().Capacity
-	if kind, _, _ := device.ParseName(dev.Name()); c == 0 && kind == "cpu" {
-		c = cpu.AvailableMemory() // the CPU device's memory is the machine's
-	}
-	if c > 0 && need > c {
-		return fmt.Errorf("this run needs at least %s on %s (%d parameters with gradients and optimizer state: %s; activations: %s), "+
-			"and the device holds %s: %s",
-			device.FormatBytes(need), dev.Name(), params, device.FormatBytes(params*4*int64(deviceCopies)),
-			device.FormatBytes(minStepBytes), device.FormatBytes(c), advice)
-	}
-	if need := params * 4 * int64(hostCopies); need > 0 {
-		if avail := cpu.AvailableMemory(); avail > 0 && need > avail {
-			return fmt.Errorf("the training state on the host (--optimizer-state, --gradients, --parameters host) needs %s for %d parameters, and the machine has %s free: %s",
-				device.FormatBytes(need), params, device.FormatBytes(avail), advice)
-		}
-	}
-	if avail := cpu.AvailableMemory(); avail > 0 && hostBytes > avail/4 {
-		return fmt.Errorf("one batch needs %s of host memory, and the machine has %s free: %s",
-			device.FormatBytes(hostBytes), device.FormatBytes(avail), advice)
-	}
-	return nil
+// large is allocated (train.Preflight): params parameters with their
+// gradients and optimizer state where --parameters, --gradients and
+// --optimizer-state put them, stepBytes of activations on the device, and
+// hostBytes of batch data on the Go heap.
+func (o *trainOptions) preflight(dev device.Device, params, stepBytes, hostBytes int64, advice string) error {
+	f := train.Footprint{Params: params, Optimizer: o.stateSizer(), StepBytes: stepBytes, BatchBytes: hostBytes,
+		ParamsOnHost: len(o.paramsOnHost) > 0, GradsOnHost: o.gradsOnHost, StateOnHost: o.optimizerState == "host"}
+	return train.Preflight(dev, f, cpu.AvailableMemory(), advice)
 }
 
-// stateCopies is the parameter-sized copies of training state the device
-// and the host hold: the parameters and the gradients, one each, and the
-// optimizer state, 1 for SGD with momentum, 2 for AdamW, each on the
-// device or on the host (--parameters, --gradients, --optimizer-state).
-// Streamed parameters are counted on the host only: the device holds a
-// few at a time.
-func (o *trainOptions) stateCopies() (onDevice, onHost int) {
-	n := 2
-	if o.optimizer == "sgd" {
-		n = 1
-	}
-	place := func(host bool, copies int) {
-		if host {
-			onHost += copies
-		} else {
-			onDevice += copies
+// stateBytes is a train.StateSizer made of a function.
+type stateBytes func(n int64) int64
+
+func (f stateBytes) StateBytes(n int64) int64 { return f(n) }
+
+// stateSizer sizes --optimizer's state before the optimizer is made:
+// AdamW's two float32 moments, SGD's momentum buffer when it has
+// momentum. (A stand-in until each optimizer says its own StateBytes.)
+func (o *trainOptions) stateSizer() train.StateSizer {
+	return stateBytes(func(n int64) int64 {
+		switch {
+		case o.optimizer == "adamw":
+			return 8 * n
+		case float32(o.momentum) != 0: // as optim.SGD holds it
+			return 4 * n
 		}
-	}
-	place(len(o.paramsOnHost) > 0, 1)
-	place(o.gradsOnHost, 1)
-	place(o.optimizerState == "host", n)
-	return onDevice, onHost
+		return 0
+	})
 }
 
 // interruptContext is cancelled by the first SIGINT or SIGTERM (see
