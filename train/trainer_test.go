@@ -17,6 +17,7 @@ import (
 	"ferry/offload"
 	"ferry/optim"
 	"ferry/train"
+	"ferry/train/plot"
 	"ferry/train/traintest"
 )
 
@@ -332,7 +333,7 @@ func TestConfigErrors(t *testing.T) {
 		"Steps":           {Steps: 0},
 		"Accum":           {Steps: 1, Accum: -1},
 		"Clip":            {Steps: 1, Clip: math.NaN()},
-		"PlotDir":         {Steps: 1, PlotDir: file},
+		"Plots":           {Steps: 1, Plots: plot.Writer{Dir: file}},
 		"LogPath":         {Steps: 1, LogPath: fifo},
 		"CheckpointDir":   {Steps: 1, CheckpointDir: filepath.Join(file, "sub")},
 		"Memory.Policy":   {Steps: 1, Memory: offload.Setup{Mode: offload.PolicyMode, Policy: &offload.Policy{}}},

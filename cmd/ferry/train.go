@@ -26,6 +26,7 @@ import (
 	"ferry/optim"
 	"ferry/plan"
 	"ferry/train"
+	"ferry/train/plot"
 )
 
 // The train commands parse flags into a train.Config and a task (from
@@ -451,7 +452,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	cfg := train.Config{
 		Steps: o.steps, Accum: o.accum, Optimizer: opt, Clip: o.clip, Memory: mem,
 		Schedule:  train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps},
-		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath, PlotDir: o.plotDir,
+		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath,
 		CheckpointDir: ckptDir, CheckpointEvery: ckptEvery, Keep: o.keep, Resume: o.resume,
 		StopAfter: o.stopAfter, Seed: o.seed, Unit: o.unit, Comm: o.comm, CheckEvery: o.checkEvery, Shard: o.zero,
 		Precision: o.precisionType, ExportBF16: o.exportBF16,
@@ -480,6 +481,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		if _, ok := task.(train.Describer); !ok {
 			return nil, fmt.Errorf("--plot: the task has no title")
 		}
+		cfg.Plots = plot.Writer{Dir: o.plotDir}
 	}
 	tr, err := train.New(dev, task, cfg)
 	var ce *train.ConfigError
@@ -780,58 +782,25 @@ func (s *trainSummary) initialVal(name string) (float64, bool) {
 }
 
 // preflight refuses a run whose least memory cannot fit, before anything
-// large is allocated: parameters with their gradients and optimizer state
-// (stateCopies per parameter, see trainOptions.stateCopies) plus
-// minStepBytes of activations on the device, and hostBytes of batch data on
-// the Go heap. The estimates are lower bounds, so a refused run could not
-// have run; the device's own limit still catches the rest, with an error.
-func preflight(dev device.Device, params int64, deviceCopies, hostCopies int, minStepBytes, hostBytes int64, advice string) error {
-	need := params*4*int64(deviceCopies) + minStepBytes
-	c := dev.Allocator().Stats().Capacity
-	if kind, _, _ := device.ParseName(dev.Name()); c == 0 && kind == "cpu" {
-		c = cpu.AvailableMemory() // the CPU device's memory is the machine's
+// large is allocated (train.Preflight): params parameters with their
+// gradients and optimizer state where --parameters, --gradients and
+// --optimizer-state put them, stepBytes of activations on the device, and
+// hostBytes of batch data on the Go heap. The optimizer's state is sized
+// by the optimizer itself, made over no parameters with the run's
+// hyperparameters.
+func (o *trainOptions) preflight(dev device.Device, params, stepBytes, hostBytes int64, advice string) error {
+	opt, err := optim.New(o.optimizer, nil, o.hyper)
+	if err != nil {
+		return err
 	}
-	if c > 0 && need > c {
-		return fmt.Errorf("this run needs at least %s on %s (%d parameters with gradients and optimizer state: %s; activations: %s), "+
-			"and the device holds %s: %s",
-			device.FormatBytes(need), dev.Name(), params, device.FormatBytes(params*4*int64(deviceCopies)),
-			device.FormatBytes(minStepBytes), device.FormatBytes(c), advice)
+	defer opt.Release()
+	sizer, ok := opt.(train.StateSizer)
+	if !ok {
+		return fmt.Errorf("--optimizer %s does not say how large its state is (train.StateSizer)", o.optimizer)
 	}
-	if need := params * 4 * int64(hostCopies); need > 0 {
-		if avail := cpu.AvailableMemory(); avail > 0 && need > avail {
-			return fmt.Errorf("the training state on the host (--optimizer-state, --gradients, --parameters host) needs %s for %d parameters, and the machine has %s free: %s",
-				device.FormatBytes(need), params, device.FormatBytes(avail), advice)
-		}
-	}
-	if avail := cpu.AvailableMemory(); avail > 0 && hostBytes > avail/4 {
-		return fmt.Errorf("one batch needs %s of host memory, and the machine has %s free: %s",
-			device.FormatBytes(hostBytes), device.FormatBytes(avail), advice)
-	}
-	return nil
-}
-
-// stateCopies is the parameter-sized copies of training state the device
-// and the host hold: the parameters and the gradients, one each, and the
-// optimizer state, 1 for SGD with momentum, 2 for AdamW, each on the
-// device or on the host (--parameters, --gradients, --optimizer-state).
-// Streamed parameters are counted on the host only: the device holds a
-// few at a time.
-func (o *trainOptions) stateCopies() (onDevice, onHost int) {
-	n := 2
-	if o.optimizer == "sgd" {
-		n = 1
-	}
-	place := func(host bool, copies int) {
-		if host {
-			onHost += copies
-		} else {
-			onDevice += copies
-		}
-	}
-	place(len(o.paramsOnHost) > 0, 1)
-	place(o.gradsOnHost, 1)
-	place(o.optimizerState == "host", n)
-	return onDevice, onHost
+	f := train.Footprint{Params: params, Optimizer: sizer, StepBytes: stepBytes, BatchBytes: hostBytes,
+		ParamsOnHost: len(o.paramsOnHost) > 0, GradsOnHost: o.gradsOnHost, StateOnHost: o.optimizerState == "host"}
+	return train.Preflight(dev, f, cpu.AvailableMemory(), advice)
 }
 
 // interruptContext is cancelled by the first SIGINT or SIGTERM (see
@@ -860,7 +829,7 @@ func flagError(err error) error {
 	}
 	flags := map[string]string{"Steps": "--steps", "Accum": "--accum", "EvalEvery": "--eval-every", "LogEvery": "--log-every",
 		"CheckpointEvery": "--checkpoint-every", "StopAfter": "--stop-after", "Clip": "--clip", "Memory.Policy": "--policy",
-		"CheckpointDir": "--checkpoint-dir", "PlotDir": "--plot", "LogPath": "--log"}
+		"CheckpointDir": "--checkpoint-dir", "Plots": "--plot", "LogPath": "--log", "Resume": "--resume"}
 	if f, ok := flags[ce.Field]; ok {
 		return fmt.Errorf("%s: %w", f, ce.Err)
 	}

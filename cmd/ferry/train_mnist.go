@@ -71,8 +71,7 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if d == 0 {
 			params = (pix + 1) * 10
 		}
-		onDev, onHost := o.stateCopies()
-		if err := preflight(dev, params, onDev, onHost, int64(o.batch)*w*d*4*2, int64(o.batch)*pix*4*2,
+		if err := o.preflight(dev, params, int64(o.batch)*w*d*4*2, int64(o.batch)*pix*4*2,
 			"lower --width, --depth or --batch"); err != nil {
 			return err
 		}

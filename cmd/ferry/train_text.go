@@ -171,8 +171,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			w.Release()
 		}
 		tokens := int64(o.batch) * int64(s.Int("seq"))
-		onDev, onHost := o.stateCopies()
-		if err := preflight(dev, params, onDev, onHost, tokens*int64(s.Int("vocab"))*4*3+int64(s.Int("layers"))*act*4, tokens*8*int64(max(1, *valBatches)),
+		if err := o.preflight(dev, params, tokens*int64(s.Int("vocab"))*4*3+int64(s.Int("layers"))*act*4, tokens*8*int64(max(1, *valBatches)),
 			"lower --batch or the model's sizes (or offload: --mode offload)"); err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 	"ferry/offload"
 	"ferry/optim"
 	"ferry/train"
+	"ferry/train/plot"
 )
 
 // autoencoder is the task: a model, batches keyed by step, and a loss.
@@ -55,7 +56,7 @@ func main() {
 			Steps: 300, Optimizer: opt, Schedule: train.Cosine{Peak: 1e-2, Min: 1e-3, Warmup: 20, Total: 300},
 			Memory:        offload.Setup{Mode: offload.Offload},
 			CheckpointDir: dir + "/ckpt", CheckpointEvery: 50, Resume: stopAfter == 0, StopAfter: stopAfter,
-			PlotDir: dir + "/plots", LogEvery: 50,
+			Plots: plot.Writer{Dir: dir + "/plots"}, LogEvery: 50,
 			Hooks: train.Hooks{Step: func(s train.StepInfo) {
 				if s.Log {
 					fmt.Printf("step %3d  loss %.5f  %.0f samples/s\n", s.Step, s.Smoothed, s.ItemsPerSecond)

@@ -1,7 +1,8 @@
 // Package fsx holds the file handling every command shares: reading a file
 // with a size cap (so /dev/zero or a wrong path cannot grow memory without
-// bound) and writing a file atomically (so a full disk or a kill leaves
-// either the old file or none, never a truncated one).
+// bound), writing a file atomically (so a full disk or a kill leaves
+// either the old file or none, never a truncated one), and checking a
+// directory before a long run writes there.
 package fsx
 
 import (
@@ -113,4 +114,30 @@ func WriteAtomic(path string, write func(w io.Writer) error) (err error) {
 		d.Close()
 	}
 	return nil
+}
+
+// CheckWritableDir makes dir (and its parents) if needed and checks that
+// a file can be created in it, so that a read-only directory fails before
+// training rather than at the first save. dir itself, when made for the
+// check, is removed again (parents it made stay): the writer makes it
+// when it first writes, so a run that fails before leaves no empty dir.
+func CheckWritableDir(dir string) error {
+	st, err := os.Stat(dir)
+	if err == nil && !st.IsDir() {
+		return fmt.Errorf("%s exists and is not a directory", dir)
+	}
+	created := err != nil
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if created {
+		defer os.Remove(dir)
+	}
+	f, err := os.CreateTemp(dir, ".ferry-write-test-*")
+	if err != nil {
+		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }

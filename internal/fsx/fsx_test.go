@@ -76,3 +76,28 @@ func TestReadLimitedFIFO(t *testing.T) {
 		t.Fatal("ReadLimited waited on a FIFO")
 	}
 }
+
+// CheckWritableDir accepts a new directory and removes it again, refuses
+// a file and (unless root) a read-only directory.
+func TestCheckWritableDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := CheckWritableDir(filepath.Join(dir, "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a", "b")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the directory made for the check stayed: %v", err)
+	}
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, nil, 0o644)
+	if err := CheckWritableDir(file); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("a file: %v", err)
+	}
+	ro := filepath.Join(dir, "ro")
+	os.Mkdir(ro, 0o555)
+	if err := CheckWritableDir(ro); os.Geteuid() != 0 && (err == nil || !strings.Contains(err.Error(), "not writable")) {
+		t.Errorf("a read-only directory: %v", err)
+	}
+	if ents, _ := os.ReadDir(ro); len(ents) != 0 {
+		t.Errorf("left in %s: %v", ro, ents)
+	}
+}

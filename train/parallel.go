@@ -1,0 +1,156 @@
+package train
+
+import (
+	"ferry"
+	"ferry/dist"
+	"ferry/nn"
+	"ferry/optim"
+)
+
+// Data-parallel training (Config.Comm of more than one rank) adds to the
+// loop: the gradient reducer (or, for ZeRO-2, scatterer) and the sharded
+// optimizer, made by New; this rank's batches; and four collectives
+// every rank makes at the same moments: rank 0's weights broadcast
+// before the first step, agreeing to stop, the step's loss and items,
+// and the check that parameters are still bit-identical.
+
+// gradReducer is what the Trainer needs of a dist.GradientReducer or, for
+// ZeRO-2, a dist.GradientScatterer.
+type gradReducer interface {
+	GradReady(p *ferry.Tensor)
+	Wait() error
+	Broadcast(root int) error
+	CheckParameters() error
+}
+
+// setupParallel makes the reducer and, for Config.Shard > 0, the sharded
+// optimizer.
+func (t *Trainer) setupParallel() error {
+	cfg := t.cfg
+	if t.mem.Streamer() != nil {
+		return configErr("Memory", "parameters or gradients in host memory are not yet supported with data-parallel training")
+	}
+	if t.mem.OptimizerInBackward() {
+		return configErr("Memory.Policy", "it updates each parameter inside backward, from this rank's gradient alone; "+
+			"data-parallel training averages gradients first: plan for a larger budget")
+	}
+	if cfg.BucketBytes < 0 {
+		return configErr("BucketBytes", "must not be negative, got %d", cfg.BucketBytes)
+	}
+	params := t.task.Model().Parameters()
+	opts := dist.ReducerOptions{BucketBytes: cfg.BucketBytes}
+	var owners []int
+	if cfg.Shard == 2 {
+		sc, err := dist.NewGradientScatterer(cfg.Comm, params, opts)
+		if err != nil {
+			return err
+		}
+		t.red, owners = sc, sc.Owners()
+	} else {
+		red, err := dist.NewGradientReducer(cfg.Comm, params, opts)
+		if err != nil {
+			return err
+		}
+		t.red = red
+	}
+	if cfg.Shard > 0 {
+		st, ok := cfg.Optimizer.(optim.Stepper)
+		if !ok {
+			return configErr("Shard", "a sharded optimizer updates one parameter at a time, which needs an optim.Stepper; %T is not", cfg.Optimizer)
+		}
+		sh, err := dist.NewShardedOptimizer(cfg.Comm, st, params, dist.ShardOptions{BucketBytes: cfg.BucketBytes, Owners: owners})
+		if err != nil {
+			return err
+		}
+		t.shard = sh
+	}
+	return nil
+}
+
+// batch is this rank's micro-batch micro of step.
+func (t *Trainer) batch(step, micro int) (x, y *ferry.Tensor, items int, err error) {
+	if t.red == nil {
+		return t.task.Batch(step, micro)
+	}
+	size := t.cfg.Comm.Size()
+	if s, ok := t.task.(Sharder); ok {
+		x, y, items, err = s.BatchShard(step, micro, t.rank, size)
+		if err == nil && x != nil && len(x.Shape()) > 0 {
+			// This rank's rows start at rank·rows of the batch one process
+			// draws: its dropout masks are that process's for those rows.
+			nn.SetFirstRow(t.task.Model(), uint64(t.rank*x.Shape()[0]))
+		}
+		return x, y, items, err
+	}
+	return t.task.Batch(step, micro*size+t.rank)
+}
+
+// broadcastWeights puts rank 0's weights on every rank (they are equal
+// already when every rank seeds alike or resumed from one checkpoint).
+func (t *Trainer) broadcastWeights() error {
+	if t.red == nil {
+		return nil
+	}
+	return t.red.Broadcast(0)
+}
+
+// agreeStop is whether any rank stops before step: every rank stops at
+// the same step, or the others would wait for it in the next collective.
+func (t *Trainer) agreeStop(stop bool) (bool, error) {
+	if t.red == nil {
+		return stop, nil
+	}
+	flag := []float32{0}
+	if stop {
+		flag[0] = 1
+	}
+	if err := t.cfg.Comm.AllReduce(flag).Synchronize(); err != nil {
+		return false, err
+	}
+	return flag[0] > 0, nil
+}
+
+// reduceStep turns this rank's loss and items of step into the job's:
+// the mean loss, the same on every rank, and the items all ranks trained
+// on. Every CheckEvery steps, and at the last, it checks that the ranks'
+// parameters are bit-identical.
+func (t *Trainer) reduceStep(step int, loss float64, items int64) (float64, int64, error) {
+	if t.red == nil {
+		return loss, items, nil
+	}
+	cfg := t.cfg
+	buf := []float32{float32(loss), float32(items)}
+	if err := cfg.Comm.AllReduce(buf).Synchronize(); err != nil {
+		return 0, 0, err
+	}
+	loss, items = float64(buf[0])/float64(cfg.Comm.Size()), int64(buf[1])
+	if (cfg.CheckEvery > 0 && step%cfg.CheckEvery == 0) || step == cfg.Steps {
+		if err := t.red.CheckParameters(); err != nil {
+			return 0, 0, err
+		}
+	}
+	return loss, items, nil
+}
+
+// checkpointState is the optimizer state a checkpoint of this rank
+// holds: the optimizer's own, or, sharded, the whole state gathered to
+// rank 0 (every rank sends its shard; release frees the gathered copy).
+func (t *Trainer) checkpointState() (st optim.Stateful, release func(), err error) {
+	if t.shard == nil {
+		return t.cfg.Optimizer.(optim.Stateful), func() {}, nil
+	}
+	gathered, release, err := t.shard.GatherState(0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gatheredState{t.shard, gathered}, release, nil
+}
+
+// gatheredState is an optimizer whose State is a state gathered from all
+// ranks, for rank 0 to save.
+type gatheredState struct {
+	optim.Stateful
+	st optim.State
+}
+
+func (g gatheredState) State() optim.State { return g.st }
