@@ -16,7 +16,13 @@ import (
 //
 // Its state is the one moment ("exp_avg", 4 bytes a parameter). Its
 // authors recommend a learning rate 3-10× smaller than AdamW's and a
-// weight decay as much larger; the defaults follow (lr 1e-4, β 0.9, 0.99).
+// weight decay as much larger, β 0.9, 0.99, and β2 0.98 where training
+// is less stable. NewLion's learning rate is the caller's; the registered
+// default is 3e-4 (AdamW's 1e-3 over 3.3), and the recipe `ferry train`
+// uses adds β2 0.98 and weight decay 0.33 (AdamW's recipe's lr·λ). On
+// `ferry train mnist --epochs 1` that recipe reached 97.09-97.30% test
+// accuracy over seeds 1-4, against 96.85-97.09% with β2 0.99 and 95.4%
+// at lr 1e-4 (docs/optim.md).
 //
 // Lion is also the example of an optimizer through the seam: this file is
 // all it took (see Algorithm).
@@ -37,10 +43,10 @@ func init() {
 	Register(Registration{
 		Name:     "lion",
 		Summary:  "Lion (Chen et al. 2023): the sign of a momentum interpolation; one float32 moment, 4 bytes a parameter",
-		Defaults: map[string]float64{"lr": 1e-4, "beta1": 0.9, "beta2": 0.99, "weight_decay": 0},
-		// AdamW's recipe decay (0.1) scaled as the learning rate is: the
-		// same lr·λ.
-		Recipe: map[string]float64{"weight_decay": 1},
+		Defaults: map[string]float64{"lr": 3e-4, "beta1": 0.9, "beta2": 0.99, "weight_decay": 0},
+		// AdamW's recipe decay (0.1) scaled as the learning rate is (the
+		// same lr·λ), and the authors' β2 for less stable runs.
+		Recipe: map[string]float64{"weight_decay": 0.33, "beta2": 0.98},
 		New: func(params []*ferry.Tensor, h map[string]float64, opts ...Option) (Optimizer, error) {
 			if err := checkLR("lion", h["lr"]); err != nil {
 				return nil, err

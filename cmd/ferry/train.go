@@ -317,6 +317,7 @@ type trainSummary struct {
 	Task           string   `json:"task"`
 	Device         string   `json:"device"`
 	Mode           string   `json:"mode"`
+	Optimizer      string   `json:"optimizer"`       // --optimizer
 	OptimizerState string   `json:"optimizer_state"` // device or host (--optimizer-state)
 	Gradients      string   `json:"gradients"`       // device or host (--gradients)
 	ParamsOnHost   []string `json:"parameters_on_host,omitempty"`
@@ -379,7 +380,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	if err := checkHostPeak(o.pol, o.policy, dev.Name()); err != nil {
 		return nil, err
 	}
-	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, OptimizerState: o.optimizerState, Gradients: where(o.gradsOnHost), ParamsOnHost: o.paramsOnHost,
+	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, Optimizer: o.optimizer, OptimizerState: o.optimizerState, Gradients: where(o.gradsOnHost), ParamsOnHost: o.paramsOnHost,
 		Precision: offload.PrecisionName(o.precisionType), Model: r.describe, WorldSize: 1}
 	if o.comm != nil {
 		sum.WorldSize = o.comm.Size()
@@ -693,8 +694,8 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 	if s.Precision == "bf16" {
 		prec = ", bf16 mixed precision"
 	}
-	fmt.Fprintf(w, "\n%s: %d steps in %.1f s%s (median step %.1f ms, %s %s/s) on %s, mode %s%s\n",
-		state, s.RunSteps, s.WallSeconds, resumed, 1e3*s.StepSeconds, siCount(s.ItemsPerSecond), unit, s.Device, s.Mode, prec)
+	fmt.Fprintf(w, "\n%s: %d steps in %.1f s%s (median step %.1f ms, %s %s/s) on %s, mode %s, optimizer %s%s\n",
+		state, s.RunSteps, s.WallSeconds, resumed, 1e3*s.StepSeconds, siCount(s.ItemsPerSecond), unit, s.Device, s.Mode, s.Optimizer, prec)
 	if len(s.Metrics) > 0 {
 		fmt.Fprintf(w, "  train loss %.4f (smoothed; the last step's alone %.4f); %s\n", s.SmoothedLoss, s.FinalTrainLoss, formatMetricsOf(s.Metrics, s.higher))
 	}
