@@ -3,6 +3,7 @@ package optim
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"ferry"
 	"ferry/device"
@@ -110,15 +111,15 @@ func (o *AdamW8bit) params(lr float32, step int) device.AdamWParams {
 	return device.AdamWParams{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: step}
 }
 
-// The maps as float32s.
-var qmapSigned, qmapUnsigned = qmapFloats(&qmapSignedBits), qmapFloats(&qmapUnsignedBits)
+// The maps, made at the first 8-bit update.
+var (
+	qmapOnce                 sync.Once
+	qmapSigned, qmapUnsigned *quantMap
+)
 
-func qmapFloats(bits *[256]uint32) *[256]float32 {
-	var q [256]float32
-	for i, b := range bits {
-		q[i] = math.Float32frombits(b)
-	}
-	return &q
+func quantMaps() (*quantMap, *quantMap) {
+	qmapOnce.Do(func() { qmapSigned, qmapUnsigned = newQuantMap(&qmapSignedBits), newQuantMap(&qmapUnsignedBits) })
+	return qmapSigned, qmapUnsigned
 }
 
 // Update updates whole blocks of [lo, hi) (lo is a block's start).
@@ -129,6 +130,7 @@ func (o *AdamW8bit) Update(u *Update, lo, hi int) {
 		return
 	}
 	c := newAdam8Consts(hp)
+	qs, qu := quantMaps()
 	cm, am, cv, av := u.State[0], Float32s(u.State[1]), u.State[2], Float32s(u.State[3])
 	var m, v [Block8bit]float32
 	for b0 := lo; b0 < hi; b0 += Block8bit {
@@ -138,12 +140,12 @@ func (o *AdamW8bit) Update(u *Update, lo, hi int) {
 		mb, vb := m[:b1-b0], v[:b1-b0]
 		sm, sv := am[blk], av[blk]
 		for i := range mb {
-			mb[i] = qmapSigned[cm[b0+i]] * sm
-			vb[i] = qmapUnsigned[cv[b0+i]] * sv
+			mb[i] = qs.q[cm[b0+i]] * sm
+			vb[i] = qu.q[cv[b0+i]] * sv
 		}
 		c.update(w, g, mb, vb)
-		am[blk] = quantizeBlock(cm[b0:b1], mb, qmapSigned)
-		av[blk] = quantizeBlock(cv[b0:b1], vb, qmapUnsigned)
+		am[blk] = qs.quantizeBlock(cm[b0:b1], mb)
+		av[blk] = qu.quantizeBlock(cv[b0:b1], vb)
 	}
 }
 
@@ -175,33 +177,82 @@ func (c *adam8Consts) update(w, g, m, v []float32) {
 
 // quantizeBlock writes x's codes into codes and returns the block's
 // scale: its largest magnitude, at least 1e-12.
-func quantizeBlock(codes []byte, x []float32, q *[256]float32) float32 {
+func (m *quantMap) quantizeBlock(codes []byte, x []float32) float32 {
 	var absmax float32
 	for _, v := range x {
 		absmax = max(absmax, float32(math.Abs(float64(v))))
 	}
 	absmax = max(absmax, 1e-12)
 	for i, v := range x {
-		codes[i] = quantize(v/absmax, q)
+		codes[i] = m.quantize(v / absmax)
 	}
 	return absmax
 }
 
 // quantize is the code of q's nearest value to x, ties to the higher
 // (torchao's branch-free binary search and rounding): the largest c with
-// q[c] ≤ x (0 when none), then c+1 when x is at least halfway to q[c+1].
-func quantize(x float32, q *[256]float32) uint8 {
-	c := 0
-	if x >= q[128] {
-		c = 128
+// q[c] ≤ x (0 when none, and for NaN), then c+1 when x is at least
+// halfway to q[c+1]. It finds c from its map's start table
+// (quantMap.start) and a step or two up, with the binary search's result
+// (TestQuantizeMatchesBinarySearch).
+func (m *quantMap) quantize(x float32) uint8 {
+	if x != x {
+		return 0
 	}
-	for s := 64; s >= 1; s >>= 1 {
-		if x >= q[c+s] {
-			c += s
-		}
+	q := &m.q
+	c := int(m.start[orderKey(x)>>startShift])
+	for c < 255 && q[c+1] <= x {
+		c++
 	}
 	if c < 255 && x-q[c] >= (q[c+1]-q[c])*0.5 {
 		c++
 	}
 	return uint8(c)
+}
+
+// quantMap is a quantisation map with its start table: start[k] is the
+// largest c with q[c] ≤ the least float32 whose orderKey>>startShift is k
+// (0 when none), so that for any x of that bucket the largest c with
+// q[c] ≤ x is start[k] or a few codes above (a bucket is 1/128 of a
+// binade, finer than the map's steps but for a few).
+type quantMap struct {
+	q     [256]float32
+	start []uint8
+}
+
+const startShift = 16
+
+// orderKey maps float32s to uint32s in the same order (-0 just below +0).
+func orderKey(x float32) uint32 {
+	b := math.Float32bits(x)
+	if b>>31 != 0 {
+		return ^b
+	}
+	return b | 1<<31
+}
+
+func newQuantMap(bits *[256]uint32) *quantMap {
+	m := &quantMap{start: make([]uint8, 1<<(32-startShift))}
+	for i, b := range bits {
+		m.q[i] = math.Float32frombits(b)
+	}
+	c := 0
+	for k := range m.start {
+		key := uint32(k) << startShift
+		var least float32
+		if key>>31 != 0 {
+			least = math.Float32frombits(key &^ (1 << 31))
+		} else {
+			least = math.Float32frombits(^key)
+		}
+		if least != least { // the NaN buckets: quantize never looks
+			m.start[k] = uint8(c)
+			continue
+		}
+		for c < 255 && m.q[c+1] <= least {
+			c++
+		}
+		m.start[k] = uint8(c)
+	}
+	return m
 }

@@ -213,3 +213,38 @@ func f32bits(v []float32) []uint32 {
 	}
 	return out
 }
+
+// The start-table quantisation gives the branch-free binary search's code
+// (torchao's) for every map value and its neighbours, every midpoint
+// between codes, the edges (±0, ±Inf, NaN, subnormals, beyond ±1), and a
+// million random floats of every magnitude.
+func TestQuantizeMatchesBinarySearch(t *testing.T) {
+	var xs []float32
+	for _, signed := range []bool{true, false} {
+		for c := range 256 {
+			v := optim.QuantMapValue(uint8(c), signed)
+			xs = append(xs, v, math.Nextafter32(v, -2), math.Nextafter32(v, 2))
+			if c < 255 {
+				mid := (v + optim.QuantMapValue(uint8(c+1), signed)) / 2
+				xs = append(xs, mid, math.Nextafter32(mid, -2), math.Nextafter32(mid, 2))
+			}
+		}
+	}
+	inf := float32(math.Inf(1))
+	xs = append(xs, 0, float32(math.Copysign(0, -1)), inf, -inf, float32(math.NaN()), 1e-45, -1e-45, 1.5, -1.5, 1e-38, -1e-38)
+	z := uint64(12345)
+	for range 1 << 20 {
+		z = z*6364136223846793005 + 1442695040888963407
+		x := math.Float32frombits(uint32(z >> 32))
+		if x == x {
+			xs = append(xs, x, math.Float32frombits(uint32(z>>32)&^(0xff<<23)|uint32(127-z%40)<<23))
+		}
+	}
+	for _, signed := range []bool{true, false} {
+		for _, x := range xs {
+			if got, want := optim.Quantize(x, signed), optim.QuantizeSearch(x, signed); got != want {
+				t.Fatalf("signed %v, x %v (%#x): code %d, the binary search %d", signed, x, math.Float32bits(x), got, want)
+			}
+		}
+	}
+}
