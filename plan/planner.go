@@ -806,9 +806,26 @@ func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
 				}
 			}
 		}
-		p.Suggestions = append(p.Suggestions, fmt.Sprintf("a device with at least %s", device.FormatBytes(smallest.PeakBytes)))
+		p.Suggestions = append(p.Suggestions, fmt.Sprintf("a device with at least %s (%d bytes)", formatBytesUp(smallest.PeakBytes), smallest.PeakBytes))
 	}
 	return p, nil
+}
+
+// formatBytesUp writes n as device.FormatBytes does, rounded up in its
+// last digit, so that the figure given as a budget holds n.
+func formatBytesUp(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return device.FormatBytes(n)
+	}
+	f := float64(n)
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB", "PiB"} {
+		f /= unit
+		if f < unit {
+			return fmt.Sprintf("%.2f %s", math.Ceil(f*100)/100, u)
+		}
+	}
+	return device.FormatBytes(n)
 }
 
 // smallest replays the plans that hold least on the device — every
