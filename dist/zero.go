@@ -114,9 +114,9 @@ type ShardStats struct {
 // NewShardedOptimizer shards inner's work over c's ranks. params are the
 // parameters to update (float32, in the same order on every rank; repeats
 // are dropped); inner must be an optimizer over them (or over a superset)
-// whose state is allocated at a parameter's first StepParam, as SGD's and
-// AdamW's is, and which has taken no step yet (or whose state was set
-// through this optimizer's SetState).
+// whose state is allocated at a parameter's first StepParam, as every
+// optimizer built on optim.Engine does, and which has taken no step yet
+// (or whose state was set through this optimizer's SetState).
 func NewShardedOptimizer(c Comm, inner optim.Stepper, params []*ferry.Tensor, opts ShardOptions) (*ShardedOptimizer, error) {
 	capBytes := opts.BucketBytes
 	if capBytes == 0 {

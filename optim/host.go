@@ -10,7 +10,7 @@ import (
 	"ferry/internal/optkernel"
 )
 
-// Option changes how NewSGD and NewAdamW build an optimizer.
+// Option changes how an optimizer is built (New, NewSGD, NewAdamW, …).
 type Option func(*options)
 
 type options struct{ host bool }
@@ -54,7 +54,7 @@ func StateOn(where string) (Option, error) {
 }
 
 // HostPlaced is implemented by optimizers that may keep their state on
-// the host (SGD and AdamW): a checkpoint loader reads such an optimizer's
+// the host (every optimizer built on Engine): a checkpoint loader reads such an optimizer's
 // state into host memory instead of the device's.
 type HostPlaced interface {
 	// StateOnHost reports whether the state is on the host (OnHost).

@@ -54,7 +54,8 @@ type Stepper interface {
 // InBackward returns options for Backward that update each parameter as
 // soon as its gradient is complete and then drop the gradient, so that
 // gradients never all exist at once (torchtune's optimizer_in_bwd). For
-// SGD and AdamW the result equals Backward followed by Step and ZeroGrad.
+// every optimizer of this package the result equals Backward followed by
+// Step and ZeroGrad.
 // The first error stops further updates and is returned by Err.
 //
 // The updates use the learning rate the optimizer has when InBackward is

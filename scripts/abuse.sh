@@ -140,7 +140,13 @@ probe err "${T[@]}" --steps 2 --clip -1
 for v in 1 1.5 NaN; do probe err "${T[@]}" --steps 2 --momentum "$v" --optimizer sgd; done
 for v in -5 abc; do probe err "${T[@]}" --steps 2 --warmup "$v"; done
 probe err "${T[@]}" --steps 2 --min-lr -1
-probe err "${T[@]}" --steps 2 --optimizer lion
+probe err "${T[@]}" --steps 2 --optimizer adam9
+for v in 'beta1' 'beta1=' 'beta1=NaN' 'beta1=2' 'lr=1' 'nope=1' 'beta2=-1,eps=0' ',,'; do probe err "${T[@]}" --steps 2 --optimizer-args "$v"; done
+probe err "${T[@]}" --steps 2 --optimizer adamw8bit --optimizer-args min_8bit_size=1e99
+probe err "${T[@]}" --steps 2 --momentum 0.5
+for o in adamw8bit lion sgd; do probe ok "${T[@]}" --steps 2 --optimizer "$o"; done
+probe err plan --budget 3GiB --optimizer adam9
+probe err demo $M --optimizer ''
 for v in '' gpu HOST; do probe err "${T[@]}" --steps 2 --optimizer-state "$v"; probe err plan --budget 3GiB --optimizer-state "$v"; probe err demo $M --optimizer-state "$v"; done
 probe ok "${T[@]}" --steps 2 --optimizer-state host
 probe err plan --budget 3GiB --optimizer-state host --ranks 2

@@ -94,7 +94,7 @@ type Config struct {
 	// each rank keeps only its parameters' averaged gradients, and Clip
 	// uses a norm all-reduced over ranks). The Optimizer must be an
 	// optim.Stepper whose state is made at a parameter's first update
-	// (SGD, AdamW). Results equal Shard 0's bit for bit; checkpoints hold
+	// (every optimizer of package optim). Results equal Shard 0's bit for bit; checkpoints hold
 	// the whole state (gathered to rank 0) and load at any rank count.
 	Shard int
 	// Precision is the element type of the model's matrix products in
