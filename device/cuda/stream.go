@@ -57,7 +57,7 @@ func (s *stream) Record() device.Event {
 	c := &eventCell{d: d, h: h}
 	e := &event{c: c}
 	// An event nobody observes to completion gives its handle back when it
-	// is garbage. This recycles a CUevent, never memory (DESIGN.md 3).
+	// is garbage. This recycles a CUevent, never memory (docs/design.md, decision 3).
 	runtime.AddCleanup(e, func(c *eventCell) { c.release() }, c)
 	return e
 }
