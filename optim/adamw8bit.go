@@ -176,15 +176,26 @@ func (c *adam8Consts) update(w, g, m, v []float32) {
 }
 
 // quantizeBlock writes x's codes into codes and returns the block's
-// scale: its largest magnitude, at least 1e-12.
+// scale: its largest magnitude, at least 1e-12. Each code is quantize's,
+// written out here so that the loop keeps its tables in registers.
 func (m *quantMap) quantizeBlock(codes []byte, x []float32) float32 {
 	var absmax float32
 	for _, v := range x {
 		absmax = max(absmax, float32(math.Abs(float64(v))))
 	}
 	absmax = max(absmax, 1e-12)
+	q, half, start := &m.q, &m.half, m.start
+	codes = codes[:len(x)]
 	for i, v := range x {
-		codes[i] = m.quantize(v / absmax)
+		y := v / absmax
+		if y != y {
+			codes[i] = 0
+			continue
+		}
+		c := int(start[orderKey(y)>>startShift])
+		c += b2i(q[c+1] <= y)
+		c += b2i(y-q[c] >= half[c])
+		codes[i] = uint8(c)
 	}
 	return absmax
 }
@@ -193,42 +204,52 @@ func (m *quantMap) quantizeBlock(codes []byte, x []float32) float32 {
 // (torchao's branch-free binary search and rounding): the largest c with
 // q[c] ≤ x (0 when none, and for NaN), then c+1 when x is at least
 // halfway to q[c+1]. It finds c from its map's start table
-// (quantMap.start) and a step or two up, with the binary search's result
-// (TestQuantizeMatchesBinarySearch).
+// (quantMap.start) and at most one step up, with the binary search's
+// result (TestQuantizeMatchesBinarySearch).
 func (m *quantMap) quantize(x float32) uint8 {
 	if x != x {
 		return 0
 	}
-	q := &m.q
 	c := int(m.start[orderKey(x)>>startShift])
-	for c < 255 && q[c+1] <= x {
-		c++
-	}
-	if c < 255 && x-q[c] >= (q[c+1]-q[c])*0.5 {
-		c++
-	}
+	c += b2i(m.q[c+1] <= x)
+	c += b2i(x-m.q[c] >= m.half[c])
 	return uint8(c)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // quantMap is a quantisation map with its start table: start[k] is the
 // largest c with q[c] ≤ the least float32 whose orderKey>>startShift is k
-// (0 when none), so that for any x of that bucket the largest c with
-// q[c] ≤ x is start[k] or a few codes above (a bucket is 1/128 of a
-// binade, finer than the map's steps but for a few).
+// (0 when none). A bucket is 1/128 of a binade, and no bucket holds more
+// than one of the map's values (newQuantMap checks), so for any x of
+// bucket k the largest c with q[c] ≤ x is start[k] or start[k]+1.
 type quantMap struct {
-	q     [256]float32
+	q    [257]float32 // the map's 256 values, then NaN: q[c+1] ≤ x is false at c = 255
+	half [256]float32 // (q[c+1]-q[c])·0.5, in float32 as torchao rounds; NaN at 255
+	// start is indexed by orderKey(x)>>startShift.
 	start []uint8
 }
 
 const startShift = 16
 
 // orderKey maps float32s to uint32s in the same order (-0 just below +0).
+// Branch-free: a sign is as likely as the other.
 func orderKey(x float32) uint32 {
 	b := math.Float32bits(x)
-	if b>>31 != 0 {
-		return ^b
+	return b ^ (uint32(int32(b)>>31) | 1<<31)
+}
+
+// bucketFloat is the float32 whose orderKey is key.
+func bucketFloat(key uint32) float32 {
+	if key>>31 != 0 {
+		return math.Float32frombits(key &^ (1 << 31))
 	}
-	return b | 1<<31
+	return math.Float32frombits(^key)
 }
 
 func newQuantMap(bits *[256]uint32) *quantMap {
@@ -236,23 +257,24 @@ func newQuantMap(bits *[256]uint32) *quantMap {
 	for i, b := range bits {
 		m.q[i] = math.Float32frombits(b)
 	}
+	m.q[256] = float32(math.NaN())
+	for c := range 255 {
+		m.half[c] = (m.q[c+1] - m.q[c]) * 0.5
+	}
+	m.half[255] = float32(math.NaN())
 	c := 0
 	for k := range m.start {
-		key := uint32(k) << startShift
-		var least float32
-		if key>>31 != 0 {
-			least = math.Float32frombits(key &^ (1 << 31))
-		} else {
-			least = math.Float32frombits(^key)
-		}
-		if least != least { // the NaN buckets: quantize never looks
-			m.start[k] = uint8(c)
-			continue
-		}
-		for c < 255 && m.q[c+1] <= least {
-			c++
+		least := bucketFloat(uint32(k) << startShift)
+		if least == least { // (NaN buckets: quantize never looks)
+			for c < 255 && m.q[c+1] <= least {
+				c++
+			}
 		}
 		m.start[k] = uint8(c)
+		top := bucketFloat(uint32(k)<<startShift | (1<<startShift - 1))
+		if top == top && c < 254 && m.q[c+2] <= top {
+			panic("optim: a quantisation map has two values within 1/128 of a binade; lower startShift")
+		}
 	}
 	return m
 }

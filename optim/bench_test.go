@@ -25,11 +25,9 @@ func BenchmarkStep(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer o.Release()
-			g := make([]float32, n)
-			for i := range g {
-				g[i] = float32(i%1000-500) * 1e-3
-			}
-			p.SetGrad(ferry.FromFloat32s(dev, g, n))
+			// Gradients of many magnitudes (the 8-bit codes' search
+			// branches as on real ones).
+			p.SetGrad(ferry.FromFloat32s(dev, draw(7, n, false), n))
 			b.SetBytes(4 * n)
 			b.ResetTimer()
 			for range b.N {

@@ -88,13 +88,8 @@ func (o *Lion) Update(u *Update, lo, hi int) {
 	for i := range w {
 		w[i] *= decay
 		c := m[i]*b1 + g[i]*(1-b1)
-		var s float32
-		switch {
-		case c > 0:
-			s = 1
-		case c < 0:
-			s = -1
-		case c != c: // NaN stays NaN, as torch.sign's
+		s := float32(b2i(c > 0) - b2i(c < 0)) // branch-free: signs are a coin toss
+		if c != c {                           // NaN stays NaN, as torch.sign's
 			s = c
 		}
 		w[i] += negLR * s

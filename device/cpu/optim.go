@@ -44,6 +44,9 @@ func (k *kernels) AdamWStep(param, grad, expAvg, expAvgSq device.View, p device.
 
 var _ device.HostLoopKernels = (*kernels)(nil)
 
+// loopGrain is the fewest elements of a HostLoop a core is given.
+const loopGrain = elementGrain / 8
+
 // HostLoop runs body on the pool's chunks, each a whole number of grain
 // elements (the last excepted): the CPU's memory is the host's, so an
 // optimizer's Go loop updates it in place.
@@ -58,8 +61,11 @@ func (k *kernels) HostLoop(n, grain int, views []device.View, bytes int64, body 
 			mem[i] = Bytes(v.Block)[v.Off*v.DType.Size():]
 		}
 	}
+	// An update costs several elementwise ops an element: pieces of
+	// loopGrain elements, an eighth of elementGrain, so that a parameter
+	// of 64 Ki elements spreads over the cores.
 	units := (n + grain - 1) / grain
-	parallelFor(units, max(1, elementGrain/grain), func(lo, hi int) {
+	parallelFor(units, max(1, loopGrain/grain), func(lo, hi int) {
 		body(mem, lo*grain, min(hi*grain, n))
 	})
 	return nil
