@@ -147,6 +147,7 @@ probe err "${T[@]}" --steps 2 --momentum 0.5
 for o in adamw8bit lion sgd; do probe ok "${T[@]}" --steps 2 --optimizer "$o"; done
 probe err plan --budget 3GiB --optimizer adam9
 probe err demo $M --optimizer ''
+probe err plan --budget 3GiB --optimizer ''
 for v in '' gpu HOST; do probe err "${T[@]}" --steps 2 --optimizer-state "$v"; probe err plan --budget 3GiB --optimizer-state "$v"; probe err demo $M --optimizer-state "$v"; done
 probe ok "${T[@]}" --steps 2 --optimizer-state host
 probe err plan --budget 3GiB --optimizer-state host --ranks 2

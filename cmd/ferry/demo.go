@@ -79,7 +79,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 		}
 		cfg.Family, cfg.Steps, cfg.Seed, cfg.DiskDir = f, *steps, *seed, *diskDir
-		if *optimizer != "" {
+		if *optimizer != "" || set["optimizer"] { // given as '': refused, with the list
 			if err := checkOptimizer(*optimizer); err != nil {
 				return err
 			}

@@ -65,7 +65,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if cfg.Precision, err = parsePrecision(*precision); err != nil {
 			return err
 		}
-		if *optimizer != "" {
+		if *optimizer != "" || setFlags(fs)["optimizer"] { // given as '': refused, with the list
 			if err := checkOptimizer(*optimizer); err != nil {
 				return err
 			}
