@@ -72,26 +72,26 @@ func TestClosedDeviceTensorsFailLoudly(t *testing.T) {
 			}
 
 			uses := map[string]func() error{
-				"add":      func() error { ferry.Add(a, b); return nil },
-				"matmul":   func() error { ferry.MatMul(a, b.T()); return nil },
-				"relu":     func() error { ferry.ReLU(a); return nil },
-				"sum":      func() error { ferry.Sum(a); return nil },
-				"reshape":  func() error { a.Reshape(32); return nil },
-				"linear":   func() error { lin.Forward(a); return nil },
+				"add":      func() error { ferry.Add(a, b); return nil },        //ferry:discard the call must fail before it returns a tensor
+				"matmul":   func() error { ferry.MatMul(a, b.T()); return nil }, //ferry:discard the call must fail before it returns a tensor
+				"relu":     func() error { ferry.ReLU(a); return nil },          //ferry:discard the call must fail before it returns a tensor
+				"sum":      func() error { ferry.Sum(a); return nil },           //ferry:discard the call must fail before it returns a tensor
+				"reshape":  func() error { a.Reshape(32); return nil },          //ferry:discard the call must fail before it returns a tensor
+				"linear":   func() error { lin.Forward(a); return nil },         //ferry:discard the call must fail before it returns a tensor
 				"float32s": func() error { a.Float32s(); return nil },
 				"item":     func() error { ferry.Sum(a).Item(); return nil },
-				"empty":    func() error { ferry.Empty(dev, 3); return nil },
-				"randn":    func() error { ferry.Randn(dev, rng, 3); return nil },
+				"empty":    func() error { ferry.Empty(dev, 3); return nil },      //ferry:discard the call must fail before it returns a tensor
+				"randn":    func() error { ferry.Randn(dev, rng, 3); return nil }, //ferry:discard the call must fail before it returns a tensor
 				"backward": func() error { return loss.Backward() },
 				"sgd":      func() error { return opt.Step() },
 				"step": func() error {
-					return ferry.Step(func(tape *ferry.Tape) error { ferry.Add(tape.Input(a), b); return nil })
+					return ferry.Step(func(tape *ferry.Tape) error { ferry.Add(tape.Input(a), b); return nil }) //ferry:discard the call must fail before it returns a tensor
 				},
 			}
 			for what, use := range uses {
 				wantFerryError(t, what, ferry.Catch(use), device.ErrClosed)
 			}
-			if err := ferry.Step(func(tape *ferry.Tape) error { ferry.ReLU(tape.Input(a)); return nil }); err == nil {
+			if err := ferry.Step(func(tape *ferry.Tape) error { ferry.ReLU(tape.Input(a)); return nil }); err == nil { //ferry:discard the call must fail before it returns a tensor
 				t.Fatal("a step on a closed device's tensor returned nil")
 			}
 			// Letting go is harmless: the memory went with the device.
@@ -113,7 +113,7 @@ func TestDifferentDevicesAreNamedApart(t *testing.T) {
 	a, b := ferry.Ones(d1, 3), ferry.Ones(d2, 3)
 	defer a.Release()
 	defer b.Release()
-	err := ferry.Catch(func() error { ferry.Add(a, b); return nil })
+	err := ferry.Catch(func() error { ferry.Add(a, b); return nil }) //ferry:discard the call must fail before it returns a tensor
 	wantFerryError(t, "add", err, nil)
 	id1, id2 := device.Identify(d1), device.Identify(d2)
 	if id1 == id2 {
@@ -149,8 +149,8 @@ func TestTapeFromSecondGoroutine(t *testing.T) {
 				var errs []error
 				onOther(func() {
 					catch := func(f func()) { errs = append(errs, ferry.Catch(func() error { f(); return nil })) }
-					catch(func() { ferry.ReLU(y) })
-					catch(func() { tape.Input(x) })
+					catch(func() { ferry.ReLU(y) }) //ferry:discard the call must fail before it returns a tensor
+					catch(func() { tape.Input(x) }) //ferry:discard the call must fail before it returns a tensor
 					catch(func() { y.Release() })
 					catch(func() { tape.PushModule("x") })
 					errs = append(errs, loss.Backward(), tape.Close())
@@ -190,7 +190,7 @@ func TestTapeFromSecondGoroutine(t *testing.T) {
 	// goroutine's: handing it over before any use is fine.
 	tape := ferry.NewTape()
 	onOther(func() {
-		if err := ferry.Catch(func() error { ferry.ReLU(tape.Input(x)); return tape.Close() }); err != nil {
+		if err := ferry.Catch(func() error { ferry.ReLU(tape.Input(x)); return tape.Close() }); err != nil { //ferry:discard the call must fail before it returns a tensor
 			t.Errorf("a tape first used on another goroutine: %v", err)
 		}
 	})
@@ -220,11 +220,11 @@ func TestSizesNeverOverflow(t *testing.T) {
 			{10000000, 10000000, 10000000},
 		} {
 			for what, make := range map[string]func(){
-				"empty":   func() { ferry.Empty(dev, shape...) },
-				"uniform": func() { ferry.Uniform(dev, rng, 0, 1, shape...) },
-				"randn":   func() { ferry.Randn(dev, rng, shape...) },
-				"zeros":   func() { ferry.Zeros(dev, shape...) },
-				"from":    func() { ferry.FromFloat32s(dev, nil, shape...) },
+				"empty":   func() { ferry.Empty(dev, shape...) },              //ferry:discard the call must fail before it returns a tensor
+				"uniform": func() { ferry.Uniform(dev, rng, 0, 1, shape...) }, //ferry:discard the call must fail before it returns a tensor
+				"randn":   func() { ferry.Randn(dev, rng, shape...) },         //ferry:discard the call must fail before it returns a tensor
+				"zeros":   func() { ferry.Zeros(dev, shape...) },              //ferry:discard the call must fail before it returns a tensor
+				"from":    func() { ferry.FromFloat32s(dev, nil, shape...) },  //ferry:discard the call must fail before it returns a tensor
 			} {
 				err := ferry.Catch(func() error { make(); return nil })
 				wantFerryError(t, name+" "+what, err, device.ErrTooLarge)
@@ -233,15 +233,15 @@ func TestSizesNeverOverflow(t *testing.T) {
 		// A reshape whose product wraps around to the tensor's size, and a
 		// strided view whose reach does.
 		x := ferry.Zeros(dev, 4)
-		err := ferry.Catch(func() error { x.Reshape(1<<62+1, 4); return nil })
+		err := ferry.Catch(func() error { x.Reshape(1<<62+1, 4); return nil }) //ferry:discard the call must fail before it returns a tensor
 		wantFerryError(t, name+" reshape", err, nil)
-		err = ferry.Catch(func() error { x.AsStrided([]int{2, 1 << 62}, []int{1, 4}, 0); return nil })
+		err = ferry.Catch(func() error { x.AsStrided([]int{2, 1 << 62}, []int{1, 4}, 0); return nil }) //ferry:discard the call must fail before it returns a tensor
 		wantFerryError(t, name+" as_strided", err, nil)
 		x.Release()
 		// Values that do not match the shape: an error before any memory
 		// is asked for.
 		before := dev.Allocator().Stats().AllocatedBytes.Allocated
-		err = ferry.Catch(func() error { ferry.FromFloat32s(dev, make([]float32, 10), 1<<30); return nil })
+		err = ferry.Catch(func() error { ferry.FromFloat32s(dev, make([]float32, 10), 1<<30); return nil }) //ferry:discard the call must fail before it returns a tensor
 		wantFerryError(t, name+" from_float32s", err, nil)
 		if _, oom := ferry.IsOutOfMemory(err); oom || dev.Allocator().Stats().AllocatedBytes.Allocated != before {
 			t.Errorf("%s: 10 values for 2^30 elements asked the device for memory: %v", name, err)
@@ -259,7 +259,7 @@ func TestHostStagingIsBoundedAndAfterTheDevice(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	// 40 GiB: `--batch 10500000 --width 1024` of the issue.
-	err := ferry.Catch(func() error { ferry.Randn(dev, rng, 10500000, 1024); return nil })
+	err := ferry.Catch(func() error { ferry.Randn(dev, rng, 10500000, 1024); return nil }) //ferry:discard the call must fail before it returns a tensor
 	runtime.ReadMemStats(&after)
 	if _, ok := ferry.IsOutOfMemory(err); !ok {
 		t.Fatalf("40 GiB on a 64 MiB device: %v, want out of memory", err)

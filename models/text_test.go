@@ -98,7 +98,9 @@ func TestByteTaskBatchesBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer task.Release()
-	x, _, _, _ := task.Batch(5, 1)
+	x, y, _, _ := task.Batch(5, 1)
+	defer x.Release()
+	defer y.Release()
 	rng := rand.New(rand.NewPCG(3^0x7465787462617463, 5<<16|1))
 	want, _ := text.Windows(train, rng, 3, 8)
 	if !slices.Equal(x.Int32s(), want) || task.Tokenizer() != "byte" {

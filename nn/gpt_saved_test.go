@@ -43,7 +43,7 @@ func savedPerBlock(t *testing.T, cfg nn.GPTConfig, batch int) map[string]int64 {
 	tok := ferry.FromInt32s(dev, make([]int32, batch*cfg.Seq), batch, cfg.Seq)
 	defer tok.Release()
 	err = ferry.Step(func(tape *ferry.Tape) error {
-		tape.WithHooks(hooks, func() { m.Forward(tape.Input(tok)) })
+		tape.WithHooks(hooks, func() { m.Forward(tape.Input(tok)) }) //ferry:discard the tape owns the output
 		return nil
 	})
 	if err != nil {

@@ -114,7 +114,7 @@ func TestOffloaderFromSecondGoroutine(t *testing.T) {
 			// A second training loop on the same offloader.
 			err := ferry.Step(func(tape *ferry.Tape) error {
 				x := tape.Adopt(ferry.Randn(dev, rand.New(rand.NewPCG(5, 5)), batch, width))
-				tape.WithHooks(off.Hooks(), func() { m.Forward(x) })
+				tape.WithHooks(off.Hooks(), func() { m.Forward(x) }) //ferry:discard the tape owns the output
 				return nil
 			})
 			var fe *ferry.Error
@@ -177,7 +177,7 @@ func testOnAnotherDevice(t *testing.T, kind string) {
 	defer in.Release()
 	before := other.Allocator().Allocated()
 	err := ferry.Step(func(tape *ferry.Tape) error {
-		tape.WithHooks(hooks, func() { m.Forward(tape.Input(in)) })
+		tape.WithHooks(hooks, func() { m.Forward(tape.Input(in)) }) //ferry:discard the tape owns the output
 		return nil
 	})
 	var fe *ferry.Error

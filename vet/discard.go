@@ -85,6 +85,10 @@ var notNew = map[[3]string]kind{
 	// A module's Parameters are the tensors it holds ("*": any receiver,
 	// the Module interface included).
 	{tensorPkg + "/nn", "*", "Parameters"}: borrowed,
+	// HostCopy pages a parameter out and returns its master copy on the
+	// host, which the pager keeps; the caller often wants only the paging.
+	{tensorPkg + "/optim", "HostCopier", "HostCopy"}: borrowed,
+	{tensorPkg + "/offload", "Streamer", "HostCopy"}: borrowed,
 }
 
 type kind uint8
