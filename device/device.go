@@ -8,7 +8,7 @@
 // by name, as database/sql drivers do:
 //
 //	import _ "ferry/device/cpu"
-//	dev, err := device.Open("cpu")
+//	dev, err := device.Open("cpu", device.Options{})
 //
 // Abilities that only some devices have are optional interfaces, found by type
 // assertion; ErrNotSupported says a device lacks one.
