@@ -114,6 +114,10 @@ func (r *Recorder) Span(track, name string, start, end float64) {
 	r.mu.Unlock()
 }
 
+// Unit is the unit of the recorder's clock: "s", or "events" for a
+// NewCounting recorder, whose samples' Seconds count events.
+func (r *Recorder) Unit() string { return r.unit }
+
 // Samples returns the samples recorded for an allocator.
 func (r *Recorder) Samples(name string) []Sample {
 	r.mu.Lock()

@@ -76,12 +76,22 @@ func timeUnit(span float64) (name string, size float64) {
 // the recording, and the y axis is in KiB, MiB or GiB by the peak. Each
 // sample holds until the next one, so the bands are drawn as steps.
 //
-// The x axis reads samples' Seconds as seconds. A trace.NewCounting
-// recorder counts events instead; its pictures are right in shape and
-// wrong in unit.
+// The x axis reads samples' Seconds as seconds; MemoryOf reads a
+// recorder's own unit.
 //
 // It returns an error wrapping ErrNoData when samples is empty.
 func Memory(dir, name, title string, samples []trace.Sample) error {
+	return memory(dir, name, title, samples, "s")
+}
+
+// MemoryOf is Memory for rec's samples of allocator, on rec's clock: in
+// seconds, or, for a trace.NewCounting recorder (a device whose time does
+// not move), in events, so that no axis shows made-up seconds.
+func MemoryOf(dir, name, title string, rec *trace.Recorder, allocator string) error {
+	return memory(dir, name, title, rec.Samples(allocator), rec.Unit())
+}
+
+func memory(dir, name, title string, samples []trace.Sample, unit string) error {
 	if len(samples) == 0 {
 		return fmt.Errorf("%w: no memory samples", ErrNoData)
 	}
@@ -93,6 +103,11 @@ func Memory(dir, name, title string, samples []trace.Sample) error {
 	}
 	tunit, tsize := timeUnit(t1 - t0)
 	xLabel := "time in the step (" + tunit + ")"
+	if unit != "s" {
+		// A counting clock: one unit per allocation, free or span end.
+		tunit, tsize = "", 1
+		xLabel = "allocations and frees, in order (this device keeps no time)"
+	}
 	x := func(i int) float64 { return (samples[i].Seconds - t0) / tsize }
 	xEnd := (t1 - t0) / tsize
 	if t1 <= t0 {
@@ -111,7 +126,7 @@ func Memory(dir, name, title string, samples []trace.Sample) error {
 	}
 
 	p := newPlot(title, xLabel, "allocated ("+bunit+")")
-	if t1 <= t0 {
+	if t1 <= t0 || unit != "s" {
 		p.X.Tick.Marker = ticks{integer: true}
 	}
 	leg := newLegend()
@@ -165,7 +180,10 @@ func Memory(dir, name, title string, samples []trace.Sample) error {
 		peakLine.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		p.Add(peakLine)
 		peakLabel := "peak " + device.FormatBytes(peak)
-		if t1 > t0 {
+		switch {
+		case t1 > t0 && unit != "s":
+			peakLabel += fmt.Sprintf(" at event %.0f", peakAt-t0)
+		case t1 > t0:
 			peakLabel += fmt.Sprintf(" at %.3g %s", (peakAt-t0)/tsize, tunit)
 		}
 		leg.Add(peakLabel, peakLine)

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -111,12 +112,31 @@ func render(c vg.CanvasSizer, p *plot.Plot, l plot.Legend) {
 	pad := vg.Points(10)
 	lw := l.Rectangle(dc).Size().X
 	area := draw.Crop(dc, 0, -(lw + 2*pad), 0, 0)
+	fitTitle(p, area.Size().X-2*pad)
 	p.Draw(area)
 	data := p.DataCanvas(area)
 	l.Draw(draw.Canvas{Canvas: dc.Canvas, Rectangle: vg.Rectangle{
 		Min: vg.Point{X: area.Max.X + pad, Y: data.Min.Y},
 		Max: vg.Point{X: dc.Max.X - pad, Y: data.Max.Y},
 	}})
+}
+
+// fitTitle breaks p's title into lines at spaces so that no line is
+// wider than width: gonum/plot centres a title over the plot and cuts off
+// whatever overflows at both ends. A single word wider than width keeps
+// its own line.
+func fitTitle(p *plot.Plot, width vg.Length) {
+	style := p.Title.TextStyle
+	words := strings.Fields(strings.ReplaceAll(p.Title.Text, "\n", " "))
+	var lines []string
+	for _, w := range words {
+		if n := len(lines); n > 0 && style.Width(lines[n-1]+" "+w) <= width {
+			lines[n-1] += " " + w
+			continue
+		}
+		lines = append(lines, w)
+	}
+	p.Title.Text = strings.Join(lines, "\n")
 }
 
 // save draws p and its legend as DIR/NAME.png and DIR/NAME.svg, creating

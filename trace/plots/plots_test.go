@@ -297,3 +297,49 @@ func TestMemoryOverStepFromRecorder(t *testing.T) {
 	}
 	checkFiles(t, dir, "memory")
 }
+
+// TestCountingClockIsNotSeconds draws a NewCounting recorder's samples: the
+// x axis must count events, not claim seconds the device never measured.
+func TestCountingClockIsNotSeconds(t *testing.T) {
+	dev, err := device.Open("meta", device.Options{})
+	if err != nil {
+		t.Skip(err)
+	}
+	defer dev.Close()
+	a := dev.Allocator()
+	rec := trace.NewCounting()
+	stop := rec.Allocator("meta", a)
+	w, _ := a.Alloc(64<<20, device.Parameter)
+	x, _ := a.Alloc(16<<20, device.Activation)
+	a.Free(x)
+	a.Free(w)
+	stop()
+	dir := out(t)
+	if err := plots.MemoryOf(dir, "memory", "meta", rec, "meta"); err != nil {
+		t.Fatal(err)
+	}
+	checkFiles(t, dir, "memory")
+	b, _ := os.ReadFile(filepath.Join(dir, "memory.svg"))
+	if strings.Contains(string(b), "time in the step") || !strings.Contains(string(b), "in order") {
+		t.Error("a counting recorder's picture labels its x axis as time")
+	}
+	if !strings.Contains(string(b), "at event 2") {
+		t.Error("the peak is not placed by event")
+	}
+}
+
+// TestLongTitleIsWrapped checks that a title wider than the plot is broken
+// into lines rather than cut off at both ends.
+func TestLongTitleIsWrapped(t *testing.T) {
+	long := strings.Repeat("a long title word ", 12) + "END"
+	dir := out(t)
+	pts := []plots.Point{{Step: 0, Value: 2}, {Step: 1, Value: 1}}
+	if err := plots.LossCurves(dir, long, "loss", pts, nil); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "loss.svg"))
+	svg := string(b)
+	if !strings.Contains(svg, "END") || strings.Contains(svg, long) {
+		t.Error("the long title is not in the picture in more than one line")
+	}
+}

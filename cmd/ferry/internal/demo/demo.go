@@ -561,10 +561,10 @@ func writeTrace(dir, mode, allocator, host string, rec *trace.Recorder) error {
 	if err := fsx.WriteAtomic(filepath.Join(dir, mode+".trace.json"), rec.WriteChrome); err != nil {
 		return err
 	}
-	if err := plots.Memory(dir, mode+".memory", "ferry demo, mode "+mode+": memory allocated on "+allocator+" during one step, by category",
-		rec.Samples(allocator)); err != nil {
+	if err := plots.MemoryOf(dir, mode+".memory", "ferry demo, mode "+mode+": memory allocated on "+allocator+" during one step, by category",
+		rec, allocator); err != nil {
 		return err
 	}
-	return plots.Memory(dir, mode+".host-memory", "ferry demo, mode "+mode+": host memory allocated for "+allocator+" during one step, by category",
-		rec.Samples(host))
+	return plots.MemoryOf(dir, mode+".host-memory", "ferry demo, mode "+mode+": host memory allocated for "+allocator+" during one step, by category",
+		rec, host)
 }
