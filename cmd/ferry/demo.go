@@ -230,10 +230,25 @@ func printDemo(w io.Writer, r *demo.Result) {
 	fmt.Fprintf(w, "one activation = %s, parameters = %s; %d timed step(s) after a warm-up, median shown\n",
 		mib(r.ActivationBytes), mib(r.ParameterBytes), r.Steps)
 	var noneTime float64
+	clock := ""
 	for _, run := range r.Runs {
-		if run.Mode == demo.None {
+		if run.Mode == demo.None && run.Clock != "none" {
 			noneTime = run.StepSeconds
 		}
+		clock = run.Clock
+	}
+	// seconds prints a time, or "-" where the device keeps none.
+	seconds := func(run demo.Run, format string, v float64) string {
+		if run.Clock == "none" {
+			return "-"
+		}
+		return fmt.Sprintf(format, v)
+	}
+	switch clock {
+	case "none":
+		fmt.Fprintf(w, "(%s keeps no time and computes no values: times and losses are not shown; give it a profile with --profile to predict times)\n", r.Device)
+	case "predicted":
+		fmt.Fprintf(w, "(times are the %s device's predictions from its profile, not measurements)\n", r.Device)
 	}
 	for _, run := range r.Runs {
 		fmt.Fprintf(w, "\nTesting with %s:\n", run.Mode)
@@ -244,10 +259,14 @@ func printDemo(w io.Writer, r *demo.Result) {
 		if run.GradsEqualNone != nil {
 			eq = map[bool]string{true: "yes (bitwise)", false: "NO"}[*run.GradsEqualNone]
 		}
-		fmt.Fprintf(w, "  max during the whole step %s · step %.3f s · loss %.6g · gradients equal none's: %s\n",
-			mib(run.PeakStepBytes), run.StepSeconds, run.Loss, eq)
-		fmt.Fprintf(w, "  moved %s to host, %s to disk per step · compute waited %.4f s · prefetched in time %.0f%%",
-			mib(run.ToHostBytes), mib(run.ToDiskBytes), run.StallSeconds, 100*run.OverlapRatio)
+		loss := fmt.Sprintf("%.6g", run.Loss)
+		if run.GradsEqualNone == nil {
+			loss = "n/a"
+		}
+		fmt.Fprintf(w, "  max during the whole step %s · step %s s · loss %s · gradients equal none's: %s\n",
+			mib(run.PeakStepBytes), seconds(run, "%.3f", run.StepSeconds), loss, eq)
+		fmt.Fprintf(w, "  moved %s to host, %s to disk per step · compute waited %s s · prefetched in time %s",
+			mib(run.ToHostBytes), mib(run.ToDiskBytes), seconds(run, "%.4f", run.StallSeconds), seconds(run, "%.0f%%", 100*run.OverlapRatio))
 		if run.PeakRSSBytes > 0 {
 			fmt.Fprintf(w, " · peak RSS %s", mib(run.PeakRSSBytes))
 		}
@@ -269,10 +288,10 @@ func printDemo(w io.Writer, r *demo.Result) {
 		if run.PeakRSSBytes > 0 {
 			rssStr = mib(run.PeakRSSBytes)
 		}
-		fmt.Fprintf(tw, "%s\t%.1f act\t+%.1f act\t%s\t%.3f\t%s\t%s\t%.4f\t%s\t\n", run.Mode,
+		fmt.Fprintf(tw, "%s\t%.1f act\t+%.1f act\t%s\t%s\t%s\t%s\t%s\t%s\t\n", run.Mode,
 			float64(run.AfterForwardBytes-run.BeforeForwardBytes)/act,
 			float64(run.PeakForwardBytes-run.BeforeForwardBytes)/act,
-			mib(run.PeakStepBytes), run.StepSeconds, ratio, mib(run.OffloadedBytes), run.StallSeconds, rssStr)
+			mib(run.PeakStepBytes), seconds(run, "%.3f", run.StepSeconds), ratio, mib(run.OffloadedBytes), seconds(run, "%.4f", run.StallSeconds), rssStr)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(act = one activation; kept by forward = after − before; forward peak = peak − before)")

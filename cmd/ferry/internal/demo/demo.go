@@ -177,9 +177,14 @@ type Run struct {
 	OverlapRatio       float64   `json:"overlap_ratio"`
 	PeakRSSBytes       int64     `json:"peak_rss_bytes,omitempty"`
 	// Simulated is true when times are the meta device\'s predictions.
-	Simulated         bool  `json:"simulated,omitempty"`
-	HostPeakBytes     int64 `json:"host_peak_bytes"` // the host allocator's peak (pinned pool on a GPU)
-	ReservedPeakBytes int64 `json:"reserved_peak_bytes"`
+	Simulated bool `json:"simulated,omitempty"`
+	// Clock says what the times are: "measured" on a device that computes,
+	// "predicted" by a meta device's cost model (Simulated), or "none" on
+	// a meta device without one, whose step times are only the host's
+	// bookkeeping and mean nothing.
+	Clock             string `json:"clock"`
+	HostPeakBytes     int64  `json:"host_peak_bytes"` // the host allocator's peak (pinned pool on a GPU)
+	ReservedPeakBytes int64  `json:"reserved_peak_bytes"`
 	gradHash          uint64
 	hasData           bool
 }
@@ -268,6 +273,32 @@ func Execute(cfg Config) (*Result, error) {
 	return res, nil
 }
 
+// samePeakNote explains a step peak that no mode lowers: when every run
+// peaks within 5% of the others, above what any forward held,
+// the peak falls in backward, where the parameters and the gradients
+// built so far are what the device holds, and no mode of the demo moves
+// those. It is "" otherwise.
+func samePeakNote(res *Result) string {
+	if len(res.Runs) < 2 {
+		return ""
+	}
+	lo, hi, fwd := res.Runs[0].PeakStepBytes, res.Runs[0].PeakStepBytes, int64(0)
+	for _, r := range res.Runs {
+		lo, hi, fwd = min(lo, r.PeakStepBytes), max(hi, r.PeakStepBytes), max(fwd, r.PeakForwardBytes)
+	}
+	if hi-lo > hi/20 || hi <= fwd {
+		return ""
+	}
+	same := device.FormatBytes(hi)
+	if lo != hi {
+		same = device.FormatBytes(lo) + " to " + same
+	}
+	return fmt.Sprintf("the step peak is about the same in every mode (%s): it falls in backward, above forward's peak (at most %s), "+
+		"when the parameters (%s) and the gradients built so far are what the device holds, and the modes move saved activations, "+
+		"not those; ferry train and ferry plan can place gradients and parameters in host memory (--gradients, --parameters)",
+		same, device.FormatBytes(fwd), device.FormatBytes(res.ParameterBytes))
+}
+
 // finish compares every finished run's gradients with mode none's.
 func (res *Result) finish(none *Run) {
 	for _, r := range res.Runs {
@@ -276,6 +307,9 @@ func (res *Result) finish(none *Run) {
 				"and its input is all that the segment saves anyway (a Linear saves its input, its ReLU the next layer's input), "+
 				"so there is nothing to drop; recompute pays off where a segment saves more than its input, as a transformer block does")
 		}
+	}
+	if note := samePeakNote(res); note != "" {
+		res.Notes = append(res.Notes, note)
 	}
 	if none != nil && none.hasData {
 		for i := range res.Runs {
@@ -522,6 +556,14 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		}
 	}
 	r.StepSeconds = train.Median(r.StepSecondsAll)
+	switch {
+	case r.Simulated:
+		r.Clock = "predicted"
+	case r.hasData:
+		r.Clock = "measured"
+	default:
+		r.Clock = "none"
+	}
 	if rssOK {
 		_, r.PeakRSSBytes, _ = rss.Read()
 	}
