@@ -23,7 +23,17 @@ type CalibrateOptions struct {
 	Fit func(dev device.Device, p *meta.Profile, o CalibrateOptions) error
 	// FitOn says in the profile's Source what Fit times ("" = training
 	// steps of 8 such layers, as cmd/ferry/internal/demo's FitProfile does).
+	// A note Fit leaves in the profile's Source is kept after it.
 	FitOn string
+	// Progress, if set, is told what Calibrate starts to measure, so
+	// that a command can show it (a calibration takes seconds to minutes).
+	Progress func(what string)
+}
+
+func (o CalibrateOptions) progress(what string) {
+	if o.Progress != nil {
+		o.Progress(what)
+	}
 }
 
 // Calibrate measures dev and returns a profile for the meta device's cost
@@ -50,6 +60,7 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	sync := func() error { return dev.Compute().Synchronize() }
 
 	// Kernel overhead: a one-element fill.
+	o.progress("the cost of a kernel and of elementwise work")
 	one, err := alloc(4, dev)
 	if err != nil {
 		return nil, err
@@ -110,6 +121,7 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 		{M: b, N: w, K: w, A: y, B: wt, C: x, LDA: w, LDB: w, LDC: w},               // dx = g·W
 		{M: w, N: w, K: b, TransA: true, A: y, B: x, C: gw, LDA: w, LDB: w, LDC: w}, // dW = gᵀ·x
 	}
+	o.progress(fmt.Sprintf("matrix products of Linear(%d) at batch %d, in float32 and bfloat16", w, b))
 	gemm, err := repeat(o.Seconds, func() error {
 		for _, s := range shapes {
 			s.Alpha, s.Batch = 1, 1
@@ -138,6 +150,7 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	p.ElementwiseBF16 = device.TakesElementwiseBF16(dev.Kernels())
 
 	// Host link: 64 MiB each way on a side stream.
+	o.progress("copies to and from the host (64 MiB each way)")
 	const linkBytes = 64 << 20
 	db, err := alloc(linkBytes, dev)
 	if err != nil {
@@ -165,6 +178,7 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	}
 
 	// Disk: a 256 MiB file written and read back in 16 MiB pieces.
+	o.progress("disk writes and reads (a 256 MiB file)")
 	if p.DiskWriteBytesPerSec, p.DiskReadBytesPerSec, err = diskRates(o.DiskDir, 256<<20); err != nil {
 		return nil, err
 	}
@@ -172,16 +186,22 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 		return nil, err
 	}
 	if o.Fit != nil {
+		o.progress("training steps, to fit the elementwise rate and copy share")
+		p.Source = ""
 		if err := o.Fit(dev, p, o); err != nil {
 			return nil, err
 		}
 	}
+	fitNote := p.Source
 	fitOn := o.FitOn
 	if fitOn == "" {
 		fitOn = "training steps of 8 such layers"
 	}
 	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, %s, 64 MiB host copies, a 256 MiB file; "+
 		"elementwise rate and copy share fitted to %s", dev.Name(), w, b, bf16Note, fitOn)
+	if fitNote != "" {
+		p.Source += "; " + fitNote
+	}
 	return p, p.Validate()
 }
 

@@ -50,6 +50,10 @@ func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 					return fmt.Errorf("--%s sizes a model: add --model (%s)", k, strings.Join(models.Names(nil), ", "))
 				}
 			}
+			// What is being measured goes to stderr as it starts: a
+			// calibration takes from seconds to minutes.
+			progress := fs.Output()
+			opts.Progress = func(what string) { fmt.Fprintf(progress, "calibrate: timing %s…\n", what) }
 			return calibrate(out, asJSON, *dev, *save, opts)
 		}
 		opts := plan.CalibrateOptions{DiskDir: *diskDir, Seconds: *seconds}
@@ -72,6 +76,10 @@ func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 			w.Release()
 			opts.Width, opts.Batch, opts.Fit = width, rows, demo.FitModelProfile(f, s)
 		}
+		// What is being measured goes to stderr as it starts: a
+		// calibration takes from seconds to minutes.
+		progress := fs.Output()
+		opts.Progress = func(what string) { fmt.Fprintf(progress, "calibrate: timing %s…\n", what) }
 		return calibrate(out, asJSON, *dev, *save, opts)
 	}
 }

@@ -20,6 +20,12 @@ func TestCalibrateBF16Output(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("calibrate: exit %d: %s", code, errOut)
 	}
+	// Each phase is announced on stderr as it starts.
+	for _, want := range []string{"calibrate: timing matrix products", "calibrate: timing disk", "calibrate: timing training steps"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
 	human := strings.Contains(out, "bfloat16 products not measured")
 	if !human && !strings.Contains(out, "bfloat16 products ") {
 		t.Errorf("no bfloat16 line in:\n%s", out)
