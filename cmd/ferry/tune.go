@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/device/cpu"
@@ -111,6 +112,10 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 		cfg := demo.DefaultConfig("cpu")
 		cfg.Family, cfg.Sizes = f, s
 		cfg.Modes, cfg.Steps, cfg.SkipWarmup = []string{demo.None}, 1, true
+		// What is being timed goes to stderr as it starts: tuning takes
+		// from seconds to minutes.
+		say := func(format string, args ...any) { fmt.Fprintf(fs.Output(), "tune: "+format+"\n", args...) }
+		say("recording one training step of %s", f.Name())
 		stop := cpu.RecordMatmulShapes()
 		_, err = demo.Execute(cfg)
 		shapes, calls := stop()
@@ -120,13 +125,21 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if len(shapes) == 0 {
 			return fmt.Errorf("a step of %s ran no float32 matrix product on the CPU", f.Name())
 		}
-		choices, err := cpu.TuneMatmul(shapes, calls, cpu.TuneOptions{Rounds: *rounds})
+		say("timing %d product shapes on pure Go and on OpenBLAS", len(shapes))
+		tick := time.Now()
+		choices, err := cpu.TuneMatmul(shapes, calls, cpu.TuneOptions{Rounds: *rounds, Progress: func(done, total int) {
+			if time.Since(tick) > 2*time.Second || done == total {
+				tick = time.Now()
+				say("%d of %d shapes timed", done, total)
+			}
+		}})
 		if err != nil {
 			return err
 		}
 		table.Merge(choices)
 		r := tuneReport{Machine: table.Machine, Model: sizeArgs(f, s), TableShapes: len(table.Shapes), Kept: "as chosen per shape (not checked)"}
 		if *checkRounds > 0 {
+			say("timing whole steps three ways, %d alternating rounds", *checkRounds)
 			table, err = checkSteps(cfg, table, choices, *checkRounds, &r)
 			if err != nil {
 				return err

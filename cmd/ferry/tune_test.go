@@ -37,6 +37,12 @@ func TestTune(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
+	// Progress on stderr, stdout one JSON object.
+	for _, want := range []string{"tune: recording one training step", "tune: timing", "shapes timed"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
 	want, _ := cpu.MatmulTablePath()
 	if r.SavedTo != want || !strings.HasPrefix(want, cache) {
 		t.Errorf("saved to %q, want this machine's table %q under the cache", r.SavedTo, want)

@@ -20,6 +20,9 @@ type TuneOptions struct {
 	// SampleSeconds is the least time one sample runs, repeating the
 	// product as needed (default 2 ms).
 	SampleSeconds float64
+	// Progress, if set, is called after each shape is timed with how
+	// many are done of how many.
+	Progress func(done, total int)
 }
 
 // TuneMatmul times each shape on the pure-Go kernel and on OpenBLAS, as
@@ -59,6 +62,9 @@ func TuneMatmul(shapes []MatmulShape, calls []int, o TuneOptions) ([]MatmulChoic
 		out[i] = MatmulChoice{MatmulShape: s, GoSeconds: g, BLASSeconds: b}
 		if calls != nil {
 			out[i].Calls = calls[i]
+		}
+		if o.Progress != nil {
+			o.Progress(i+1, len(shapes))
 		}
 	}
 	return out, nil
