@@ -225,6 +225,9 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		}
 		if src != nil {
 			p.line("initialised from %s (%s)", src.Path, src.Kind)
+			if note := src.ContextNote(s); note != "" {
+				p.line("%s", note)
+			}
 			if src.Tokenizer == "" && src.Sizes != nil && *tokenizer == "byte" && s.Int("vocab") != 256 {
 				p.line("note: its vocabulary is %d tokens, not GPT-2's: ferry has no tokenizer for it, and trains it on byte ids 0–255", s.Int("vocab"))
 			}
