@@ -81,9 +81,19 @@ func ExportHF(dev device.Device, from, out string) (*HFExport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", src.Path, err)
 	}
-	tokFiles, tokName, tokNote, extra, err := exportTokenizer(src, lm.Vocab())
+	tokFiles, bos, eos, hasTok, err := tokenizerFiles(src.Tokenizer, src.TokenizerFile, lm.Context())
 	if err != nil {
 		return nil, err
+	}
+	tokName, tokNote := src.Tokenizer, ""
+	var extra map[string]any
+	switch {
+	case hasTok:
+		extra = map[string]any{"bos_token_id": bos, "eos_token_id": eos}
+	case src.Tokenizer == "" || src.Tokenizer == "byte":
+		tokName, tokNote = "", "the model reads bytes (ids 0–255); Hugging Face has no tokenizer for that: feed it list(text.encode())"
+	default:
+		tokName, tokNote = "", fmt.Sprintf("ferry cannot write the %s tokenizer", src.Tokenizer)
 	}
 	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(out)+".tmp-*")
 	if err != nil {
@@ -171,17 +181,6 @@ func checkExportDir(out string) (string, error) {
 		return "", fmt.Errorf("%s: its parent directory %s does not exist: create it first", out, parent)
 	}
 	return parent, nil
-}
-
-// exportTokenizer is the tokenizer's files for an export of src (a model
-// of vocab tokens), its name, a note when there is none, and the fields
-// it adds to config.json.
-func exportTokenizer(src *Source, vocab int) (files map[string][]byte, name, note string, extra map[string]any, err error) {
-	switch src.Tokenizer {
-	case "", "byte":
-		return nil, "", "the model reads bytes (ids 0–255); Hugging Face has no tokenizer for that: feed it list(text.encode())", nil, nil
-	}
-	return nil, "", fmt.Sprintf("ferry cannot write the %s tokenizer yet", src.Tokenizer), nil, nil
 }
 
 // writeSynced writes b to a new file at path and syncs it.

@@ -66,7 +66,10 @@ type Source struct {
 	Family     LanguageFamily // nil for a bare safetensors file: the caller's sizes say
 	Sizes      Sizes
 	Tokenizer  string // "" when the source does not say
-	Files      []string
+	// TokenizerFile is the tokenizer.json of a tokenizer named
+	// HFTokenizerPrefix+hash ("" for others).
+	TokenizerFile string
+	Files         []string
 	// OptimizerFile is a ferry checkpoint's optimizer.safetensors ("" for
 	// other sources), OptimizerName the optimizer that wrote it.
 	OptimizerFile, OptimizerName string
@@ -99,14 +102,19 @@ func OpenSource(path string) (*Source, error) {
 		return nil, fmt.Errorf("%s: %w", ck, err)
 	}
 	delete(sz, "batch")
+	if err := LoadTokenizerOf(meta.Identity); err != nil {
+		return nil, fmt.Errorf("%s: %w", ck, err)
+	}
+	tokFile, _ := meta.Identity["tokenizer_file"].(string)
 	optName, _ := meta.Identity["optimizer"].(string)
 	return &Source{Path: ck, Kind: fmt.Sprintf("checkpoint at step %d", meta.Step), Family: fam, Sizes: sz,
-		Tokenizer: TokenizerOf(meta.Identity), Files: []string{filepath.Join(ck, "model.safetensors")},
+		Tokenizer: TokenizerOf(meta.Identity), TokenizerFile: tokFile, Files: []string{filepath.Join(ck, "model.safetensors")},
 		OptimizerFile: filepath.Join(ck, "optimizer.safetensors"), OptimizerName: optName, OptimizerScalars: meta.OptimizerScalars}, nil
 }
 
 // openHFSource reads a Hugging Face model directory: config.json (gpt2
-// or llama) and its safetensors files.
+// or llama), its safetensors files, and its tokenizer.json if it has one
+// (else a GPT-2-sized vocabulary is taken to be GPT-2's BPE).
 func openHFSource(dir string, cfg []byte) (*Source, error) {
 	typ, err := nn.HFModelType(cfg)
 	if err != nil {
@@ -143,6 +151,16 @@ func openHFSource(dir string, cfg []byte) (*Source, error) {
 		}
 	default:
 		return nil, fmt.Errorf("%s: model_type %q; ferry reads gpt2 and llama", dir, typ)
+	}
+	if p := hfTokenizerBeside(dir); p != "" { // the model's own tokenizer, over the guess of GPT-2's
+		tname, t, err := OpenHFTokenizer(p)
+		if err != nil {
+			return nil, err
+		}
+		if t.Vocab() > src.Sizes.Int("vocab") {
+			return nil, fmt.Errorf("%s has %d token ids, more than the model's vocab_size %d", p, t.Vocab(), src.Sizes.Int("vocab"))
+		}
+		src.Tokenizer, src.TokenizerFile = tname, p
 	}
 	f, err := Lookup(name)
 	if err != nil {
