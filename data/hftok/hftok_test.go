@@ -165,3 +165,38 @@ func FuzzEncodeDecode(f *testing.F) {
 		}
 	})
 }
+
+// The Llama 1/2 path against SentencePiece itself: testdata/hftok/gen_spm.py
+// trains a SentencePiece BPE model with Llama 2's settings, converts it to
+// a tokenizer.json as transformers' LlamaConverter does, and records
+// SentencePiece's own ids of the sample.
+func TestEncodeMatchesSentencePiece(t *testing.T) {
+	text, err := os.ReadFile(golden + "sample.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(golden + "spm_ids.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int32
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	tok := load(t, "spm_llama")
+	got := tok.Encode(text)
+	n := min(len(got), len(want))
+	for i := 0; i < n; i++ {
+		if got[i] != want[i] {
+			lo, hi := max(0, i-3), min(n, i+4)
+			t.Fatalf("id %d: %d (%q), SentencePiece %d (%q); around it ferry %v, SentencePiece %v", i, got[i], tok.Token(got[i]), want[i], tok.Token(want[i]), got[lo:hi], want[lo:hi])
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d ids, SentencePiece %d", len(got), len(want))
+	}
+	if back := tok.Decode(got); string(back) != string(text) {
+		t.Error("Decode(Encode(sample)) differs from the sample")
+	}
+	t.Logf("%d bytes → %d ids, as SentencePiece", len(text), len(got))
+}
