@@ -183,7 +183,35 @@ func TestEncodeMatchesSentencePiece(t *testing.T) {
 	if err := json.Unmarshal(b, &want); err != nil {
 		t.Fatal(err)
 	}
-	tok := load(t, "spm_llama")
+	for _, form := range []string{"normalizer", "metaspace"} {
+		t.Run(form, func(t *testing.T) { sameAsSentencePiece(t, form, text, want) })
+	}
+}
+
+// sameAsSentencePiece checks spm_llama.tokenizer.json, as written (a
+// Prepend and Replace normalizer, as transformers wrote Llama 2's files)
+// or in newer transformers' form (a Metaspace pre-tokenizer, prepend_scheme
+// first, no split), against SentencePiece's ids.
+func sameAsSentencePiece(t *testing.T, form string, text []byte, want []int32) {
+	raw, err := os.ReadFile(golden + "spm_llama.tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form == "metaspace" {
+		var f map[string]any
+		if err := json.Unmarshal(raw, &f); err != nil {
+			t.Fatal(err)
+		}
+		f["normalizer"] = nil
+		f["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false}
+		if raw, err = json.Marshal(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
 	got := tok.Encode(text)
 	n := min(len(got), len(want))
 	for i := 0; i < n; i++ {
