@@ -140,6 +140,12 @@ func TestExportRefusesAndLeavesNothing(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, "permission denied") {
 			t.Errorf("a read-only parent: exit %d, %q", code, errOut)
 		}
+		_, errOut, code = runCLI(t, "export", "--checkpoint-dir", ck, "--out", ro)
+		if code != 1 || !strings.Contains(errOut, "is not writable") {
+			t.Errorf("a read-only empty --out: exit %d, %q", code, errOut)
+		}
+	} else {
+		t.Log("running as root: the read-only cases are not checked (root writes anywhere)")
 	}
 	ents, _ := os.ReadDir(base)
 	var names []string
