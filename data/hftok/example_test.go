@@ -1,0 +1,25 @@
+package hftok_test
+
+import (
+	"fmt"
+
+	"ferry/data/hftok"
+)
+
+// A model's tokenizer.json (here one trained for ferry's tests in Llama
+// 3's form) encodes text to the ids the model reads, and back.
+func Example() {
+	tok, err := hftok.Load("../../testdata/hftok/llama3style.tokenizer.json")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ids := tok.Encode([]byte("func main() {\n\treturn\n}"))
+	for _, id := range ids {
+		fmt.Printf("%q ", tok.Token(id))
+	}
+	fmt.Printf("\n%q\n", tok.Decode(ids))
+	// Output:
+	// "func" "Ġmain" "()" "Ġ{Ċ" "ĉreturn" "Ċ" "}"
+	// "func main() {\n\treturn\n}"
+}
