@@ -2,6 +2,7 @@ package hftok_test
 
 import (
 	"fmt"
+	"strings"
 
 	"ferry/data/hftok"
 )
@@ -15,10 +16,12 @@ func Example() {
 		return
 	}
 	ids := tok.Encode([]byte("func main() {\n\treturn\n}"))
+	var tokens []string
 	for _, id := range ids {
-		fmt.Printf("%q ", tok.Token(id))
+		tokens = append(tokens, fmt.Sprintf("%q", tok.Token(id)))
 	}
-	fmt.Printf("\n%q\n", tok.Decode(ids))
+	fmt.Println(strings.Join(tokens, " "))
+	fmt.Printf("%q\n", tok.Decode(ids))
 	// Output:
 	// "func" "Ġmain" "()" "Ġ{Ċ" "ĉreturn" "Ċ" "}"
 	// "func main() {\n\treturn\n}"
