@@ -66,7 +66,10 @@ type Source struct {
 	Family     LanguageFamily // nil for a bare safetensors file: the caller's sizes say
 	Sizes      Sizes
 	Tokenizer  string // "" when the source does not say
-	Files      []string
+	// TokenizerFile is the tokenizer.json of a tokenizer named
+	// HFTokenizerPrefix+hash ("" for others).
+	TokenizerFile string
+	Files         []string
 	// OptimizerFile is a ferry checkpoint's optimizer.safetensors ("" for
 	// other sources), OptimizerName the optimizer that wrote it.
 	OptimizerFile, OptimizerName string
@@ -99,14 +102,19 @@ func OpenSource(path string) (*Source, error) {
 		return nil, fmt.Errorf("%s: %w", ck, err)
 	}
 	delete(sz, "batch")
+	if err := LoadTokenizerOf(meta.Identity); err != nil {
+		return nil, fmt.Errorf("%s: %w", ck, err)
+	}
+	tokFile, _ := meta.Identity["tokenizer_file"].(string)
 	optName, _ := meta.Identity["optimizer"].(string)
 	return &Source{Path: ck, Kind: fmt.Sprintf("checkpoint at step %d", meta.Step), Family: fam, Sizes: sz,
-		Tokenizer: TokenizerOf(meta.Identity), Files: []string{filepath.Join(ck, "model.safetensors")},
+		Tokenizer: TokenizerOf(meta.Identity), TokenizerFile: tokFile, Files: []string{filepath.Join(ck, "model.safetensors")},
 		OptimizerFile: filepath.Join(ck, "optimizer.safetensors"), OptimizerName: optName, OptimizerScalars: meta.OptimizerScalars}, nil
 }
 
 // openHFSource reads a Hugging Face model directory: config.json (gpt2
-// or llama) and its safetensors files.
+// or llama), its safetensors files, and its tokenizer.json if it has one
+// (else a GPT-2-sized vocabulary is taken to be GPT-2's BPE).
 func openHFSource(dir string, cfg []byte) (*Source, error) {
 	typ, err := nn.HFModelType(cfg)
 	if err != nil {
@@ -144,6 +152,16 @@ func openHFSource(dir string, cfg []byte) (*Source, error) {
 	default:
 		return nil, fmt.Errorf("%s: model_type %q; ferry reads gpt2 and llama", dir, typ)
 	}
+	if p := hfTokenizerBeside(dir); p != "" { // the model's own tokenizer, over the guess of GPT-2's
+		tname, t, err := OpenHFTokenizer(p)
+		if err != nil {
+			return nil, err
+		}
+		if t.Vocab() > src.Sizes.Int("vocab") {
+			return nil, fmt.Errorf("%s has %d token ids, more than the model's vocab_size %d", p, t.Vocab(), src.Sizes.Int("vocab"))
+		}
+		src.Tokenizer, src.TokenizerFile = tname, p
+	}
 	f, err := Lookup(name)
 	if err != nil {
 		return nil, err
@@ -155,6 +173,13 @@ func openHFSource(dir string, cfg []byte) (*Source, error) {
 // Merge takes the source's model sizes over s (the flags' and defaults'):
 // the batch stays the run's, and so does the dropout when its flag is set;
 // a size flag that contradicts the source is an error naming both.
+//
+// The context (seq) may differ, as nanoGPT's crop_block_size lets it: a
+// GPT at a shorter one keeps the first rows of its position table (Load
+// crops it), and a longer one is refused, since positions past the
+// table were never learned; a Llama, whose rotary embeddings are
+// computed for any position, runs at any length (ContextNote says what
+// that means).
 func (src *Source) Merge(f Family, s Sizes, set map[string]bool) (Sizes, error) {
 	out := Sizes{}
 	for k, v := range s {
@@ -165,6 +190,13 @@ func (src *Source) Merge(f Family, s Sizes, set map[string]bool) (Sizes, error) 
 		v, ok := src.Sizes[z.Name]
 		if !ok || z.Name == "batch" || (z.Name == "dropout" && set["dropout"]) {
 			continue
+		}
+		if z.Name == "seq" && set["seq"] {
+			if f.Name() == "gpt" && s["seq"] > v {
+				return nil, fmt.Errorf("--seq %g is longer than %s's context of %g: a GPT's position table (wpe) has one learned row per position, "+
+					"and rows past %g do not exist; give --seq %g or less (a shorter context crops the table, as nanoGPT's crop_block_size)", s["seq"], src.Path, v, v, v)
+			}
+			continue // the run's context: Load crops a GPT's position table
 		}
 		if set[z.Name] && s[z.Name] != v {
 			clash = append(clash, fmt.Sprintf("--%s %g (the source has %g)", z.Name, s[z.Name], v))
@@ -180,10 +212,29 @@ func (src *Source) Merge(f Family, s Sizes, set map[string]bool) (Sizes, error) 
 	return out, nil
 }
 
+// ContextNote says how a run's context s["seq"] differs from the
+// source's ("" when it does not, or the source does not say).
+func (src *Source) ContextNote(s Sizes) string {
+	v, ok := src.Sizes["seq"]
+	if !ok || src.Family == nil || s["seq"] == v {
+		return ""
+	}
+	switch {
+	case src.Family.Name() == "gpt":
+		return fmt.Sprintf("context %g of the source's %g: its position table is cropped to the first %g rows (nanoGPT's crop_block_size)", s["seq"], v, s["seq"])
+	case s["seq"] < v:
+		return fmt.Sprintf("context %g of the source's %g: rotary position embeddings need no table, so the model simply runs shorter", s["seq"], v)
+	default:
+		return fmt.Sprintf("context %g, longer than the source's %g: rotary embeddings compute every position, but the model has learned none past %g; "+
+			"this run teaches it them (its exported config says %g)", s["seq"], v, v, s["seq"])
+	}
+}
+
 // Load reads the source's weights into m (all or nothing; Hugging Face's
-// half-precision tensors converted).
+// half-precision tensors converted). A GPT built at a shorter context
+// than the source's takes the first rows of its position table.
 func (src *Source) Load(m nn.Module) error {
-	if err := nn.LoadSafetensorsFiles(src.Files, m, nn.LoadOptions{ConvertFloats: true}); err != nil {
+	if err := nn.LoadSafetensorsFiles(src.Files, m, nn.LoadOptions{ConvertFloats: true, CropRows: []string{"transformer.wpe.weight"}}); err != nil {
 		return fmt.Errorf("%s: %w", src.Path, err)
 	}
 	return nil

@@ -201,6 +201,12 @@ type LoadOptions struct {
 	// parameters, converted on the host (F64 rounded to nearest; F16 and
 	// BF16 exactly), e.g. a bfloat16 checkpoint from Hugging Face.
 	ConvertFloats bool
+	// CropRows names tensors (by the model's names) that may be longer
+	// along their first axis in the file than in the model: the model
+	// takes the first rows. nanoGPT's crop_block_size does this to a
+	// GPT's position table (transformer.wpe.weight) to run it at a
+	// shorter context.
+	CropRows []string
 }
 
 // LoadSafetensorsWith is LoadSafetensors with options.
@@ -274,6 +280,9 @@ func LoadSafetensorsFiles(paths []string, m Module, opts LoadOptions) error {
 		} else if st.DType != safetensors.F32 && !(opts.ConvertFloats && convertible(st.DType)) {
 			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s is %s in the file, %s in the model", st.Name, st.DType, p.DType()))
 		}
+		if c, ok := cropRows(st, p.Shape(), opts.CropRows, n.Name); ok {
+			st = c
+		}
 		if !slices.Equal(st.Shape, p.Shape()) {
 			e.Mismatched = append(e.Mismatched, fmt.Sprintf("%s has shape %v in the file, %v in the model", st.Name, st.Shape, p.Shape()))
 		}
@@ -309,6 +318,25 @@ func LoadSafetensorsFiles(paths []string, m Module, opts LoadOptions) error {
 		return fmt.Errorf("nn.LoadSafetensors %s: copying into the model: %w", path, err)
 	}
 	return nil
+}
+
+// cropRows is st cut to its first want[0] rows, when name is among crop
+// and st is longer than want along its first axis only.
+func cropRows(st *safetensors.Tensor, want []int, crop []string, name string) (*safetensors.Tensor, bool) {
+	if !slices.Contains(crop, name) || len(st.Shape) != len(want) || len(want) == 0 || st.Shape[0] <= want[0] || !slices.Equal(st.Shape[1:], want[1:]) {
+		return nil, false
+	}
+	row := st.DType.Size()
+	for _, d := range want[1:] {
+		row *= d
+	}
+	if row == 0 || len(st.Data) != st.Shape[0]*row {
+		return nil, false // the loader reports the bad data
+	}
+	c := *st
+	c.Shape = slices.Clone(want)
+	c.Data = st.Data[:want[0]*row]
+	return &c, true
 }
 
 func convertible(d safetensors.DType) bool {

@@ -212,6 +212,20 @@ sed -i 's/"step": 3/"step": 30/' "$ck/$good/trainer.json"
 probe err "${T[@]}" --steps 6 --checkpoint-dir "$ck" --resume
 probe err sample --checkpoint-dir "$ck"
 fresh_ck
+# ferry export: hostile sources and --out values, refused, leaving nothing.
+probe err export --checkpoint-dir "$ck" --out ""
+probe err export --checkpoint-dir "" --out "$work/hf"
+probe err export --checkpoint-dir "$work/missing" --out "$work/hf"
+probe err export --checkpoint-dir "$work/file" --out "$work/hf"
+probe err export --checkpoint-dir "$ck" --out "$work/file"
+probe err export --checkpoint-dir "$ck" --out "$ck"
+probe err export --checkpoint-dir "$ck" --out /dev/full
+probe err export --checkpoint-dir "$ck" --out "$work/no/such/hf"
+probe err export --checkpoint-dir "$ck" --format gguf --out "$work/hf"
+probe "$roexp" export --checkpoint-dir "$ck" --out "$work/ro/hf"
+probe ok export --checkpoint-dir "$ck" --out "$work/hf"
+probe err export --checkpoint-dir "$ck" --out "$work/hf"   # not empty now
+rm -rf "$work/hf" "$work/ro/hf"
 # A second run on the same directory while one runs.
 "$bin" "${T[@]}" --steps 100000 --checkpoint-dir "$ck" --resume --override steps --checkpoint-every 1 >/dev/null 2>&1 & holder=$!
 sleep 1

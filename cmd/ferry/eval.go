@@ -101,6 +101,9 @@ func evalText(path string, id map[string]any, data string, batches, batch int, s
 		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	tokenizer := models.TokenizerOf(id)
+	if err := models.LoadTokenizerOf(id); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", path, err)
+	}
 	if !seedSet {
 		s, ok := idInt(id, "seed")
 		if !ok {

@@ -9,6 +9,7 @@
 //	ferry train text   train a language model (gpt, llama) on text on this machine
 //	ferry eval         a trained model's validation loss (or accuracy)
 //	ferry sample       text from a trained language model
+//	ferry export       a trained language model as a Hugging Face directory
 //	ferry vet          ferry's static checks (go vet -vettool=$(which ferry) runs them too)
 //
 // Under mpirun -np N, ferry train trains data-parallel (--zero 1|2 shards

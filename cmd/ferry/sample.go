@@ -69,6 +69,9 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		ctx, unlisten := interruptContext()
 		defer unlisten()
 		tokenizer := models.TokenizerOf(meta.Identity)
+		if err := models.LoadTokenizerOf(meta.Identity); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", path, err)
+		}
 		text, err := generateText(ctx, g, dev, tokenizer, *prompt, *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w during the sample", demo.ErrInterrupted)

@@ -190,13 +190,16 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		// text_source is where it was read: not compared on resume (the
 		// content's hash, data, is), so a moved file resumes.
 		task.IdentityExtra = map[string]any{"text_source": absPath(*data), "max_bytes": *maxBytes, "val_batches": *valBatches,
-			train.LocationsKey: []string{"text_source", "init_from"}}
+			train.LocationsKey: []string{"text_source", "init_from", "tokenizer_file"}}
 		var initOptimizer func(optim.Stateful) error
 		if src != nil {
 			if err := src.Load(task.LM); err != nil {
 				return fmt.Errorf("--init-from: %w", err)
 			}
 			task.IdentityExtra["init_from"] = absPath(src.Path)
+			if src.TokenizerFile != "" {
+				task.IdentityExtra["tokenizer_file"] = absPath(src.TokenizerFile)
+			}
 			if *initOpt {
 				initOptimizer = func(opt optim.Stateful) error {
 					if err := src.LoadOptimizer(opt); err != nil {
@@ -221,10 +224,16 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 				how = "read from the token cache in"
 			}
 			cdir, _ := tokenCacheDir(*cacheDir)
+			if src != nil && src.TokenizerFile != "" {
+				how, cdir = "tokenized now by", src.TokenizerFile
+			}
 			p.line("%s tokens: %d for training, %d held out (%s %s)", tok.Name, len(tok.Train), len(tok.Val), how, cdir)
 		}
 		if src != nil {
 			p.line("initialised from %s (%s)", src.Path, src.Kind)
+			if note := src.ContextNote(s); note != "" {
+				p.line("%s", note)
+			}
 			if src.Tokenizer == "" && src.Sizes != nil && *tokenizer == "byte" && s.Int("vocab") != 256 {
 				p.line("note: its vocabulary is %d tokens, not GPT-2's: ferry has no tokenizer for it, and trains it on byte ids 0–255", s.Int("vocab"))
 			}
@@ -345,6 +354,9 @@ func loadCorpus(path string, maxBytes int, tokenizer, cacheFlag string) (*text.T
 	if err != nil {
 		return nil, nil, false, err
 	}
+	if t, ok := models.HFTokenizer(tokenizer); ok { // a model's tokenizer.json: no cache
+		return txt, &models.Tokens{Name: tokenizer, Vocab: t.Vocab(), Train: t.Encode(txt.Train), Val: t.Encode(txt.Val)}, false, nil
+	}
 	switch tokenizer {
 	case "byte":
 		return txt, nil, false, nil
@@ -375,13 +387,17 @@ func generateText(ctx context.Context, g models.LanguageModel, dev device.Device
 	if tokenizer == "byte" {
 		return models.Generate(ctx, g, dev, []byte(prompt), n, temperature, topK, rng)
 	}
-	ids := bpe.Encode([]byte(prompt))
+	encode, decode := bpe.Encode, bpe.Decode
+	if t, ok := models.HFTokenizer(tokenizer); ok {
+		encode, decode = t.Encode, t.Decode
+	}
+	ids := encode([]byte(prompt))
 	if len(ids) == 0 {
-		ids = bpe.Encode([]byte("\n"))
+		ids = encode([]byte("\n"))
 	}
 	out, err := models.GenerateTokens(ctx, g, dev, ids, n, temperature, topK, rng)
 	if err != nil && ctx.Err() == nil {
 		return "", err
 	}
-	return string(bpe.Decode(out)), err
+	return string(decode(out)), err
 }

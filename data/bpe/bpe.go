@@ -223,3 +223,16 @@ func Decode(ids []int32) []byte {
 	}
 	return b.Bytes()
 }
+
+// Pieces returns every token's bytes by id (a new slice; EndOfText's
+// are "<|endoftext|>"). The id is also the token's merge rank, as in
+// tiktoken's files, which is what a writer of the vocabulary in another
+// format (data/hftok.ByteLevelJSON) needs.
+func Pieces() [][]byte {
+	load()
+	out := make([][]byte, VocabSize)
+	for i, p := range gpt2.pieces {
+		out[i] = append([]byte(nil), p...)
+	}
+	return out
+}
