@@ -38,7 +38,11 @@ type TextTask struct {
 	IdentityExtra map[string]any
 	dev           device.Device
 	attach        func(*ferry.Tape) // AttachTapes
-	valX, valY    []*ferry.Tensor
+	// valX and valY are the validation batches of rank valAt[0] of
+	// valAt[1] ranks (drawVal); valBatches is how many.
+	valX, valY []*ferry.Tensor
+	valAt      [2]int
+	valBatches int
 }
 
 // Tokens is a corpus as token ids: training and held-out, under the
@@ -103,18 +107,39 @@ func NewTokenTaskOn(dev, paramDev device.Device, txt *text.Text, tok *Tokens, f 
 	if err != nil {
 		return nil, err
 	}
-	t := &TextTask{LM: lm, Family: f.Name(), Sizes: s, Text: txt, Tokens: tok, Rows: s.Int("batch"), Seed: seed, dev: dev}
-	rng := rand.New(rand.NewPCG(seed, 99))
-	for i := 0; i < valBatches; i++ {
-		var x, y *ferry.Tensor
-		if tok != nil {
-			x, y = text.Batch(dev, tok.Val, rng, t.Rows, lm.Context())
-		} else {
-			x, y = text.Batch(dev, txt.Val, rng, t.Rows, lm.Context())
-		}
-		t.valX, t.valY = append(t.valX, x), append(t.valY, y)
-	}
+	t := &TextTask{LM: lm, Family: f.Name(), Sizes: s, Text: txt, Tokens: tok, Rows: s.Int("batch"), Seed: seed, dev: dev, valBatches: valBatches}
+	t.drawVal(0, 1)
 	return t, nil
+}
+
+// drawVal makes the validation batches of rank of size ranks: rows
+// [rank·Rows, (rank+1)·Rows) of each of the valBatches batches of
+// size·Rows rows that one process at size times the batch draws, from
+// the seed alone. Those of another rank or size are released.
+func (t *TextTask) drawVal(rank, size int) {
+	t.releaseVal()
+	rng := rand.New(rand.NewPCG(t.Seed, 99))
+	seq := t.LM.Context()
+	lo, hi := rank*t.Rows*seq, (rank+1)*t.Rows*seq
+	for i := 0; i < t.valBatches; i++ {
+		var xs, ys []int32
+		if t.Tokens != nil {
+			xs, ys = text.Windows(t.Tokens.Val, rng, t.Rows*size, seq)
+		} else {
+			xs, ys = text.Windows(t.Text.Val, rng, t.Rows*size, seq)
+		}
+		t.valX = append(t.valX, ferry.FromInt32s(t.dev, xs[lo:hi], t.Rows, seq))
+		t.valY = append(t.valY, ferry.FromInt32s(t.dev, ys[lo:hi], t.Rows, seq))
+	}
+	t.valAt = [2]int{rank, size}
+}
+
+func (t *TextTask) releaseVal() {
+	for i := range t.valX {
+		t.valX[i].Release()
+		t.valY[i].Release()
+	}
+	t.valX, t.valY = nil, nil
 }
 
 // windows draws n training windows from rng.
@@ -192,6 +217,25 @@ func (t *TextTask) BatchShard(step, micro, rank, size int) (x, y *ferry.Tensor, 
 
 // Evaluate is the mean cross-entropy over the validation batches.
 func (t *TextTask) Evaluate() ([]train.Metric, error) {
+	s, err := t.EvaluateShard(0, 1)
+	if err != nil {
+		return nil, err
+	}
+	return []train.Metric{{Name: "val_loss", Value: s[0].Sum / s[0].Count, Better: train.Lower}}, nil
+}
+
+// EvaluateShard is the sum of the cross-entropies of rank's rows of each
+// validation batch one process at size times the batch draws, with the
+// number of batches as the count (train.ShardEvaluator): each batch's
+// loss is the mean of its ranks' losses, since every rank holds Rows of
+// its rows.
+func (t *TextTask) EvaluateShard(rank, size int) ([]train.MetricSum, error) {
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("text: rank %d of %d ranks", rank, size)
+	}
+	if t.valAt != [2]int{rank, size} {
+		t.drawVal(rank, size)
+	}
 	var sum float64
 	for i := range t.valX {
 		err := ferry.Step(func(tape *ferry.Tape) error {
@@ -207,7 +251,7 @@ func (t *TextTask) Evaluate() ([]train.Metric, error) {
 			return nil, err
 		}
 	}
-	return []train.Metric{{Name: "val_loss", Value: sum / float64(len(t.valX)), Better: train.Lower}}, nil
+	return []train.MetricSum{{Name: "val_loss", Sum: sum, Count: float64(len(t.valX)), Better: train.Lower}}, nil
 }
 
 // AttachTapes sets what Evaluate attaches to its tapes (train.TapeAttacher).
@@ -231,9 +275,6 @@ func (t *TextTask) Identity() map[string]any {
 
 // Release frees the model and the validation batches.
 func (t *TextTask) Release() {
-	for i := range t.valX {
-		t.valX[i].Release()
-		t.valY[i].Release()
-	}
+	t.releaseVal()
 	nn.Release(t.LM)
 }

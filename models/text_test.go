@@ -1,6 +1,7 @@
 package models_test
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -122,5 +123,66 @@ func TestPickTokenGreedy(t *testing.T) {
 	}
 	if len(seen) < 3 {
 		t.Errorf("temperature 5 drew only %v", seen)
+	}
+}
+
+// The validation of N ranks at batch B is one process's at N·B: rank r
+// holds rows [r·B, (r+1)·B) of each batch that process draws, so the
+// mean of the ranks' losses is its loss (float32 rounding apart). Each
+// rank holds only its rows, and Evaluate afterwards is one process's
+// again.
+func TestTextValidationShards(t *testing.T) {
+	dev, err := cpu.New(device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	txt := &text.Text{Train: make([]byte, 2000), Val: make([]byte, 600), Source: "test"}
+	for _, b := range [][]byte{txt.Train, txt.Val} {
+		for i := range b {
+			b[i] = byte('a' + rng.IntN(26))
+		}
+	}
+	f, s := tinyGPT(t, 256)
+	const ranks, rows = 3, 2
+	s["batch"] = ranks * rows
+	whole, err := models.NewTextTask(dev, txt, f, s, 4, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Release()
+	want, err := whole.Evaluate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s["batch"] = rows
+	part, err := models.NewTextTask(dev, txt, f, s, 4, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer part.Release()
+	alone, _ := part.Evaluate()
+	var sum, count float64
+	for r := range ranks {
+		ms, err := part.EvaluateShard(r, ranks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ms[0].Name != "val_loss" || ms[0].Count != 4 {
+			t.Fatalf("rank %d: %+v", r, ms)
+		}
+		sum, count = sum+ms[0].Sum, count+ms[0].Count
+	}
+	got := sum / count
+	t.Logf("%d ranks × batch %d: %.7f; one process at batch %d: %.7f; at batch %d: %.7f", ranks, rows, got, ranks*rows, want[0].Value, rows, alone[0].Value)
+	if math.Abs(got-want[0].Value) > 1e-6 || got == alone[0].Value {
+		t.Errorf("the ranks' validation %.7f is not one process's at the whole batch, %.7f", got, want[0].Value)
+	}
+	if again, _ := part.Evaluate(); again[0].Value != alone[0].Value {
+		t.Errorf("Evaluate after the shards: %v, before %v", again[0].Value, alone[0].Value)
+	}
+	if _, err := part.EvaluateShard(3, 3); err == nil {
+		t.Error("rank 3 of 3: no error")
 	}
 }

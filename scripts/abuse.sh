@@ -339,6 +339,87 @@ done
 n=$(ls -A "$tk" | grep -c -- '-tmp-'); ck_left=$((ck_left + n))
 done
 
+# ==== Ranks under mpirun (issue 35, items 4 and 5): ranks agree or fail fast ====
+# Two ranks in mpirun's MPMD form, the second given one other setting (or
+# another build of ferry): the job must fail within 10 s, both ranks naming
+# the setting (clear-error; else wrong-exit-0, hang, or unexpected-error
+# when it is slow or unnamed). A rank whose data is missing must end the
+# job within 10 s. One rank killed with kill -9 mid-run, and one stopped
+# (SIGSTOP: it hangs) under --collective-timeout 3s: the job must end
+# within 30 s (else hang), and the last checkpoint must load (else it
+# counts with the checkpoints' unloadable ones). Skipped without mpirun.
+if command -v mpirun >/dev/null 2>&1; then
+  MPI=(mpirun --oversubscribe --allow-run-as-root --mca btl self,vader,tcp --mca pml ob1)
+  rk=$work/rk
+  R=(train text --data "$work/small.txt" --layers 2 --heads 2 --embd 32 --seq 16 --batch 4 --val-batches 2 --sample 0 --steps 6 --eval-every 3 --checkpoint-dir "$rk")
+  { cat "$work/small.txt"; echo "one more line"; } > "$work/small2.txt"
+  bin2=$work/ferry-other; cp "$bin" "$bin2"; printf 'another build' >> "$bin2"  # runs, with another digest
+  now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+  rank_probe() { # name-in-the-error rank-1-binary extra-args-of-rank-1...
+    local name=$1 b1=$2; shift 2
+    rm -rf "$rk"
+    local t0; t0=$(now_ms)
+    timeout 60 "${MPI[@]}" -np 1 "$bin" "${R[@]}" : -np 1 "$b1" "${R[@]}" "$@" >"$work/out" 2>"$work/err"; local rc=$?
+    local ms=$(( $(now_ms) - t0 )) n what
+    n=$(grep -c -- "ranks disagree on .*$name" "$work/err")
+    if [ $rc -eq 124 ]; then what=hang
+    elif [ $rc -eq 0 ]; then what=wrong-exit-0
+    elif [ "$n" -ne 2 ] || [ $ms -gt 10000 ]; then what=unexpected-error
+    else what=clear-error; fi
+    count[$what]=$(( ${count[$what]:-0} + 1 ))
+    printf '%-16s rc=%-3s %5d ms, %d ranks named it: mpirun -np 1 ferry … : -np 1 ferry … %s\n' "$what" "$rc" "$ms" "$n" "${*:-(another build of ferry)}"
+    [ $what = clear-error ] || printf '%18s%s\n' '' "$(grep -m1 -v '^-*$' "$work/err" | head -c 200)"
+  }
+  rank_probe --steps "$bin" --steps 7
+  rank_probe --stop-after "$bin" --stop-after 2
+  rank_probe --eval-every "$bin" --eval-every 2
+  rank_probe --checkpoint-every "$bin" --checkpoint-every 2
+  rank_probe --zero "$bin" --zero 1
+  rank_probe --seed "$bin" --seed 2
+  rank_probe --data "$bin" --data "$work/small2.txt"
+  rank_probe --mode "$bin" --mode recompute
+  rank_probe --batch "$bin" --batch 2
+  rank_probe --accum "$bin" --accum 2
+  rank_probe --val-batches "$bin" --val-batches 3
+  rank_probe --lr "$bin" --lr 0.01
+  rank_probe "--optimizer:" "$bin" --optimizer sgd
+  rank_probe --precision "$bin" --precision bf16
+  rank_probe --embd "$bin" --embd 64
+  rank_probe "ferry's build" "$bin2"
+  # A rank that fails alone ends the job.
+  t0=$(now_ms)
+  timeout 60 "${MPI[@]}" -np 1 "$bin" "${R[@]}" : -np 1 "$bin" "${R[@]}" --data "$work/missing.txt" >"$work/out" 2>"$work/err"; rc=$?
+  ms=$(( $(now_ms) - t0 ))
+  if [ $rc -eq 124 ]; then what=hang; elif [ $rc -eq 0 ]; then what=wrong-exit-0
+  elif grep -q 'rank 1 of 2: .*missing.txt.*ending the job' "$work/err" && [ $ms -le 10000 ]; then what=clear-error; else what=unexpected-error; fi
+  count[$what]=$(( ${count[$what]:-0} + 1 ))
+  printf '%-16s rc=%-3s %5d ms: rank 1 of 2 given a missing --data\n' "$what" "$rc" "$ms"
+  # kill -9 of a rank, and a rank that hangs, mid-run.
+  for how in KILL STOP; do
+    rm -rf "$rk"
+    RK=("${R[@]}" --steps 1000000 --eval-every 5 --checkpoint-every 5 --collective-timeout 3s)
+    "${MPI[@]}" -np 2 "$bin" "${RK[@]}" >"$work/out" 2>"$work/err" &
+    job=$!
+    for _ in $(seq 600); do [ -f "$rk/latest" ] && break; sleep 0.1; done
+    sleep 0.3
+    pid=
+    for p in $(pgrep -f -- "--checkpoint-dir $rk"); do
+      tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && pid=$p
+    done
+    t0=$(now_ms)
+    [ -n "$pid" ] && kill -s "$how" "$pid"
+    timeout 60 tail --pid="$job" -f /dev/null; ms=$(( $(now_ms) - t0 ))
+    if kill -0 "$job" 2>/dev/null || [ -z "$pid" ] || [ $ms -gt 30000 ]; then what=hang; kill -9 "$job" 2>/dev/null; [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; else what=clear-error; fi
+    wait "$job" 2>/dev/null; rc=$?
+    count[$what]=$(( ${count[$what]:-0} + 1 ))
+    loads=loads; "$bin" eval --checkpoint-dir "$rk" >/dev/null 2>&1 || { loads="DOES NOT LOAD"; ck_bad=$((ck_bad + 1)); }
+    printf '%-16s rc=%-3s %5d ms: rank 1 of 2 sent SIG%s mid-run; the last checkpoint %s\n' "$what" "$rc" "$ms" "$how" "$loads"
+  done
+else
+  echo "ranks: mpirun is absent; the probes of ranks under mpirun are skipped (install openmpi-bin)"
+fi
+# ==== end of: ranks under mpirun ====
+
 echo
 echo "probes: clear-error ${count[clear-error]:-0} · ok ${count[ok]:-0} · wrong-exit-0 ${count[wrong-exit-0]:-0} · panic ${count[panic]:-0} · hang ${count[hang]:-0} · files-left ${count[files-left]:-0} · unexpected-error ${count[unexpected-error]:-0} · known-loop ${count[known-loop]:-0} (expected to fail until the loop is fixed)"
 echo "kills: $killed runs killed midway (demo offload-disk with SIGKILL and SIGINT, calibrate with SIGKILL, tune with both); files left behind: $left; tune tables that do not load: $tune_bad"

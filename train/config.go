@@ -79,7 +79,11 @@ type Config struct {
 	// micro-batch micro·size+rank), gradients are averaged across ranks
 	// in buckets as backward produces them (dist.GradientReducer), and
 	// every rank applies the same update. Rank 0 writes the log, plots
-	// and checkpoints; every rank calls the hooks.
+	// and checkpoints; every rank calls the hooks. New refuses ranks
+	// whose settings differ (*RankMismatchError, on every rank alike);
+	// a ShardEvaluator validates each rank's share. A rank whose New or
+	// Run fails should end the job (dist.Abort), not Close: the others
+	// may be waiting for it in a collective.
 	Comm dist.Comm
 	// BucketBytes sizes the reducer's buckets (0: dist's default, 25 MiB).
 	BucketBytes int64

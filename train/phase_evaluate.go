@@ -36,7 +36,7 @@ func (r *run) evaluate(step int) ([]Metric, error) {
 	if ta, ok := r.task.(TapeAttacher); ok {
 		ta.AttachTapes(r.mem.Attach)
 	}
-	ms, err := ev.Evaluate()
+	ms, err := r.evaluateTask(ev) // on several ranks, this rank's share (evalshard.go)
 	if err == nil {
 		err = r.settle()
 	}

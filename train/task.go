@@ -9,8 +9,9 @@ import (
 // Task is what a Trainer trains: a model, its batches and its loss. The
 // Trainer owns the loop around it (schedule, accumulation, memory mode,
 // evaluation, checkpoints, logs, the Plotter's charts). Optional abilities
-// are further interfaces a Task may implement: Evaluator, Identifier,
-// Describer, Planner, Sharder and TapeAttacher; the model may implement
+// are further interfaces a Task may implement: Evaluator (and
+// ShardEvaluator), Identifier, Describer, Planner, Sharder and
+// TapeAttacher; the model may implement
 // nn.Trainable and nn.Stepped.
 type Task interface {
 	// Model is the module whose parameters are trained and checkpointed.

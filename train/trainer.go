@@ -80,6 +80,11 @@ func New(dev device.Device, task Task, cfg Config) (_ *Trainer, err error) {
 		if err := t.setupParallel(); err != nil {
 			return nil, err
 		}
+		// Last, once every setting has passed this rank's checks, and
+		// before any other collective: Note [ranks agree].
+		if err := t.agreeRanks(); err != nil {
+			return nil, err
+		}
 	}
 	return t, nil
 }

@@ -118,6 +118,9 @@ func evalText(path string, id map[string]any, data string, batches, batch int, s
 	}
 	if batch > 0 {
 		sz["batch"] = float64(batch)
+	} else if ranks, ok := idInt(id, "ranks"); ok && ranks > 1 {
+		// N ranks at --batch B validated the rows of one process at N·B.
+		sz["batch"] *= float64(ranks)
 	}
 	maxBytes, ok := idInt(id, "max_bytes")
 	if !ok {

@@ -121,7 +121,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if *asJSON && !errors.As(err, &reported) {
 				json.NewEncoder(stdout).Encode(map[string]string{"error": err.Error()})
 			}
-			fmt.Fprintf(stderr, "ferry %s: %v\n", c.name, err)
+			var said saidError // a rank said it already (ranks.go)
+			if !errors.As(err, &said) {
+				fmt.Fprintf(stderr, "ferry %s: %v\n", c.name, err)
+			}
 			if errors.Is(err, demo.ErrInterrupted) {
 				return 130 // as a shell reports SIGINT
 			}

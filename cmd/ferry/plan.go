@@ -52,8 +52,8 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		jo := plan.JointOptions{OptimizerState: *optState, Gradients: *grads, Params: *params}
 		if *ranks > 1 {
-			if *optState == "host" || *grads == "host" || *params == "host" {
-				return fmt.Errorf("--optimizer-state, --gradients and --parameters host plan one process: with --ranks, ZeRO (--zero) shares the state instead")
+			if err := rankStateError(*ranks, fmt.Sprintf("--ranks %d", *ranks), *optState == "host", *grads == "host", *params == "host"); err != nil {
+				return err // the rule train shares (ranks.go)
 			}
 			jo = plan.JointOptions{OptimizerState: "device", Gradients: "device", Params: "device"}
 		}

@@ -21,7 +21,6 @@ import (
 	"ferry/device"
 	"ferry/device/cpu"
 	"ferry/dist"
-	"ferry/dist/mpi"
 	"ferry/offload"
 	"ferry/optim"
 	"ferry/plan"
@@ -60,27 +59,8 @@ type trainOptions struct {
 	unit                          string // "samples" or "tokens"
 	comm                          dist.Comm
 	pol                           *offload.Policy // --policy, read by validate
-}
 
-// openComm joins the ranks when mpirun started this process (one rank
-// otherwise) and returns where this rank prints: only rank 0 prints.
-func (o *trainOptions) openComm(out io.Writer) (io.Writer, error) {
-	c, err := mpi.Auto()
-	if err != nil {
-		return nil, err
-	}
-	o.comm = c
-	if c.Rank() > 0 {
-		return io.Discard, nil
-	}
-	return out, nil
-}
-
-// closeComm leaves the job (every rank must).
-func (o *trainOptions) closeComm() {
-	if o.comm != nil {
-		o.comm.Close()
-	}
+	timeout *collectiveTimeout // --collective-timeout (ranks.go)
 }
 
 // trainModes are the memory modes of a training run: the demo's, less
@@ -127,6 +107,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lrScale float64, optimizer str
 	fs.IntVar(&o.zero, "zero", 0, "under mpirun: shard the optimizer state across the ranks (1: ZeRO-1), and the gradients too (2: ZeRO-2)")
 	fs.IntVar(&o.checkEvery, "check-every", 0, "under mpirun: check every N steps that the ranks' parameters are bit-identical (0: at the end)")
 	fs.IntVar(&o.stopAfter, "stop-after", 0, "stop after this many steps of this run (the schedule still spans --steps), checkpointing if asked; resume later with --resume")
+	o.registerRanks(fs)
 }
 
 // validate checks the shared flags; set names the flags given.
@@ -434,18 +415,19 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	if err != nil {
 		return nil, err // it names --override
 	}
-	ckptDir, ckptEvery, runDir := o.checkpointDir, o.checkpointEvery, ""
-	if ckptDir == "" && sum.WorldSize == 1 {
-		// No --checkpoint-dir: the final model goes to a new run
-		// directory, so that sample and eval work after any run. It is
-		// this run's alone, and removed again if the run fails before
-		// saving anything.
-		if runDir, err = newRunDir(r.name); err != nil {
-			return nil, err
-		}
+	// No --checkpoint-dir: the final model goes to a new run directory
+	// (under mpirun, rank 0's), so that sample and eval work after any
+	// run. It is this run's alone, and removed again if the run fails
+	// before saving anything.
+	ckptDir, ckptEvery := o.checkpointDir, o.checkpointEvery
+	runDir, madeRunDir, err := o.runDirFor(r.name)
+	if err != nil {
+		return nil, err
+	}
+	if runDir != "" {
 		ckptDir, ckptEvery = runDir, o.steps
 		defer func() {
-			if retErr != nil {
+			if retErr != nil && madeRunDir {
 				removeRunDir(runDir)
 			}
 		}()
@@ -490,7 +472,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		return nil, fmt.Errorf("the run directory %s (where a run without --checkpoint-dir saves its model): %w; give --checkpoint-dir", runDir, ce.Err)
 	}
 	if err != nil {
-		return nil, flagError(err)
+		return nil, flagError(rankFlagError(err))
 	}
 	defer tr.Close()
 	res, err := tr.Run(ctx)
@@ -520,7 +502,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	sum.Checkpoint, sum.Plots, sum.history = res.Checkpoint, res.Plots, res.History
 	if res.Checkpoint != "" {
 		sum.CheckpointDir = ckptDir
-	} else if runDir != "" {
+	} else if madeRunDir {
 		removeRunDir(runDir) // stopped before its first step
 	}
 	sum.RunDir = runDir != "" && res.Checkpoint != ""

@@ -28,7 +28,7 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	fs.IntVar(&o.batch, "batch", 64, "images per step")
 	fs.IntVar(&o.steps, "steps", 0, "optimizer steps (default: --epochs passes over the training set)")
 	fs.IntVar(&o.evalEvery, "eval-every", 0, "steps between test-set evaluations (default: each epoch)")
-	return func(out io.Writer, asJSON bool) error {
+	return o.ranked(func(out io.Writer, asJSON bool) error { // ranked: leaves the job at the end (ranks.go)
 		set := setFlags(fs)
 		if err := positive(set, map[string]int{"width": *width, "epochs": *epochs}); err != nil {
 			return err
@@ -53,7 +53,6 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if err != nil {
 			return err
 		}
-		defer o.closeComm()
 		ds, dir, err := loadMNIST(*data)
 		if err != nil {
 			return err
@@ -99,7 +98,7 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		}
 		sum.Task = "mnist"
 		return finishTraining(out, asJSON, sum, o.unit)
-	}
+	})
 }
 
 // openTrainDevice opens a device that holds values: training on meta

@@ -51,7 +51,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	fs.IntVar(&o.batch, "batch", 16, "sequences per micro-batch")
 	fs.IntVar(&o.steps, "steps", 1000, "optimizer steps")
 	fs.IntVar(&o.evalEvery, "eval-every", 200, "steps between validation losses")
-	return func(out io.Writer, asJSON bool) error {
+	return o.ranked(func(out io.Writer, asJSON bool) error { // ranked: leaves the job at the end (ranks.go)
 		set := setFlags(fs)
 		if err := positive(set, map[string]int{"max-bytes": *maxBytes, "val-batches": *valBatches}); err != nil {
 			return err
@@ -101,7 +101,6 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if err != nil {
 			return err
 		}
-		defer o.closeComm()
 		fam, err := sizes.family()
 		if err != nil {
 			return err
@@ -284,7 +283,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return quietError{err}
 		}
 		return err
-	}
+	})
 }
 
 // stderrOf is where the live bar goes: the real stderr when out is the

@@ -30,7 +30,7 @@ type lib struct {
 	path string
 
 	initThread, finalize, initialized, finalized, commRank, commSize uintptr
-	commSetErrhandler, errorString, getLibraryVersion                uintptr
+	commSetErrhandler, errorString, getLibraryVersion, abort         uintptr
 	allreduce, reduceScatterBlock, allgather, bcast, barrier         uintptr
 
 	commWorld, float, opSum, errorsReturn uintptr
@@ -73,7 +73,7 @@ func loadLib() (*lib, error) {
 		{"MPI_Initialized", &l.initialized}, {"MPI_Finalized", &l.finalized},
 		{"MPI_Comm_rank", &l.commRank}, {"MPI_Comm_size", &l.commSize},
 		{"MPI_Comm_set_errhandler", &l.commSetErrhandler}, {"MPI_Error_string", &l.errorString},
-		{"MPI_Get_library_version", &l.getLibraryVersion},
+		{"MPI_Get_library_version", &l.getLibraryVersion}, {"MPI_Abort", &l.abort},
 		{"MPI_Allreduce", &l.allreduce}, {"MPI_Reduce_scatter_block", &l.reduceScatterBlock},
 		{"MPI_Allgather", &l.allgather}, {"MPI_Bcast", &l.bcast}, {"MPI_Barrier", &l.barrier},
 		// Open MPI's predefined handles: MPI_COMM_WORLD is

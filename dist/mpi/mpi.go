@@ -48,7 +48,10 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"time"
 	"unsafe"
+
+	"github.com/ebitengine/purego"
 
 	"ferry/device"
 	"ferry/dist"
@@ -240,6 +243,37 @@ func (c *Comm) Close() error {
 	<-c.exited
 	return err
 }
+
+// Abort ends every rank of the job with exit code code (MPI_Abort on
+// MPI_COMM_WORLD; dist.Aborter): Open MPI prints who aborted, and mpirun
+// kills the other ranks and exits non-zero. It does not return.
+//
+// It is the one MPI call made off the MPI thread (Note [one OS thread for
+// MPI]): that thread may be blocked in a collective that will never
+// complete, which is often why the job is ended. Under
+// MPI_THREAD_FUNNELED Open MPI takes no locks, so the call cannot wait
+// on the blocked thread; in case it returns or stalls all the same, the
+// process exits with code after abortGrace. After Close (MPI finalized)
+// it exits at once.
+func (c *Comm) Abort(code int) {
+	go func() {
+		time.Sleep(abortGrace)
+		os.Exit(code)
+	}()
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if !closed {
+		runtime.LockOSThread()
+		purego.SyscallN(c.l.abort, c.l.commWorld, uintptr(code))
+	}
+	os.Exit(code)
+}
+
+// abortGrace bounds how long Abort waits for MPI_Abort to end the process.
+const abortGrace = 10 * time.Second
+
+var _ dist.Aborter = (*Comm)(nil)
 
 func (c *Comm) enqueue(o *op) device.Event {
 	o.done = make(chan struct{})

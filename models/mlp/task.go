@@ -134,12 +134,31 @@ func (t *Classifier) BatchShard(step, micro, rank, size int) (x, y *ferry.Tensor
 
 // Evaluate runs the test set: accuracy and mean cross-entropy.
 func (t *Classifier) Evaluate() ([]train.Metric, error) {
+	s, err := t.EvaluateShard(0, 1)
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]train.Metric, len(s))
+	for i, m := range s {
+		ms[i] = train.Metric{Name: m.Name, Value: m.Sum / m.Count, Better: m.Better}
+	}
+	return ms, nil
+}
+
+// EvaluateShard runs rank's share of the test set, images
+// [rank·n/size, (rank+1)·n/size) of its n (train.ShardEvaluator): the
+// number right and the summed cross-entropy, over the images.
+func (t *Classifier) EvaluateShard(rank, size int) ([]train.MetricSum, error) {
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("mlp: rank %d of %d ranks", rank, size)
+	}
 	n := t.Data.TestCount()
+	first, end := rank*n/size, (rank+1)*n/size
 	const chunk = 1000
 	correct, lossSum := 0, 0.0
-	for at := 0; at < n; at += chunk {
+	for at := first; at < end; at += chunk {
 		idx := make([]int, 0, chunk)
-		for j := at; j < min(at+chunk, n); j++ {
+		for j := at; j < min(at+chunk, end); j++ {
 			idx = append(idx, j)
 		}
 		x, y := mnist.Gather(t.dev, t.Data.TestImages, t.Data.TestLabels, t.Data.Pixels(), idx)
@@ -168,9 +187,10 @@ func (t *Classifier) Evaluate() ([]train.Metric, error) {
 			return nil, err
 		}
 	}
-	return []train.Metric{
-		{Name: "test_accuracy", Value: float64(correct) / float64(n), Better: train.Higher},
-		{Name: "test_loss", Value: lossSum / float64(n), Better: train.Lower},
+	items := float64(end - first)
+	return []train.MetricSum{
+		{Name: "test_accuracy", Sum: float64(correct), Count: items, Better: train.Higher},
+		{Name: "test_loss", Sum: lossSum, Count: items, Better: train.Lower},
 	}, nil
 }
 
