@@ -1,6 +1,7 @@
 package models
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"ferry"
 	"ferry/data/bpe"
+	"ferry/internal/fsx"
 	"ferry/nn"
 	"ferry/optim"
 	"ferry/train"
@@ -77,7 +79,14 @@ type Source struct {
 // them: its latest), a Hugging Face model directory, or a safetensors
 // file.
 func OpenSource(path string) (*Source, error) {
-	st, err := os.Stat(path)
+	return OpenSourceContext(context.Background(), path)
+}
+
+// OpenSourceContext is OpenSource whose reads stop, with an error
+// wrapping context.Cause(ctx), once ctx is done. Every file is read
+// through fsx.Open: a FIFO, a device or a link that loops is refused.
+func OpenSourceContext(ctx context.Context, path string) (*Source, error) {
+	st, err := fsx.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w", err)
 	}
@@ -85,12 +94,20 @@ func OpenSource(path string) (*Source, error) {
 		if !strings.HasSuffix(path, ".safetensors") {
 			return nil, fmt.Errorf("%s: a file must be a .safetensors file (or give a checkpoint or Hugging Face model directory)", path)
 		}
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("%s is %s, not a regular file; give a .safetensors file", path, fsx.Kind(st.Mode()))
+		}
 		return &Source{Path: path, Kind: "safetensors file", Files: []string{path}}, nil
 	}
-	if cfg, err := os.ReadFile(filepath.Join(path, "config.json")); err == nil {
+	cfgPath := filepath.Join(path, "config.json")
+	if _, err := os.Lstat(cfgPath); err == nil {
+		cfg, err := fsx.ReadFile(ctx, cfgPath, 16<<20)
+		if err != nil {
+			return nil, fmt.Errorf("%s (a Hugging Face model's config): %w", path, err)
+		}
 		return openHFSource(path, cfg)
 	}
-	ck, meta, err := train.ResolveCheckpoint(path)
+	ck, meta, err := train.ResolveCheckpointContext(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("%s is no checkpoint, Hugging Face model (config.json) or safetensors file: %w", path, err)
 	}
@@ -181,9 +198,15 @@ func (src *Source) Merge(f Family, s Sizes, set map[string]bool) (Sizes, error) 
 }
 
 // Load reads the source's weights into m (all or nothing; Hugging Face's
-// half-precision tensors converted).
+// half-precision tensors converted; NaN or infinite weights refused).
 func (src *Source) Load(m nn.Module) error {
-	if err := nn.LoadSafetensorsFiles(src.Files, m, nn.LoadOptions{ConvertFloats: true}); err != nil {
+	return src.LoadContext(context.Background(), m)
+}
+
+// LoadContext is Load whose reads stop once ctx is done (m is then left
+// as it was).
+func (src *Source) LoadContext(ctx context.Context, m nn.Module) error {
+	if err := nn.LoadSafetensorsContext(ctx, src.Files, m, nn.LoadOptions{ConvertFloats: true, RequireFinite: true}); err != nil {
 		return fmt.Errorf("%s: %w", src.Path, err)
 	}
 	return nil
@@ -192,6 +215,11 @@ func (src *Source) Load(m nn.Module) error {
 // LoadOptimizer sets opt's state from the source checkpoint's.
 // The shapes must match the model's (SetState checks every entry).
 func (src *Source) LoadOptimizer(opt optim.Stateful) error {
+	return src.LoadOptimizerContext(context.Background(), opt)
+}
+
+// LoadOptimizerContext is LoadOptimizer whose read stops once ctx is done.
+func (src *Source) LoadOptimizerContext(ctx context.Context, opt optim.Stateful) error {
 	var params []*ferry.Tensor
 	if o, ok := opt.(interface{ Params() []*ferry.Tensor }); ok {
 		params = o.Params()
@@ -199,7 +227,7 @@ func (src *Source) LoadOptimizer(opt optim.Stateful) error {
 	if len(params) == 0 {
 		return fmt.Errorf("%T has no parameters to take state for", opt)
 	}
-	tensors, _, err := nn.LoadTensors(src.OptimizerFile, params[0].Device())
+	tensors, _, err := nn.LoadTensorsContext(ctx, src.OptimizerFile, params[0].Device())
 	if err != nil {
 		return fmt.Errorf("%w", err)
 	}

@@ -2,6 +2,7 @@ package train
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -179,7 +180,7 @@ func (c *Checkpointer) save(model nn.Module, opt optim.Stateful, meta Meta, chec
 	}
 	meta.Files = map[string]FileSum{}
 	for _, f := range files {
-		s, err := sumFile(filepath.Join(tmp, f))
+		s, err := sumFile(context.Background(), filepath.Join(tmp, f), -1)
 		if err != nil {
 			return "", fmt.Errorf("checkpoint: %w", err)
 		}
@@ -273,40 +274,12 @@ func (c *Checkpointer) writeLatest(name string) (err error) {
 // a NaN or an infinity.
 func checkFinite(model nn.Module, st optim.State, step int) error {
 	var bad []string
-	count := func(name string, t *ferry.Tensor) {
-		if t.DType() != device.Float32 {
-			return // codes (quantised state): every value is a number
-		}
-		n := 0
-		var first float32
-		for _, v := range t.Float32s() {
-			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
-				if n == 0 {
-					first = v
-				}
-				n++
-			}
-		}
-		if n > 0 {
-			bad = append(bad, fmt.Sprintf("%s (%d of %d values, e.g. %v)", name, n, t.Numel(), first))
-		}
-	}
 	for _, p := range model.Parameters() {
-		count("parameter "+p.Name(), p)
-	}
-	names := make([]string, 0, len(st.Tensors))
-	for k := range st.Tensors {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		count("optimizer state "+k, st.Tensors[k])
-	}
-	for k, v := range st.Scalars {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			bad = append(bad, fmt.Sprintf("optimizer scalar %s (%v)", k, v))
+		if n, first := countNonFinite(p); n > 0 {
+			bad = append(bad, fmt.Sprintf("parameter %s (%d of %d values, e.g. %v)", p.Name(), n, p.Numel(), first))
 		}
 	}
+	bad = append(bad, nonFiniteState(st)...)
 	if len(bad) == 0 {
 		return nil
 	}
@@ -318,19 +291,69 @@ func checkFinite(model nn.Module, st optim.State, step int) error {
 		step, ErrNonFinite, strings.Join(bad, ", "))
 }
 
-// Latest returns the path of the newest complete checkpoint, or "" if Dir
-// holds none.
+// nonFiniteState names the optimizer state tensors and scalars holding a
+// NaN or an infinity.
+func nonFiniteState(st optim.State) []string {
+	var bad []string
+	names := make([]string, 0, len(st.Tensors))
+	for k := range st.Tensors {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if n, first := countNonFinite(st.Tensors[k]); n > 0 {
+			bad = append(bad, fmt.Sprintf("optimizer state %s (%d of %d values, e.g. %v)", k, n, st.Tensors[k].Numel(), first))
+		}
+	}
+	scalars := make([]string, 0, len(st.Scalars))
+	for k := range st.Scalars {
+		scalars = append(scalars, k)
+	}
+	sort.Strings(scalars)
+	for _, k := range scalars {
+		if v := st.Scalars[k]; math.IsNaN(v) || math.IsInf(v, 0) {
+			bad = append(bad, fmt.Sprintf("optimizer scalar %s (%v)", k, v))
+		}
+	}
+	return bad
+}
+
+// countNonFinite counts t's NaN and infinite values and returns the first;
+// 0 for a tensor of codes (quantised state: every value is a number).
+func countNonFinite(t *ferry.Tensor) (n int, first float32) {
+	if t.DType() != device.Float32 {
+		return 0, 0
+	}
+	for _, v := range t.Float32s() {
+		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+			if n == 0 {
+				first = v
+			}
+			n++
+		}
+	}
+	return n, first
+}
+
+// Latest returns the path of the checkpoint latest names: the newest
+// good one (see Prove), or, when Dir has no latest yet, the newest
+// complete one; "" if Dir holds none.
 func (c *Checkpointer) Latest() (string, error) {
-	b, err := fsx.ReadLimited(filepath.Join(c.Dir, latestFile), 4096)
+	return c.latest(context.Background())
+}
+
+func (c *Checkpointer) latest(ctx context.Context) (string, error) {
+	p := filepath.Join(c.Dir, latestFile)
+	b, err := fsx.ReadFile(ctx, p, 4096)
 	if err == nil {
 		name := strings.TrimSpace(string(b))
-		if _, ok := stepOf(name); !ok {
-			return "", fmt.Errorf("checkpoint: %s names %q, which is not a checkpoint", filepath.Join(c.Dir, latestFile), name)
+		if _, ok := stepOf(name); !ok || strings.ContainsAny(name, `/\`) {
+			return "", fmt.Errorf("checkpoint: %s names %q, which is not a checkpoint; restore it, or remove it to use the newest step-* directory", p, clip(name))
 		}
 		return filepath.Join(c.Dir, name), nil
 	}
 	if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("checkpoint: %w", err)
+		return "", fmt.Errorf("checkpoint: %w (%s names the newest good checkpoint; remove it to use the newest step-* directory)", err, latestFile)
 	}
 	// No latest (a crash before the first one was named): the newest
 	// complete directory, if any.
@@ -341,23 +364,44 @@ func (c *Checkpointer) Latest() (string, error) {
 	return c.PathFor(steps[len(steps)-1]), nil
 }
 
+// clip shortens a hostile string for an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
 // Resume loads the latest checkpoint in Dir into model and opt, after
 // checking that it was written by a run with the same identity. It returns
 // nil meta and no error when Dir holds no checkpoint yet. Everything is
 // read and checked before the model or optimizer changes.
 func (c *Checkpointer) Resume(model nn.Module, opt optim.Stateful, identity map[string]any) (*Meta, string, error) {
+	return c.ResumeContext(context.Background(), model, opt, identity)
+}
+
+// ResumeContext is Resume whose reads stop, with an error wrapping
+// context.Cause(ctx), once ctx is done; the model and optimizer are then
+// left as they were.
+func (c *Checkpointer) ResumeContext(ctx context.Context, model nn.Module, opt optim.Stateful, identity map[string]any) (*Meta, string, error) {
 	c.sweep()
-	path, err := c.Latest()
+	path, err := c.latest(ctx)
 	if err != nil || path == "" {
 		return nil, "", err
 	}
-	meta, err := c.Load(path, model, opt, identity)
+	meta, err := c.LoadContext(ctx, path, model, opt, identity)
 	return meta, path, err
 }
 
 // Load reads the checkpoint at path into model and opt (see Resume).
 func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, identity map[string]any) (*Meta, error) {
-	meta, err := ReadMeta(path)
+	return c.LoadContext(context.Background(), path, model, opt, identity)
+}
+
+// LoadContext is Load whose reads stop once ctx is done (see
+// ResumeContext).
+func (c *Checkpointer) LoadContext(ctx context.Context, path string, model nn.Module, opt optim.Stateful, identity map[string]any) (*Meta, error) {
+	meta, err := readMeta(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +409,7 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	if err != nil {
 		return nil, err
 	}
-	if err := verifyFiles(path, meta); err != nil {
+	if err := verifyFiles(ctx, path, meta); err != nil {
 		return nil, err
 	}
 	params := model.Parameters()
@@ -378,7 +422,7 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	if h, ok := opt.(optim.HostPlaced); ok && h.StateOnHost() {
 		stateDev = stateDev.Host()
 	}
-	tensors, _, err := nn.LoadTensors(filepath.Join(path, optimizerFile), stateDev)
+	tensors, _, err := nn.LoadTensorsContext(ctx, filepath.Join(path, optimizerFile), stateDev)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
@@ -397,7 +441,11 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	if err := checkOptimizerState(opt, params, st); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	if err := nn.LoadSafetensors(filepath.Join(path, modelFile), model); err != nil {
+	if bad := nonFiniteState(st); len(bad) > 0 {
+		return nil, fmt.Errorf("checkpoint %s: %s holds values that are not finite: %s (a damaged or crafted file: resume from an earlier checkpoint)",
+			path, optimizerFile, strings.Join(bad, ", "))
+	}
+	if err := nn.LoadSafetensorsContext(ctx, []string{filepath.Join(path, modelFile)}, model, nn.LoadOptions{RequireFinite: true}); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	if err := opt.SetState(st); err != nil {
@@ -413,23 +461,40 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 // file it lists against its recorded size and SHA-256, for readers that
 // load the files themselves (ferry sample).
 func Verify(path string) (*Meta, error) {
-	meta, err := ReadMeta(path)
+	return verify(context.Background(), path)
+}
+
+func verify(ctx context.Context, path string) (*Meta, error) {
+	meta, err := readMeta(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	if err := verifyFiles(path, meta); err != nil {
+	if err := verifyFiles(ctx, path, meta); err != nil {
 		return nil, err
 	}
 	return meta, nil
 }
 
-func verifyFiles(path string, meta *Meta) error {
+// verifyFiles checks every file trainer.json lists (the model and the
+// optimizer's state at least) against its recorded size, before reading
+// it, and SHA-256.
+func verifyFiles(ctx context.Context, path string, meta *Meta) error {
 	for _, f := range []string{modelFile, optimizerFile} {
-		want, ok := meta.Files[f]
-		if !ok {
+		if _, ok := meta.Files[f]; !ok {
 			return fmt.Errorf("checkpoint %s: %s does not list %s", path, metaFile, f)
 		}
-		got, err := sumFile(filepath.Join(path, f))
+	}
+	names := make([]string, 0, len(meta.Files))
+	for f := range meta.Files {
+		if f != filepath.Base(f) || strings.HasPrefix(f, ".") {
+			return fmt.Errorf("checkpoint %s: %s lists %q, not a file of the checkpoint", path, metaFile, clip(f))
+		}
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	for _, f := range names {
+		want := meta.Files[f]
+		got, err := sumFile(ctx, filepath.Join(path, f), want.Size)
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
@@ -443,7 +508,11 @@ func verifyFiles(path string, meta *Meta) error {
 
 // ReadMeta reads and checks a checkpoint's trainer.json.
 func ReadMeta(path string) (*Meta, error) {
-	st, err := os.Stat(path)
+	return readMeta(context.Background(), path)
+}
+
+func readMeta(ctx context.Context, path string) (*Meta, error) {
+	st, err := fsx.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -451,7 +520,7 @@ func ReadMeta(path string) (*Meta, error) {
 		return nil, fmt.Errorf("checkpoint %s is not a directory (a checkpoint is a directory holding %s, %s and %s)",
 			path, modelFile, optimizerFile, metaFile)
 	}
-	b, err := fsx.ReadLimited(filepath.Join(path, metaFile), maxMetaBytes)
+	b, err := fsx.ReadFile(ctx, filepath.Join(path, metaFile), maxMetaBytes)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -465,7 +534,7 @@ func ReadMeta(path string) (*Meta, error) {
 		return nil, fmt.Errorf("checkpoint %s: %s is format %q version %d; this ferry reads %q version %d",
 			path, metaFile, meta.Format, meta.Version, metaFormat, metaVersion)
 	}
-	if err := checkMetaSum(path, b); err != nil {
+	if err := checkMetaSum(ctx, path, b); err != nil {
 		return nil, err
 	}
 	if meta.Step < 0 {
@@ -624,8 +693,8 @@ func sumLine(b []byte) string {
 }
 
 // checkMetaSum checks trainer.json's bytes b against trainer.sha256.
-func checkMetaSum(path string, b []byte) error {
-	s, err := fsx.ReadLimited(filepath.Join(path, metaSumFile), 4096)
+func checkMetaSum(ctx context.Context, path string, b []byte) error {
+	s, err := fsx.ReadFile(ctx, filepath.Join(path, metaSumFile), 4096)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("checkpoint %s: %s is missing, so %s cannot be checked (a checkpoint of an older ferry? "+
 			"resume it with that version, or start afresh with a new --checkpoint-dir)", path, metaSumFile, metaFile)
@@ -638,21 +707,27 @@ func checkMetaSum(path string, b []byte) error {
 	got := hex.EncodeToString(h[:])
 	if want != got {
 		return fmt.Errorf("checkpoint %s: %s was changed after it was written (its SHA-256 is %.12s…, %s records %.12s…); "+
-			"restore it, or resume from another checkpoint", path, metaFile, got, metaSumFile, want)
+			"restore it, or resume from another checkpoint", path, metaFile, got, metaSumFile, clip(want))
 	}
 	return nil
 }
 
-func sumFile(path string) (FileSum, error) {
-	f, err := os.Open(path)
+// sumFile is the size and SHA-256 of the file at path. A file of another
+// size than want (want ≥ 0) is not read: its sum is its size alone, which
+// differs from any recorded one.
+func sumFile(ctx context.Context, path string, want int64) (FileSum, error) {
+	f, err := fsx.Open(ctx, path, -1)
 	if err != nil {
 		return FileSum{}, err
 	}
 	defer f.Close()
+	if want >= 0 && f.Size() != want {
+		return FileSum{Size: f.Size()}, nil
+	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
-		return FileSum{}, fmt.Errorf("reading %s: %w", path, err)
+		return FileSum{}, err
 	}
 	return FileSum{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
@@ -672,16 +747,38 @@ func syncDir(dir string) error {
 // ResolveCheckpoint is dir itself when it is a checkpoint, else the
 // latest checkpoint in it; its files are verified.
 func ResolveCheckpoint(dir string) (string, *Meta, error) {
+	return ResolveCheckpointContext(context.Background(), dir)
+}
+
+// ResolveCheckpointContext is ResolveCheckpoint whose reads stop, with an
+// error wrapping context.Cause(ctx), once ctx is done.
+func ResolveCheckpointContext(ctx context.Context, dir string) (string, *Meta, error) {
 	path := dir
-	if _, err := ReadMeta(path); err != nil {
+	st, err := fsx.Stat(dir)
+	if err != nil {
+		return "", nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if !st.IsDir() {
+		kind := "a file"
+		if !st.Mode().IsRegular() {
+			kind = fsx.Kind(st.Mode())
+		}
+		return "", nil, fmt.Errorf("%s is %s, not a directory: give a --checkpoint-dir of `ferry train`, or one checkpoint's directory", dir, kind)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, metaFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	} else if err != nil {
 		// A checkpoint directory's parent: take its latest.
-		latest, lerr := (&Checkpointer{Dir: dir}).Latest()
-		if lerr != nil || latest == "" {
-			return "", nil, fmt.Errorf("%s holds no checkpoint of `ferry train`: %v", dir, err)
+		latest, lerr := (&Checkpointer{Dir: dir}).latest(ctx)
+		if lerr != nil {
+			return "", nil, lerr
+		}
+		if latest == "" {
+			return "", nil, fmt.Errorf("%s holds no checkpoint of `ferry train` (no %s, no %s, no step-* directory)", dir, metaFile, latestFile)
 		}
 		path = latest
 	}
-	meta, err := Verify(path)
+	meta, err := verify(ctx, path)
 	if err != nil {
 		return "", nil, err
 	}
