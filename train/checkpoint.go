@@ -36,8 +36,9 @@ import (
 //	                       it (sha256sum -c trainer.sha256 checks it), so
 //	                       that every file of a checkpoint is covered
 //
-// and D/latest names the newest one. A directory, rather than one file,
-// so that the weights are a plain safetensors file that PyTorch loads.
+// and D/latest names the newest good one: a checkpoint whose weights gave
+// a finite loss (see Prove). A directory, rather than one file, so that
+// the weights are a plain safetensors file that PyTorch loads.
 //
 // Writing is atomic: the files go into a temporary directory (.step-…-tmp-
 // PID) in D, each fsynced; the directory is fsynced and renamed to its
@@ -66,7 +67,10 @@ type Meta struct {
 	// Files maps each tensor file to its size and SHA-256.
 	Files map[string]FileSum `json:"files"`
 	// Finite says Save checked that every parameter and optimizer value
-	// was finite. prune never removes the newest such checkpoint.
+	// was finite. prune never removes the newest such checkpoint. Finite
+	// weights are not yet good ones (1e37 is finite): a checkpoint is good
+	// once a loss computed on its weights was finite, and latest names it
+	// only then (Prove).
 	Finite bool `json:"finite"`
 	// Overrides lists the identity differences accepted on resume
 	// (Checkpointer.Overrides), oldest first, carried from checkpoint to
@@ -93,8 +97,9 @@ const (
 )
 
 // Checkpointer writes and reads checkpoints in Dir, keeping the newest
-// Keep of them (Keep < 1 keeps all), and never the last good one (see
-// prune). A run holds Dir with Lock for its whole length.
+// Keep of them (Keep < 1 keeps all), and never the good one latest names,
+// nor one just written (see prune). A run holds Dir with Lock for its
+// whole length.
 type Checkpointer struct {
 	Dir  string
 	Keep int
@@ -120,16 +125,44 @@ func (c *Checkpointer) PathFor(step int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("step-%08d", step))
 }
 
-// Save writes a checkpoint of model and opt at meta.Step and returns its
-// path. The previous checkpoint stays valid until this one is complete.
-// It refuses (an error wrapping ErrNonFinite) a model or optimizer state
-// holding NaN or Inf,
-// writing nothing: the previous checkpoint and latest stay as they were.
+// Save writes a checkpoint of model and opt at meta.Step, names it in
+// latest and returns its path: the caller vouches that the weights are
+// good (a finite loss was computed on them; the Trainer uses SavePending
+// and Prove where it has not yet). The previous checkpoint stays valid
+// until this one is complete. It refuses (an error wrapping ErrNonFinite)
+// a model or optimizer state holding NaN or Inf, writing nothing: the
+// previous checkpoint and latest stay as they were.
 func (c *Checkpointer) Save(model nn.Module, opt optim.Stateful, meta Meta) (path string, err error) {
-	return c.save(model, opt, meta, true)
+	return c.save(model, opt, meta, true, true)
 }
 
-func (c *Checkpointer) save(model nn.Module, opt optim.Stateful, meta Meta, check bool) (path string, err error) {
+// SavePending is Save for weights no finite loss has been computed on
+// yet: the checkpoint is written whole, but latest still names the
+// previous good one, and pruning keeps that one (so Dir may hold Keep+1).
+// Prove names it once its weights are proven: a diverged step that left
+// finite but useless weights (1e37) never replaces a good checkpoint.
+func (c *Checkpointer) SavePending(model nn.Module, opt optim.Stateful, meta Meta) (path string, err error) {
+	return c.save(model, opt, meta, true, false)
+}
+
+// Prove names the checkpoint of step, written by SavePending, in latest,
+// once a finite loss was computed on its weights (the next step's
+// forward, or an evaluation), and prunes what Keep no longer covers.
+func (c *Checkpointer) Prove(step int) error {
+	path := c.PathFor(step)
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if cur, err := c.named(context.Background()); err != nil || cur != path {
+		if err := c.writeLatest(filepath.Base(path)); err != nil {
+			return fmt.Errorf("checkpoint: naming %s in %s: %w", filepath.Base(path), latestFile, err)
+		}
+	}
+	c.prune(step)
+	return nil
+}
+
+func (c *Checkpointer) save(model nn.Module, opt optim.Stateful, meta Meta, check, good bool) (path string, err error) {
 	if meta.Step < 0 {
 		return "", fmt.Errorf("checkpoint: negative step %d", meta.Step)
 	}
@@ -229,8 +262,10 @@ func (c *Checkpointer) save(model nn.Module, opt optim.Stateful, meta Meta, chec
 	if err := syncDir(c.Dir); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := c.writeLatest(filepath.Base(final)); err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
+	if good {
+		if err := c.writeLatest(filepath.Base(final)); err != nil {
+			return "", fmt.Errorf("checkpoint: %w", err)
+		}
 	}
 	if aside != "" {
 		removeTemp(aside)
@@ -343,17 +378,9 @@ func (c *Checkpointer) Latest() (string, error) {
 }
 
 func (c *Checkpointer) latest(ctx context.Context) (string, error) {
-	p := filepath.Join(c.Dir, latestFile)
-	b, err := fsx.ReadFile(ctx, p, 4096)
-	if err == nil {
-		name := strings.TrimSpace(string(b))
-		if _, ok := stepOf(name); !ok || strings.ContainsAny(name, `/\`) {
-			return "", fmt.Errorf("checkpoint: %s names %q, which is not a checkpoint; restore it, or remove it to use the newest step-* directory", p, clip(name))
-		}
-		return filepath.Join(c.Dir, name), nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("checkpoint: %w (%s names the newest good checkpoint; remove it to use the newest step-* directory)", err, latestFile)
+	path, err := c.named(ctx)
+	if err != nil || path != "" {
+		return path, err
 	}
 	// No latest (a crash before the first one was named): the newest
 	// complete directory, if any.
@@ -362,6 +389,24 @@ func (c *Checkpointer) latest(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return c.PathFor(steps[len(steps)-1]), nil
+}
+
+// named is the path of the checkpoint latest names, "" when there is no
+// latest.
+func (c *Checkpointer) named(ctx context.Context) (string, error) {
+	p := filepath.Join(c.Dir, latestFile)
+	b, err := fsx.ReadFile(ctx, p, 4096)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: %w (%s names the newest good checkpoint; remove it to use the newest step-* directory)", err, latestFile)
+	}
+	name := strings.TrimSpace(string(b))
+	if _, ok := stepOf(name); !ok || strings.ContainsAny(name, `/\`) {
+		return "", fmt.Errorf("checkpoint: %s names %q, which is not a checkpoint; restore it, or remove it to use the newest step-* directory", p, clip(name))
+	}
+	return filepath.Join(c.Dir, name), nil
 }
 
 // clip shortens a hostile string for an error message.
@@ -610,9 +655,10 @@ func stepOf(name string) (int, bool) {
 }
 
 // prune removes all but the newest Keep checkpoints, never the one just
-// written, and never the newest one whose state was checked finite: a
-// checkpoint of an older ferry, or a damaged one, does not push the last
-// good state out.
+// written, never the good one latest names, and never the newest one
+// whose state was checked finite: a checkpoint written before its proof,
+// one of an older ferry, or a damaged one does not push the last good
+// state out. A latest that cannot be read prunes nothing.
 func (c *Checkpointer) prune(current int) {
 	if c.Keep < 1 {
 		return
@@ -621,15 +667,22 @@ func (c *Checkpointer) prune(current int) {
 	if err != nil {
 		return
 	}
-	good := -1
+	keep := map[int]bool{current: true}
+	latest, err := c.latest(context.Background())
+	if err != nil {
+		return
+	}
+	if s, ok := stepOf(filepath.Base(latest)); ok && latest != "" {
+		keep[s] = true
+	}
 	for i := len(steps) - 1; i >= 0; i-- {
 		if m, err := ReadMeta(c.PathFor(steps[i])); err == nil && m.Finite {
-			good = steps[i]
+			keep[steps[i]] = true
 			break
 		}
 	}
 	for i := 0; i < len(steps)-c.Keep; i++ {
-		if steps[i] != current && steps[i] != good {
+		if !keep[steps[i]] {
 			os.RemoveAll(c.PathFor(steps[i]))
 		}
 	}

@@ -95,7 +95,7 @@ func TestPruneKeepsLastFinite(t *testing.T) {
 	}
 	poison(t, m, float32(math.NaN()))
 	for step := 2; step <= 3; step++ {
-		if _, err := c.save(m, opt, Meta{Step: step, Identity: id}, false); err != nil {
+		if _, err := c.save(m, opt, Meta{Step: step, Identity: id}, false, true); err != nil {
 			t.Fatal(err)
 		}
 	}
