@@ -3,6 +3,7 @@ package models
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -108,8 +109,11 @@ func OpenSourceContext(ctx context.Context, path string) (*Source, error) {
 		return openHFSource(path, cfg)
 	}
 	ck, meta, err := train.ResolveCheckpointContext(ctx, path)
-	if err != nil {
+	if errors.Is(err, train.ErrNoCheckpoint) {
 		return nil, fmt.Errorf("%s is no checkpoint, Hugging Face model (config.json) or safetensors file: %w", path, err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	fam, sz, err := CheckpointModel(meta.Identity)
 	if err != nil {

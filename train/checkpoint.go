@@ -797,6 +797,10 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// ErrNoCheckpoint is wrapped by ResolveCheckpoint's error for a directory
+// that holds no checkpoint at all (rather than a damaged one).
+var ErrNoCheckpoint = errors.New("no checkpoint found")
+
 // ResolveCheckpoint is dir itself when it is a checkpoint, else the
 // latest checkpoint in it; its files are verified.
 func ResolveCheckpoint(dir string) (string, *Meta, error) {
@@ -827,7 +831,7 @@ func ResolveCheckpointContext(ctx context.Context, dir string) (string, *Meta, e
 			return "", nil, lerr
 		}
 		if latest == "" {
-			return "", nil, fmt.Errorf("%s holds no checkpoint of `ferry train` (no %s, no %s, no step-* directory)", dir, metaFile, latestFile)
+			return "", nil, fmt.Errorf("%s holds no checkpoint of `ferry train` (no %s, no %s, no step-* directory): %w", dir, metaFile, latestFile, ErrNoCheckpoint)
 		}
 		path = latest
 	}
