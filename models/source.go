@@ -74,6 +74,8 @@ type Source struct {
 	// other sources), OptimizerName the optimizer that wrote it.
 	OptimizerFile, OptimizerName string
 	OptimizerScalars             map[string]float64
+
+	index *nn.HFIndex // a sharded Hugging Face model's, checked on load
 }
 
 // OpenSource reads what path holds: a checkpoint (or a directory of
@@ -129,21 +131,22 @@ func OpenSourceContext(ctx context.Context, path string) (*Source, error) {
 // openHFSource reads a Hugging Face model directory: config.json (gpt2
 // or llama) and its safetensors files.
 func openHFSource(dir string, cfg []byte) (*Source, error) {
+	cfgPath := filepath.Join(dir, "config.json") // named in the errors it causes
 	typ, err := nn.HFModelType(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
+		return nil, fmt.Errorf("%s: %w", cfgPath, err)
 	}
-	files, err := nn.HFWeightFiles(dir)
+	files, index, err := nn.HFWeightMap(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w", err)
 	}
-	src := &Source{Path: dir, Kind: "Hugging Face " + typ, Files: files}
+	src := &Source{Path: dir, Kind: "Hugging Face " + typ, Files: files, index: index}
 	var name string
 	switch typ {
 	case "gpt2":
 		c, err := nn.GPTConfigFromHF(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", dir, err)
+			return nil, fmt.Errorf("%s: %w", cfgPath, err)
 		}
 		name = "gpt"
 		src.Sizes = Sizes{"vocab": float64(c.Vocab), "seq": float64(c.Seq), "layers": float64(c.Layers), "heads": float64(c.Heads), "embd": float64(c.Embd), "dropout": 0}
@@ -153,17 +156,17 @@ func openHFSource(dir string, cfg []byte) (*Source, error) {
 	case "llama":
 		c, err := nn.LlamaConfigFromHF(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", dir, err)
+			return nil, fmt.Errorf("%s: %w", cfgPath, err)
 		}
 		name = "llama"
 		src.Sizes = Sizes{"vocab": float64(c.Vocab), "seq": float64(c.Seq), "layers": float64(c.Layers), "heads": float64(c.Heads),
 			"kv-heads": float64(c.KVHeads), "embd": float64(c.Embd), "hidden": float64(c.Hidden)}
 		def := nn.LlamaConfig{Vocab: c.Vocab, Seq: c.Seq, Layers: c.Layers, Heads: c.Heads, KVHeads: c.KVHeads, Embd: c.Embd, Hidden: c.Hidden}.WithDefaults()
 		if def.RopeTheta != c.RopeTheta || def.NormEps != c.NormEps {
-			return nil, fmt.Errorf("%s: rope_theta %v and rms_norm_eps %v; ferry's llama family builds %v and %v", dir, c.RopeTheta, c.NormEps, def.RopeTheta, def.NormEps)
+			return nil, fmt.Errorf("%s: rope_theta %v and rms_norm_eps %v; ferry's llama family builds %v and %v", cfgPath, c.RopeTheta, c.NormEps, def.RopeTheta, def.NormEps)
 		}
 	default:
-		return nil, fmt.Errorf("%s: model_type %q; ferry reads gpt2 and llama", dir, typ)
+		return nil, fmt.Errorf("%s: model_type %q; ferry reads gpt2 and llama", cfgPath, typ)
 	}
 	f, err := Lookup(name)
 	if err != nil {
@@ -192,11 +195,15 @@ func (src *Source) Merge(f Family, s Sizes, set map[string]bool) (Sizes, error) 
 		}
 		out[z.Name] = v
 	}
+	where := src.Path
+	if strings.HasPrefix(src.Kind, "Hugging Face") {
+		where = filepath.Join(src.Path, "config.json") // the sizes came from it
+	}
 	if len(clash) > 0 {
-		return nil, fmt.Errorf("%s fixes the model's sizes, and %s contradicts them: drop those flags", src.Path, strings.Join(clash, ", "))
+		return nil, fmt.Errorf("%s fixes the model's sizes, and %s contradicts them: drop those flags", where, strings.Join(clash, ", "))
 	}
 	if err := Validate(f, out); err != nil {
-		return nil, fmt.Errorf("%s: %w", src.Path, err)
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	return out, nil
 }
@@ -210,7 +217,11 @@ func (src *Source) Load(m nn.Module) error {
 // LoadContext is Load whose reads stop once ctx is done (m is then left
 // as it was).
 func (src *Source) LoadContext(ctx context.Context, m nn.Module) error {
-	if err := nn.LoadSafetensorsContext(ctx, src.Files, m, nn.LoadOptions{ConvertFloats: true, RequireFinite: true}); err != nil {
+	if err := nn.LoadSafetensorsContext(ctx, src.Files, m, nn.LoadOptions{ConvertFloats: true, RequireFinite: true, Index: src.index}); err != nil {
+		var le *nn.LoadError
+		if strings.HasPrefix(src.Kind, "Hugging Face") && errors.As(err, &le) {
+			return fmt.Errorf("%s: the weights do not fit the model its config.json describes: %w", src.Path, err)
+		}
 		return fmt.Errorf("%s: %w", src.Path, err)
 	}
 	return nil

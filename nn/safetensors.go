@@ -215,6 +215,10 @@ type LoadOptions struct {
 	// infinity (a diverged run's, or a crafted one), naming them, before
 	// the model changes.
 	RequireFinite bool
+	// Index, when set (HFWeightMap), is the index the files are the
+	// shards of: every tensor must be in the file it names, and every
+	// tensor it names in one of the files.
+	Index *HFIndex
 }
 
 // LoadSafetensorsWith is LoadSafetensors with options.
@@ -253,6 +257,11 @@ func LoadSafetensorsContext(ctx context.Context, paths []string, m Module, opts 
 			from[st.Name] = p
 		}
 		f.Tensors = append(f.Tensors, g.Tensors...)
+	}
+	if opts.Index != nil {
+		if err := opts.Index.check(from); err != nil {
+			return err
+		}
 	}
 	ps := NamedParameters(m)
 	model := make(map[string]*ferry.Tensor, len(ps))

@@ -406,6 +406,9 @@ func (c *Checkpointer) named(ctx context.Context) (string, error) {
 	if _, ok := stepOf(name); !ok || strings.ContainsAny(name, `/\`) {
 		return "", fmt.Errorf("checkpoint: %s names %q, which is not a checkpoint; restore it, or remove it to use the newest step-* directory", p, clip(name))
 	}
+	if _, err := os.Lstat(filepath.Join(c.Dir, name)); errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("checkpoint: %s names %s, which %s does not hold; restore it, or remove it to use the newest step-* directory", p, name, c.Dir)
+	}
 	return filepath.Join(c.Dir, name), nil
 }
 
@@ -544,8 +547,12 @@ func verifyFiles(ctx context.Context, path string, meta *Meta) error {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
 		if got != want {
-			return fmt.Errorf("checkpoint %s: %s is damaged (%d bytes, SHA-256 %.12s…; %s recorded %d bytes, %.12s…)",
-				path, f, got.Size, got.SHA256, metaFile, want.Size, want.SHA256)
+			sum := "not read"
+			if got.SHA256 != "" {
+				sum = "SHA-256 " + got.SHA256[:12] + "…"
+			}
+			return fmt.Errorf("checkpoint %s: %s is damaged (%d bytes, %s; %s recorded %d bytes, SHA-256 %.12s…): "+
+				"restore it, or use an earlier checkpoint", path, filepath.Join(path, f), got.Size, sum, metaFile, want.Size, want.SHA256)
 		}
 	}
 	return nil
@@ -573,11 +580,11 @@ func readMeta(ctx context.Context, path string) (*Meta, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	if err := dec.Decode(&meta); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %s is not valid: %v", path, metaFile, err)
+		return nil, fmt.Errorf("checkpoint %s: %s is not valid: %v", path, filepath.Join(path, metaFile), err)
 	}
 	if meta.Format != metaFormat || meta.Version != metaVersion {
 		return nil, fmt.Errorf("checkpoint %s: %s is format %q version %d; this ferry reads %q version %d",
-			path, metaFile, meta.Format, meta.Version, metaFormat, metaVersion)
+			path, filepath.Join(path, metaFile), clip(meta.Format), meta.Version, metaFormat, metaVersion)
 	}
 	if err := checkMetaSum(ctx, path, b); err != nil {
 		return nil, err
@@ -759,8 +766,13 @@ func checkMetaSum(ctx context.Context, path string, b []byte) error {
 	h := sha256.Sum256(b)
 	got := hex.EncodeToString(h[:])
 	if want != got {
-		return fmt.Errorf("checkpoint %s: %s was changed after it was written (its SHA-256 is %.12s…, %s records %.12s…); "+
-			"restore it, or resume from another checkpoint", path, metaFile, got, metaSumFile, clip(want))
+		return fmt.Errorf("checkpoint %s: %s and %s do not match: one of them was changed after it was written "+
+			"(the SHA-256 of %s is %.12s…, %s records %q); restore it, or resume from another checkpoint",
+			path, filepath.Join(path, metaFile), filepath.Join(path, metaSumFile), metaFile, got, metaSumFile, clip(want))
+	}
+	if string(s) != sumLine(b) { // the sum is right, the line around it is not
+		return fmt.Errorf("checkpoint %s: %s is damaged: it holds %q, and sha256sum writes %q; restore it",
+			path, filepath.Join(path, metaSumFile), clip(string(s)), sumLine(b))
 	}
 	return nil
 }

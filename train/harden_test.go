@@ -120,7 +120,7 @@ func TestCheckpointTrainerJSONEdited(t *testing.T) {
 		t.Fatal("no step in trainer.json to edit")
 	}
 	os.WriteFile(p, []byte(edited), 0o644)
-	if _, err := ReadMeta(path); err == nil || !strings.Contains(err.Error(), "trainer.json was changed") {
+	if _, err := ReadMeta(path); err == nil || !strings.Contains(err.Error(), "one of them was changed after it was written") {
 		t.Fatalf("edited trainer.json: %v", err)
 	}
 	os.WriteFile(p, b, 0o644)
