@@ -2,6 +2,7 @@ package models
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -38,6 +39,8 @@ func Generate(ctx context.Context, g LanguageModel, dev device.Device, prompt []
 
 // GenerateTokens is Generate over token ids: it returns prompt followed
 // by n sampled ids (fewer when ctx ends). The prompt must not be empty.
+// Logits that are not finite are an error: nothing sensible samples from
+// them.
 func GenerateTokens(ctx context.Context, g LanguageModel, dev device.Device, prompt []int32, n int, temperature float64, topK int, rng *rand.Rand) ([]int32, error) {
 	nn.SetTraining(g, false)
 	defer nn.SetTraining(g, true)
@@ -58,6 +61,11 @@ func GenerateTokens(ctx context.Context, g LanguageModel, dev device.Device, pro
 		})
 		if err != nil {
 			return out, err
+		}
+		for _, v := range logits {
+			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+				return out, fmt.Errorf("the model's logits are %v: its weights diverged (finite but huge, or damaged); sample from an earlier checkpoint", v)
+			}
 		}
 		out = append(out, int32(PickToken(logits, temperature, topK, rng)))
 	}

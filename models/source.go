@@ -1,7 +1,9 @@
 package models
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 
 	"ferry"
 	"ferry/data/bpe"
+	"ferry/internal/fsx"
 	"ferry/nn"
 	"ferry/optim"
 	"ferry/train"
@@ -74,13 +77,22 @@ type Source struct {
 	// other sources), OptimizerName the optimizer that wrote it.
 	OptimizerFile, OptimizerName string
 	OptimizerScalars             map[string]float64
+
+	index *nn.HFIndex // a sharded Hugging Face model's, checked on load
 }
 
 // OpenSource reads what path holds: a checkpoint (or a directory of
 // them: its latest), a Hugging Face model directory, or a safetensors
 // file.
 func OpenSource(path string) (*Source, error) {
-	st, err := os.Stat(path)
+	return OpenSourceContext(context.Background(), path)
+}
+
+// OpenSourceContext is OpenSource whose reads stop, with an error
+// wrapping context.Cause(ctx), once ctx is done. Every file is read
+// through fsx.Open: a FIFO, a device or a link that loops is refused.
+func OpenSourceContext(ctx context.Context, path string) (*Source, error) {
+	st, err := fsx.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w", err)
 	}
@@ -88,14 +100,25 @@ func OpenSource(path string) (*Source, error) {
 		if !strings.HasSuffix(path, ".safetensors") {
 			return nil, fmt.Errorf("%s: a file must be a .safetensors file (or give a checkpoint or Hugging Face model directory)", path)
 		}
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("%s is %s, not a regular file; give a .safetensors file", path, fsx.Kind(st.Mode()))
+		}
 		return &Source{Path: path, Kind: "safetensors file", Files: []string{path}}, nil
 	}
-	if cfg, err := os.ReadFile(filepath.Join(path, "config.json")); err == nil {
+	cfgPath := filepath.Join(path, "config.json")
+	if _, err := os.Lstat(cfgPath); err == nil {
+		cfg, err := fsx.ReadFile(ctx, cfgPath, 16<<20)
+		if err != nil {
+			return nil, fmt.Errorf("%s (a Hugging Face model's config): %w", path, err)
+		}
 		return openHFSource(path, cfg)
 	}
-	ck, meta, err := train.ResolveCheckpoint(path)
-	if err != nil {
+	ck, meta, err := train.ResolveCheckpointContext(ctx, path)
+	if errors.Is(err, train.ErrNoCheckpoint) {
 		return nil, fmt.Errorf("%s is no checkpoint, Hugging Face model (config.json) or safetensors file: %w", path, err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	fam, sz, err := CheckpointModel(meta.Identity)
 	if err != nil {
@@ -116,21 +139,22 @@ func OpenSource(path string) (*Source, error) {
 // or llama), its safetensors files, and its tokenizer.json if it has one
 // (else a GPT-2-sized vocabulary is taken to be GPT-2's BPE).
 func openHFSource(dir string, cfg []byte) (*Source, error) {
+	cfgPath := filepath.Join(dir, "config.json") // named in the errors it causes
 	typ, err := nn.HFModelType(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
+		return nil, fmt.Errorf("%s: %w", cfgPath, err)
 	}
-	files, err := nn.HFWeightFiles(dir)
+	files, index, err := nn.HFWeightMap(dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w", err)
 	}
-	src := &Source{Path: dir, Kind: "Hugging Face " + typ, Files: files}
+	src := &Source{Path: dir, Kind: "Hugging Face " + typ, Files: files, index: index}
 	var name string
 	switch typ {
 	case "gpt2":
 		c, err := nn.GPTConfigFromHF(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", dir, err)
+			return nil, fmt.Errorf("%s: %w", cfgPath, err)
 		}
 		name = "gpt"
 		src.Sizes = Sizes{"vocab": float64(c.Vocab), "seq": float64(c.Seq), "layers": float64(c.Layers), "heads": float64(c.Heads), "embd": float64(c.Embd), "dropout": 0}
@@ -140,17 +164,17 @@ func openHFSource(dir string, cfg []byte) (*Source, error) {
 	case "llama":
 		c, err := nn.LlamaConfigFromHF(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", dir, err)
+			return nil, fmt.Errorf("%s: %w", cfgPath, err)
 		}
 		name = "llama"
 		src.Sizes = Sizes{"vocab": float64(c.Vocab), "seq": float64(c.Seq), "layers": float64(c.Layers), "heads": float64(c.Heads),
 			"kv-heads": float64(c.KVHeads), "embd": float64(c.Embd), "hidden": float64(c.Hidden)}
 		def := nn.LlamaConfig{Vocab: c.Vocab, Seq: c.Seq, Layers: c.Layers, Heads: c.Heads, KVHeads: c.KVHeads, Embd: c.Embd, Hidden: c.Hidden}.WithDefaults()
 		if def.RopeTheta != c.RopeTheta || def.NormEps != c.NormEps {
-			return nil, fmt.Errorf("%s: rope_theta %v and rms_norm_eps %v; ferry's llama family builds %v and %v", dir, c.RopeTheta, c.NormEps, def.RopeTheta, def.NormEps)
+			return nil, fmt.Errorf("%s: rope_theta %v and rms_norm_eps %v; ferry's llama family builds %v and %v", cfgPath, c.RopeTheta, c.NormEps, def.RopeTheta, def.NormEps)
 		}
 	default:
-		return nil, fmt.Errorf("%s: model_type %q; ferry reads gpt2 and llama", dir, typ)
+		return nil, fmt.Errorf("%s: model_type %q; ferry reads gpt2 and llama", cfgPath, typ)
 	}
 	if p := hfTokenizerBeside(dir); p != "" { // the model's own tokenizer, over the guess of GPT-2's
 		tname, t, err := OpenHFTokenizer(p)
@@ -203,11 +227,15 @@ func (src *Source) Merge(f Family, s Sizes, set map[string]bool) (Sizes, error) 
 		}
 		out[z.Name] = v
 	}
+	where := src.Path
+	if strings.HasPrefix(src.Kind, "Hugging Face") {
+		where = filepath.Join(src.Path, "config.json") // the sizes came from it
+	}
 	if len(clash) > 0 {
-		return nil, fmt.Errorf("%s fixes the model's sizes, and %s contradicts them: drop those flags", src.Path, strings.Join(clash, ", "))
+		return nil, fmt.Errorf("%s fixes the model's sizes, and %s contradicts them: drop those flags", where, strings.Join(clash, ", "))
 	}
 	if err := Validate(f, out); err != nil {
-		return nil, fmt.Errorf("%s: %w", src.Path, err)
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	return out, nil
 }
@@ -231,10 +259,22 @@ func (src *Source) ContextNote(s Sizes) string {
 }
 
 // Load reads the source's weights into m (all or nothing; Hugging Face's
-// half-precision tensors converted). A GPT built at a shorter context
-// than the source's takes the first rows of its position table.
+// half-precision tensors converted; NaN or infinite weights refused). A
+// GPT built at a shorter context than the source's takes the first rows
+// of its position table.
 func (src *Source) Load(m nn.Module) error {
-	if err := nn.LoadSafetensorsFiles(src.Files, m, nn.LoadOptions{ConvertFloats: true, CropRows: []string{"transformer.wpe.weight"}}); err != nil {
+	return src.LoadContext(context.Background(), m)
+}
+
+// LoadContext is Load whose reads stop once ctx is done (m is then left
+// as it was).
+func (src *Source) LoadContext(ctx context.Context, m nn.Module) error {
+	opts := nn.LoadOptions{ConvertFloats: true, RequireFinite: true, Index: src.index, CropRows: []string{"transformer.wpe.weight"}}
+	if err := nn.LoadSafetensorsContext(ctx, src.Files, m, opts); err != nil {
+		var le *nn.LoadError
+		if strings.HasPrefix(src.Kind, "Hugging Face") && errors.As(err, &le) {
+			return fmt.Errorf("%s: the weights do not fit the model its config.json describes: %w", src.Path, err)
+		}
 		return fmt.Errorf("%s: %w", src.Path, err)
 	}
 	return nil
@@ -243,6 +283,11 @@ func (src *Source) Load(m nn.Module) error {
 // LoadOptimizer sets opt's state from the source checkpoint's.
 // The shapes must match the model's (SetState checks every entry).
 func (src *Source) LoadOptimizer(opt optim.Stateful) error {
+	return src.LoadOptimizerContext(context.Background(), opt)
+}
+
+// LoadOptimizerContext is LoadOptimizer whose read stops once ctx is done.
+func (src *Source) LoadOptimizerContext(ctx context.Context, opt optim.Stateful) error {
 	var params []*ferry.Tensor
 	if o, ok := opt.(interface{ Params() []*ferry.Tensor }); ok {
 		params = o.Params()
@@ -250,7 +295,7 @@ func (src *Source) LoadOptimizer(opt optim.Stateful) error {
 	if len(params) == 0 {
 		return fmt.Errorf("%T has no parameters to take state for", opt)
 	}
-	tensors, _, err := nn.LoadTensors(src.OptimizerFile, params[0].Device())
+	tensors, _, err := nn.LoadTensorsContext(ctx, src.OptimizerFile, params[0].Device())
 	if err != nil {
 		return fmt.Errorf("%w", err)
 	}

@@ -2,7 +2,11 @@ package nn
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -115,7 +119,13 @@ func saveTensors(path string, tensors map[string]*ferry.Tensor, metadata map[str
 // error (all of them named at once), and nothing is allocated. The caller
 // owns the tensors. The metadata comes without the checksum key.
 func LoadTensors(path string, dev device.Device) (map[string]*ferry.Tensor, map[string]string, error) {
-	f, err := safetensors.ReadFile(path, 0)
+	return LoadTensorsContext(context.Background(), path, dev)
+}
+
+// LoadTensorsContext is LoadTensors whose read stops, with an error
+// wrapping context.Cause(ctx), once ctx is done.
+func LoadTensorsContext(ctx context.Context, path string, dev device.Device) (map[string]*ferry.Tensor, map[string]string, error) {
+	f, err := safetensors.ReadFileContext(ctx, path, 0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -195,7 +205,7 @@ func LoadSafetensors(path string, m Module) error {
 	return LoadSafetensorsWith(path, m, LoadOptions{})
 }
 
-// LoadOptions relax LoadSafetensors.
+// LoadOptions relax or tighten LoadSafetensors.
 type LoadOptions struct {
 	// ConvertFloats accepts F64, F16 and BF16 tensors for float32
 	// parameters, converted on the host (F64 rounded to nearest; F16 and
@@ -207,6 +217,14 @@ type LoadOptions struct {
 	// GPT's position table (transformer.wpe.weight) to run it at a
 	// shorter context.
 	CropRows []string
+	// RequireFinite refuses a file whose parameters hold a NaN or an
+	// infinity (a diverged run's, or a crafted one), naming them, before
+	// the model changes.
+	RequireFinite bool
+	// Index, when set (HFWeightMap), is the index the files are the
+	// shards of: every tensor must be in the file it names, and every
+	// tensor it names in one of the files.
+	Index *HFIndex
 }
 
 // LoadSafetensorsWith is LoadSafetensors with options.
@@ -218,14 +236,23 @@ func LoadSafetensorsWith(path string, m Module, opts LoadOptions) error {
 // are spread over several files (a sharded checkpoint: HFWeightFiles
 // lists them), read as one; a tensor in two files is an error.
 func LoadSafetensorsFiles(paths []string, m Module, opts LoadOptions) error {
+	return LoadSafetensorsContext(context.Background(), paths, m, opts)
+}
+
+// LoadSafetensorsContext is LoadSafetensorsFiles whose reads stop, with an
+// error wrapping context.Cause(ctx), once ctx is done (a signal during a
+// load); m is then left untouched. Each file may be at most a few times
+// the model's float32 size (maxFileBytes), checked before it is read.
+func LoadSafetensorsContext(ctx context.Context, paths []string, m Module, opts LoadOptions) error {
 	if len(paths) == 0 {
 		return fmt.Errorf("nn.LoadSafetensors: no files")
 	}
 	path := strings.Join(paths, ", ") // names the files in errors
 	f := &safetensors.File{}
 	from := map[string]string{}
+	limit := maxFileBytes(m)
 	for _, p := range paths {
-		g, err := safetensors.ReadFile(p, 0)
+		g, err := safetensors.ReadFileContext(ctx, p, limit)
 		if err != nil {
 			return fmt.Errorf("nn.LoadSafetensors: %w", err)
 		}
@@ -236,6 +263,11 @@ func LoadSafetensorsFiles(paths []string, m Module, opts LoadOptions) error {
 			from[st.Name] = p
 		}
 		f.Tensors = append(f.Tensors, g.Tensors...)
+	}
+	if opts.Index != nil {
+		if err := opts.Index.check(from); err != nil {
+			return err
+		}
 	}
 	ps := NamedParameters(m)
 	model := make(map[string]*ferry.Tensor, len(ps))
@@ -303,6 +335,23 @@ func LoadSafetensorsFiles(paths []string, m Module, opts LoadOptions) error {
 	}
 	if len(e.Missing)+len(e.Unexpected)+len(e.Mismatched) > 0 {
 		return e
+	}
+	if opts.RequireFinite {
+		var bad []string
+		for _, n := range ps {
+			if st := source[n.Name]; st != nil {
+				if k, first := nonFinite(st); k > 0 {
+					bad = append(bad, fmt.Sprintf("%s (%d of %d values, e.g. %v)", st.Name, k, numel(st.Shape), first))
+				}
+			}
+		}
+		if len(bad) > 0 {
+			if len(bad) > 5 {
+				bad = append(bad[:5], fmt.Sprintf("and %d more", len(bad)-5))
+			}
+			return fmt.Errorf("nn.LoadSafetensors %s: %w: %s (the weights of a run that diverged, or a damaged file; load an earlier checkpoint)",
+				path, ErrNonFinite, strings.Join(bad, ", "))
+		}
 	}
 	err := ferry.Catch(func() error {
 		for _, n := range ps {
@@ -405,4 +454,74 @@ func bf16Tensor(name string, vals []float32, shape []int) safetensors.Tensor {
 		data[2*i], data[2*i+1] = byte(b), byte(b>>8)
 	}
 	return safetensors.Tensor{Name: name, DType: safetensors.BF16, Shape: slices.Clone(shape), Data: data}
+}
+
+// ErrNonFinite is wrapped by LoadSafetensors' error (LoadOptions.
+// RequireFinite) for a file whose parameters hold a NaN or an infinity.
+var ErrNonFinite = errors.New("the file holds values that are not finite (NaN or infinity)")
+
+// maxFileBytes is the largest weights file LoadSafetensors reads for m:
+// its parameters at 8 bytes each (F64, the widest float it converts),
+// and 256 MiB for what a file may hold beside them (Hugging Face GPT-2's
+// causal-mask buffers, a header) — so that a huge or sparse file named by
+// mistake is refused by its size, before anything is read.
+func maxFileBytes(m Module) int64 {
+	var n int64
+	for _, p := range m.Parameters() {
+		n += int64(p.Numel())
+	}
+	return 8*n + 256<<20
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// nonFinite counts the NaN and infinite values of a float tensor (0 for
+// other dtypes) and returns the first, read from the bits of its data.
+func nonFinite(st *safetensors.Tensor) (n int, first float64) {
+	d := st.Data
+	note := func(v float64) {
+		if n == 0 {
+			first = v
+		}
+		n++
+	}
+	switch st.DType {
+	case safetensors.F32:
+		for i := 0; i+4 <= len(d); i += 4 {
+			if b := binary.LittleEndian.Uint32(d[i:]); b&0x7f800000 == 0x7f800000 {
+				note(float64(math.Float32frombits(b)))
+			}
+		}
+	case safetensors.F64:
+		for i := 0; i+8 <= len(d); i += 8 {
+			if b := binary.LittleEndian.Uint64(d[i:]); b&0x7ff0000000000000 == 0x7ff0000000000000 {
+				note(math.Float64frombits(b))
+			}
+		}
+	case safetensors.BF16:
+		for i := 0; i+2 <= len(d); i += 2 {
+			if b := binary.LittleEndian.Uint16(d[i:]); b&0x7f80 == 0x7f80 {
+				note(float64(math.Float32frombits(uint32(b) << 16)))
+			}
+		}
+	case safetensors.F16:
+		for i := 0; i+2 <= len(d); i += 2 {
+			if b := binary.LittleEndian.Uint16(d[i:]); b&0x7c00 == 0x7c00 {
+				if b&0x3ff != 0 {
+					note(math.NaN())
+				} else if b&0x8000 != 0 {
+					note(math.Inf(-1))
+				} else {
+					note(math.Inf(1))
+				}
+			}
+		}
+	}
+	return n, first
 }

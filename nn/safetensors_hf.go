@@ -281,29 +281,44 @@ func LlamaConfigFromHF(configJSON []byte) (LlamaConfig, error) {
 // Load them with LoadSafetensorsFiles; read config.json beside them with
 // GPTConfigFromHF or LlamaConfigFromHF (HFModelType says which).
 func HFWeightFiles(dir string) ([]string, error) {
+	files, _, err := HFWeightMap(dir)
+	return files, err
+}
+
+// HFIndex is a sharded model's model.safetensors.index.json: where it is,
+// and which file holds each tensor.
+type HFIndex struct {
+	Path      string
+	WeightMap map[string]string // tensor name → file name beside the index
+}
+
+// HFWeightMap is HFWeightFiles with the index the shards come from (nil
+// for a single model.safetensors). Given to LoadOptions.Index, the load
+// checks every tensor against it.
+func HFWeightMap(dir string) ([]string, *HFIndex, error) {
 	single := filepath.Join(dir, "model.safetensors")
-	if st, err := os.Stat(single); err == nil && !st.IsDir() {
-		return []string{single}, nil
+	if _, err := os.Lstat(single); err == nil { // whatever it is: its load says what is wrong
+		return []string{single}, nil, nil
 	}
 	indexPath := filepath.Join(dir, "model.safetensors.index.json")
 	b, err := fsx.ReadLimited(indexPath, 64<<20)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("nn: no model.safetensors or model.safetensors.index.json in %s (a PyTorch .bin checkpoint? ferry reads safetensors)", dir)
+			return nil, nil, fmt.Errorf("nn: no model.safetensors or model.safetensors.index.json in %s (a PyTorch .bin checkpoint? ferry reads safetensors)", dir)
 		}
-		return nil, fmt.Errorf("nn: %w", err)
+		return nil, nil, fmt.Errorf("nn: %w", err)
 	}
 	var index struct {
 		WeightMap map[string]string `json:"weight_map"`
 	}
 	if err := json.Unmarshal(b, &index); err != nil {
-		return nil, fmt.Errorf("nn: %s: %w", indexPath, err)
+		return nil, nil, fmt.Errorf("nn: %s: %w", indexPath, err)
 	}
 	seen := map[string]bool{}
 	var files []string
 	for _, f := range index.WeightMap {
 		if f == "" || filepath.IsAbs(f) || f != filepath.Base(f) {
-			return nil, fmt.Errorf("nn: %s maps a tensor to %q, not a file beside it", indexPath, f)
+			return nil, nil, fmt.Errorf("nn: %s maps a tensor to %q, not a file beside it", indexPath, f)
 		}
 		if !seen[f] {
 			seen[f] = true
@@ -311,8 +326,45 @@ func HFWeightFiles(dir string) ([]string, error) {
 		}
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("nn: %s maps no tensors", indexPath)
+		return nil, nil, fmt.Errorf("nn: %s maps no tensors", indexPath)
 	}
 	sort.Strings(files)
-	return files, nil
+	return files, &HFIndex{Path: indexPath, WeightMap: index.WeightMap}, nil
+}
+
+// check says where the tensors read (name → the file read from) differ
+// from the index: a damaged or stale index, or shards swapped.
+func (x *HFIndex) check(from map[string]string) error {
+	var bad []string
+	names := make([]string, 0, len(from))
+	for n := range from {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		want, ok := x.WeightMap[n]
+		switch {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("%s (in %s) is not listed", n, filepath.Base(from[n])))
+		case want != filepath.Base(from[n]):
+			bad = append(bad, fmt.Sprintf("%s is listed in %s but is in %s", n, want, filepath.Base(from[n])))
+		}
+	}
+	listed := make([]string, 0, len(x.WeightMap))
+	for n := range x.WeightMap {
+		if _, ok := from[n]; !ok {
+			listed = append(listed, n)
+		}
+	}
+	sort.Strings(listed)
+	for _, n := range listed {
+		bad = append(bad, fmt.Sprintf("%s is listed in %s, which does not hold it", n, x.WeightMap[n]))
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	if len(bad) > 5 {
+		bad = append(bad[:5], fmt.Sprintf("and %d more", len(bad)-5))
+	}
+	return fmt.Errorf("nn.LoadSafetensors: %s does not match its shards: %s (a damaged or stale index)", x.Path, strings.Join(bad, "; "))
 }

@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -49,13 +50,17 @@ func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 type Error struct {
 	File   string // the path, or the name given to Parse
 	Tensor string // the tensor at fault, if one is
-	Msg    string
-	Err    error // an underlying error (I/O), if any
+	Msg    string // "" when Err says it all, the file included
+	Err    error  // an underlying error (I/O), if any
 }
 
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("safetensors: ")
+	if e.Msg == "" && e.Err != nil { // Err names the file itself (fsx.Open's)
+		b.WriteString(e.Err.Error())
+		return b.String()
+	}
 	if e.File != "" {
 		b.WriteString(e.File)
 		b.WriteString(": ")
@@ -96,37 +101,40 @@ func (f *File) Tensor(name string) *Tensor {
 }
 
 // ReadFile reads and parses the safetensors file at path, refusing a file
-// larger than limit bytes (DefaultLimit when limit is 0). Of a regular
-// file it reads the header, checks it whole against the file's size, and
-// only then reads the data, in one buffer of exactly the size the header
-// describes: a hostile length field or offset allocates nothing, and a
-// foreign file is refused after reading at most its header. Errors are *Error naming path (or the os error, for a missing
-// file).
+// larger than limit bytes (DefaultLimit when limit is 0): ReadFileContext
+// without a context.
 func ReadFile(path string, limit int64) (*File, error) {
+	return ReadFileContext(context.Background(), path, limit)
+}
+
+// ReadFileContext reads and parses the safetensors file at path, refusing
+// a file larger than limit bytes (DefaultLimit when limit is 0). Anything
+// but a regular file (a FIFO, a device, a directory, a link that loops)
+// is refused before it is read (fsx.Open). Of the file it reads the
+// header, checks it whole against the file's size, and only then reads
+// the data, in one buffer of exactly the size the header describes: a
+// hostile length field or offset allocates nothing, and a foreign file is
+// refused after reading at most its header. The read stops, with an error
+// wrapping context.Cause(ctx), once ctx is done. Errors are *Error naming
+// path.
+func ReadFileContext(ctx context.Context, path string, limit int64) (*File, error) {
 	if limit <= 0 {
 		limit = DefaultLimit
 	}
-	f, err := os.Open(path)
+	f, err := fsx.Open(ctx, path, -1)
 	if err != nil {
-		return nil, &Error{File: path, Msg: "cannot open", Err: unwrapPath(err)}
+		return nil, &Error{File: path, Err: err}
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, &Error{File: path, Msg: "cannot stat", Err: unwrapPath(err)}
-	}
-	if st.IsDir() {
-		return nil, &Error{File: path, Msg: "is a directory, not a safetensors file"}
-	}
-	if !st.Mode().IsRegular() { // a pipe or a device: no size to check against
-		f.Close()
-		b, err := fsx.ReadLimited(path, limit)
-		if err != nil {
-			return nil, &Error{File: path, Msg: "cannot read", Err: err}
+	// readErr is a failed read's error: a cancelled one's says only that
+	// (the error names the file).
+	readErr := func(msg string, err error) error {
+		if ctx.Err() != nil {
+			return &Error{File: path, Err: err}
 		}
-		return Parse(path, b)
+		return &Error{File: path, Msg: msg, Err: err}
 	}
-	size := st.Size()
+	size := f.Size()
 	if size > limit {
 		return nil, &Error{File: path, Msg: fmt.Sprintf("is %d bytes, over the %d-byte limit", size, limit)}
 	}
@@ -135,7 +143,7 @@ func ReadFile(path string, limit int64) (*File, error) {
 		return nil, &Error{File: path, Msg: fmt.Sprintf("is %d bytes, too short for the 8-byte header length (empty or truncated)", size)}
 	}
 	if _, err := io.ReadFull(f, lenBuf[:]); err != nil {
-		return nil, &Error{File: path, Msg: "cannot read the header length", Err: err}
+		return nil, readErr("cannot read the header length", err)
 	}
 	n := binary.LittleEndian.Uint64(lenBuf[:])
 	if err := checkHeaderLen(n, size); err != nil {
@@ -146,7 +154,7 @@ func ReadFile(path string, limit int64) (*File, error) {
 	// data (up to limit bytes) is read.
 	h := make([]byte, n)
 	if _, err := io.ReadFull(f, h); err != nil {
-		return nil, &Error{File: path, Msg: "cannot read the header (did the file shrink?)", Err: err}
+		return nil, readErr("cannot read the header (did the file shrink?)", err)
 	}
 	file, infos, herr := parseHeader(h, uint64(size)-8-n)
 	if herr != nil {
@@ -155,7 +163,7 @@ func ReadFile(path string, limit int64) (*File, error) {
 	}
 	data := make([]byte, uint64(size)-8-n)
 	if _, err := io.ReadFull(f, data); err != nil {
-		return nil, &Error{File: path, Msg: "cannot read the data (did the file shrink?)", Err: err}
+		return nil, readErr("cannot read the data (did the file shrink?)", err)
 	}
 	if herr := attach(file, infos, data); herr != nil {
 		herr.File = path

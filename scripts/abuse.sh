@@ -283,6 +283,110 @@ ENVV=(FERRY_BLAS=off); probe ok doctor; ENVV=()
 # help
 if "$bin" train text -h 2>&1 | grep -qE '\(default -1\)|-policy ferry'; then echo "help-text        train text -h says (default -1) or names a flag's value after a backquoted word"; count[wrong-exit-0]=$(( ${count[wrong-exit-0]:-0} + 1 )); fi
 
+# ==== issue 34 (reads): hostile files inside a checkpoint, signals during loads, a diverged resume ====
+# Each file of a train text checkpoint directory (latest, every file of
+# step-2, which latest names, and step-1's weights; TestCheckpointTreeMutator
+# covers every file of more trees) is replaced in turn by a FIFO, a
+# directory, a symlink loop, an empty file, a truncated copy, a byte
+# flipped in the header and one in the data, a 1 TiB sparse file, and
+# links to /dev/zero and /dev/urandom; eval, sample, train --resume and
+# train --init-from then run on it (10 s each). A file of the checkpoint
+# latest names must give a clear error; one of step-1 changes nothing. A
+# .lock or temporary left in the tree counts as files-left.
+r34=$work/r34; mkdir -p "$r34"
+"$bin" "${T[@]}" --steps 2 --checkpoint-every 1 --keep 2 --checkpoint-dir "$r34/pristine" >/dev/null 2>&1
+m34() { # mutation file: replace file by the mutation
+  local p=$2
+  case $1 in
+    fifo) rm -f "$p"; mkfifo "$p";;
+    directory) rm -f "$p"; mkdir "$p";;
+    symlink-loop) rm -f "$p"; ln -s "$(basename "$p")" "$p";;
+    empty) : > "$p";;
+    truncated) head -c $(( $(stat -c %s "$p") / 2 )) "$p" > "$p.t" && mv "$p.t" "$p";;
+    header-flip) printf '\x7a' | dd of="$p" bs=1 seek=$([ "${p##*.}" = safetensors ] && echo 20 || echo 0) conv=notrunc 2>/dev/null;;
+    data-flip) printf '\x01' | dd of="$p" bs=1 seek=$(( $(stat -c %s "$p") - 2 )) conv=notrunc 2>/dev/null;;
+    sparse-1TiB) rm -f "$p"; truncate -s 1T "$p";;
+    dev-zero) rm -f "$p"; ln -s /dev/zero "$p";;
+    dev-urandom) rm -f "$p"; ln -s /dev/urandom "$p";;
+  esac
+}
+r34_cases=0
+for rel in latest $(cd "$r34/pristine" && ls -d step-00000002/*) step-00000001/model.safetensors; do
+  for mut in fifo directory symlink-loop empty truncated header-flip data-flip sparse-1TiB dev-zero dev-urandom; do
+    exp=err; case $rel in step-00000001/*) exp=ok;; esac
+    for c in eval sample resume init-from; do
+      d=$r34/case; rm -rf "$d"; cp -r "$r34/pristine" "$d"; m34 "$mut" "$d/$rel"
+      case $c in
+        eval) TMO=10 probe "$exp" eval --checkpoint-dir "$d";;
+        sample) TMO=10 probe "$exp" sample --checkpoint-dir "$d" --n 2;;
+        resume) TMO=10 probe "$exp" "${T[@]}" --steps 3 --override steps --checkpoint-dir "$d" --resume --keep 2 --checkpoint-every 1;;
+        init-from) TMO=10 probe "$exp" train text --data "$work/small.txt" --batch 2 --val-batches 1 --sample 0 --steps 1 --init-from "$d";;
+      esac
+      r34_cases=$((r34_cases + 1))
+      if [ -n "$(find "$d" \( -name .lock -o -name '*-tmp-*' -o -name '*.tmp-*' \) 2>/dev/null | head -1)" ]; then
+        echo "files-left       $c with $rel as $mut: $(find "$d" \( -name .lock -o -name '*-tmp-*' \) | head -2)"; count[files-left]=$(( ${count[files-left]:-0} + 1 ))
+      fi
+    done
+  done
+done
+rm -rf "$r34/case"
+mkfifo "$work/fifo.safetensors"
+TMO=3 probe err "${T[@]}" --steps 1 --init-from "$work/fifo.safetensors"
+TMO=3 probe err "${T[@]}" --steps 1 --init-from /dev/zero
+# Ctrl-C during a slow load (FERRY_TEST_READ_DELAY holds every block of
+# model.safetensors for an hour): exit 130 within 2 s, nothing left.
+r34_sig=0
+for c in eval sample resume init-from; do
+  d=$r34/sig; rm -rf "$d"; cp -r "$r34/pristine" "$d"
+  case $c in
+    eval) args=(eval --checkpoint-dir "$d");;
+    sample) args=(sample --checkpoint-dir "$d" --n 2);;
+    resume) args=("${T[@]}" --steps 3 --override steps --checkpoint-dir "$d" --resume);;
+    init-from) args=("${T[@]}" --steps 1 --init-from "$d" --checkpoint-dir "$r34/sig-out");;
+  esac
+  FERRY_TEST_READ_DELAY=1h:model.safetensors "$bin" "${args[@]}" >/dev/null 2>"$r34/sig.err" & pid=$!
+  for _ in $(seq 400); do grep -q 'test read delay' "$r34/sig.err" && break; sleep 0.05; done
+  t0=$(date +%s%N); kill -INT "$pid"
+  timeout 10 tail --pid="$pid" -f /dev/null; kill -9 "$pid" 2>/dev/null; wait "$pid"; rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  r34_sig=$((r34_sig + 1))
+  if [ "$rc" -ne 130 ] || [ "$ms" -gt 2000 ]; then
+    echo "hang             Ctrl-C during a slow load of $c: exit $rc after $ms ms (want 130 within 2 s)"; count[hang]=$(( ${count[hang]:-0} + 1 ))
+  fi
+  if [ -e "$d/.lock" ] || [ -e "$r34/sig-out" ] || [ -n "$(ls -A "$d" | grep -- '-tmp-')" ]; then
+    echo "files-left       Ctrl-C during a slow load of $c left $(ls -A "$d" | grep -- '-tmp-\|^\.lock$') $(ls -d "$r34/sig-out" 2>/dev/null)"; count[files-left]=$(( ${count[files-left]:-0} + 1 ))
+  fi
+  rm -rf "$r34/sig-out"
+done
+# SIGQUIT and a double Ctrl-C while checkpoints are written: no temporary,
+# no .lock (SIGQUIT may print Go's goroutine dump).
+for sig in "QUIT" "INT INT"; do
+  for i in 1 2 3; do
+    q=$r34/quit; rm -rf "$q"
+    "$bin" train text --data "$work/small.txt" --layers 2 --heads 4 --embd 256 --seq 32 --batch 2 --val-batches 1 --sample 0 --eval-every 100000 --steps 100000 --checkpoint-dir "$q" --checkpoint-every 1 --keep 2 >/dev/null 2>&1 & pid=$!
+    for _ in $(seq 3000); do ls -A "$q" 2>/dev/null | grep -q -- "-tmp-$pid-" && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.01; done
+    for s in $sig; do kill -s "$s" "$pid" 2>/dev/null; sleep 0.02; done
+    timeout 30 tail --pid="$pid" -f /dev/null; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    r34_sig=$((r34_sig + 1))
+    if [ -n "$(ls -A "$q" 2>/dev/null | grep -- '-tmp-\|^\.lock$')" ]; then
+      echo "files-left       SIG$sig while checkpointing left $(ls -A "$q" | grep -- '-tmp-\|^\.lock$' | tr '\n' ' ')"; count[files-left]=$(( ${count[files-left]:-0} + 1 ))
+    fi
+  done
+done
+# The diverged resume of the issue: latest must name a checkpoint that
+# eval scores with a finite loss.
+d=$r34/div; rm -rf "$d"
+"$bin" "${T[@]}" --steps 3 --checkpoint-dir "$d" >/dev/null 2>&1
+probe err "${T[@]}" --steps 8 --checkpoint-dir "$d" --resume --override lr,min_lr,steps --lr 1e30 --keep 1 --checkpoint-every 1
+loss=$("$bin" eval --checkpoint-dir "$d" --json 2>/dev/null | sed -n 's/.*"val_loss": \([0-9.e+-]*\).*/\1/p')
+used=$("$bin" eval --checkpoint-dir "$d" --json 2>/dev/null | sed -n 's/.*"checkpoint": "\(.*\)".*/\1/p')
+if [ -z "$loss" ] || [ "$(basename "$used")" != "$(cat "$d/latest")" ]; then
+  lost=$((lost + 1)); echo "GOOD CHECKPOINT LOST: after a diverged resume, eval of latest gives loss '$loss' from '$used'"
+fi
+echo "issue 34 (reads): $r34_cases hostile-file cases on a checkpoint tree, $r34_sig signals during loads and checkpoint writes (counted in the summary below)"
+rm -rf "$r34"
+# ==== end of issue 34 (reads) ====
+
 # Kills midway.
 kdir=$work/kill; mkdir -p "$kdir"
 killed=0; left=0

@@ -2,6 +2,7 @@ package train
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -35,8 +36,9 @@ import (
 //	                       it (sha256sum -c trainer.sha256 checks it), so
 //	                       that every file of a checkpoint is covered
 //
-// and D/latest names the newest one. A directory, rather than one file,
-// so that the weights are a plain safetensors file that PyTorch loads.
+// and D/latest names the newest good one: a checkpoint whose weights gave
+// a finite loss (see Prove). A directory, rather than one file, so that
+// the weights are a plain safetensors file that PyTorch loads.
 //
 // Writing is atomic: the files go into a temporary directory (.step-…-tmp-
 // PID) in D, each fsynced; the directory is fsynced and renamed to its
@@ -65,7 +67,10 @@ type Meta struct {
 	// Files maps each tensor file to its size and SHA-256.
 	Files map[string]FileSum `json:"files"`
 	// Finite says Save checked that every parameter and optimizer value
-	// was finite. prune never removes the newest such checkpoint.
+	// was finite. prune never removes the newest such checkpoint. Finite
+	// weights are not yet good ones (1e37 is finite): a checkpoint is good
+	// once a loss computed on its weights was finite, and latest names it
+	// only then (Prove).
 	Finite bool `json:"finite"`
 	// Overrides lists the identity differences accepted on resume
 	// (Checkpointer.Overrides), oldest first, carried from checkpoint to
@@ -92,8 +97,9 @@ const (
 )
 
 // Checkpointer writes and reads checkpoints in Dir, keeping the newest
-// Keep of them (Keep < 1 keeps all), and never the last good one (see
-// prune). A run holds Dir with Lock for its whole length.
+// Keep of them (Keep < 1 keeps all), and never the good one latest names,
+// nor one just written (see prune). A run holds Dir with Lock for its
+// whole length.
 type Checkpointer struct {
 	Dir  string
 	Keep int
@@ -119,16 +125,44 @@ func (c *Checkpointer) PathFor(step int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("step-%08d", step))
 }
 
-// Save writes a checkpoint of model and opt at meta.Step and returns its
-// path. The previous checkpoint stays valid until this one is complete.
-// It refuses (an error wrapping ErrNonFinite) a model or optimizer state
-// holding NaN or Inf,
-// writing nothing: the previous checkpoint and latest stay as they were.
+// Save writes a checkpoint of model and opt at meta.Step, names it in
+// latest and returns its path: the caller vouches that the weights are
+// good (a finite loss was computed on them; the Trainer uses SavePending
+// and Prove where it has not yet). The previous checkpoint stays valid
+// until this one is complete. It refuses (an error wrapping ErrNonFinite)
+// a model or optimizer state holding NaN or Inf, writing nothing: the
+// previous checkpoint and latest stay as they were.
 func (c *Checkpointer) Save(model nn.Module, opt optim.Stateful, meta Meta) (path string, err error) {
-	return c.save(model, opt, meta, true)
+	return c.save(model, opt, meta, true, true)
 }
 
-func (c *Checkpointer) save(model nn.Module, opt optim.Stateful, meta Meta, check bool) (path string, err error) {
+// SavePending is Save for weights no finite loss has been computed on
+// yet: the checkpoint is written whole, but latest still names the
+// previous good one, and pruning keeps that one (so Dir may hold Keep+1).
+// Prove names it once its weights are proven: a diverged step that left
+// finite but useless weights (1e37) never replaces a good checkpoint.
+func (c *Checkpointer) SavePending(model nn.Module, opt optim.Stateful, meta Meta) (path string, err error) {
+	return c.save(model, opt, meta, true, false)
+}
+
+// Prove names the checkpoint of step, written by SavePending, in latest,
+// once a finite loss was computed on its weights (the next step's
+// forward, or an evaluation), and prunes what Keep no longer covers.
+func (c *Checkpointer) Prove(step int) error {
+	path := c.PathFor(step)
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if cur, err := c.named(context.Background()); err != nil || cur != path {
+		if err := c.writeLatest(filepath.Base(path)); err != nil {
+			return fmt.Errorf("checkpoint: naming %s in %s: %w", filepath.Base(path), latestFile, err)
+		}
+	}
+	c.prune(step)
+	return nil
+}
+
+func (c *Checkpointer) save(model nn.Module, opt optim.Stateful, meta Meta, check, good bool) (path string, err error) {
 	if meta.Step < 0 {
 		return "", fmt.Errorf("checkpoint: negative step %d", meta.Step)
 	}
@@ -179,7 +213,7 @@ func (c *Checkpointer) save(model nn.Module, opt optim.Stateful, meta Meta, chec
 	}
 	meta.Files = map[string]FileSum{}
 	for _, f := range files {
-		s, err := sumFile(filepath.Join(tmp, f))
+		s, err := sumFile(context.Background(), filepath.Join(tmp, f), -1)
 		if err != nil {
 			return "", fmt.Errorf("checkpoint: %w", err)
 		}
@@ -228,8 +262,10 @@ func (c *Checkpointer) save(model nn.Module, opt optim.Stateful, meta Meta, chec
 	if err := syncDir(c.Dir); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := c.writeLatest(filepath.Base(final)); err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
+	if good {
+		if err := c.writeLatest(filepath.Base(final)); err != nil {
+			return "", fmt.Errorf("checkpoint: %w", err)
+		}
 	}
 	if aside != "" {
 		removeTemp(aside)
@@ -273,40 +309,12 @@ func (c *Checkpointer) writeLatest(name string) (err error) {
 // a NaN or an infinity.
 func checkFinite(model nn.Module, st optim.State, step int) error {
 	var bad []string
-	count := func(name string, t *ferry.Tensor) {
-		if t.DType() != device.Float32 {
-			return // codes (quantised state): every value is a number
-		}
-		n := 0
-		var first float32
-		for _, v := range t.Float32s() {
-			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
-				if n == 0 {
-					first = v
-				}
-				n++
-			}
-		}
-		if n > 0 {
-			bad = append(bad, fmt.Sprintf("%s (%d of %d values, e.g. %v)", name, n, t.Numel(), first))
-		}
-	}
 	for _, p := range model.Parameters() {
-		count("parameter "+p.Name(), p)
-	}
-	names := make([]string, 0, len(st.Tensors))
-	for k := range st.Tensors {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		count("optimizer state "+k, st.Tensors[k])
-	}
-	for k, v := range st.Scalars {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			bad = append(bad, fmt.Sprintf("optimizer scalar %s (%v)", k, v))
+		if n, first := countNonFinite(p); n > 0 {
+			bad = append(bad, fmt.Sprintf("parameter %s (%d of %d values, e.g. %v)", p.Name(), n, p.Numel(), first))
 		}
 	}
+	bad = append(bad, nonFiniteState(st)...)
 	if len(bad) == 0 {
 		return nil
 	}
@@ -318,19 +326,61 @@ func checkFinite(model nn.Module, st optim.State, step int) error {
 		step, ErrNonFinite, strings.Join(bad, ", "))
 }
 
-// Latest returns the path of the newest complete checkpoint, or "" if Dir
-// holds none.
-func (c *Checkpointer) Latest() (string, error) {
-	b, err := fsx.ReadLimited(filepath.Join(c.Dir, latestFile), 4096)
-	if err == nil {
-		name := strings.TrimSpace(string(b))
-		if _, ok := stepOf(name); !ok {
-			return "", fmt.Errorf("checkpoint: %s names %q, which is not a checkpoint", filepath.Join(c.Dir, latestFile), name)
-		}
-		return filepath.Join(c.Dir, name), nil
+// nonFiniteState names the optimizer state tensors and scalars holding a
+// NaN or an infinity.
+func nonFiniteState(st optim.State) []string {
+	var bad []string
+	names := make([]string, 0, len(st.Tensors))
+	for k := range st.Tensors {
+		names = append(names, k)
 	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("checkpoint: %w", err)
+	sort.Strings(names)
+	for _, k := range names {
+		if n, first := countNonFinite(st.Tensors[k]); n > 0 {
+			bad = append(bad, fmt.Sprintf("optimizer state %s (%d of %d values, e.g. %v)", k, n, st.Tensors[k].Numel(), first))
+		}
+	}
+	scalars := make([]string, 0, len(st.Scalars))
+	for k := range st.Scalars {
+		scalars = append(scalars, k)
+	}
+	sort.Strings(scalars)
+	for _, k := range scalars {
+		if v := st.Scalars[k]; math.IsNaN(v) || math.IsInf(v, 0) {
+			bad = append(bad, fmt.Sprintf("optimizer scalar %s (%v)", k, v))
+		}
+	}
+	return bad
+}
+
+// countNonFinite counts t's NaN and infinite values and returns the first;
+// 0 for a tensor of codes (quantised state: every value is a number).
+func countNonFinite(t *ferry.Tensor) (n int, first float32) {
+	if t.DType() != device.Float32 {
+		return 0, 0
+	}
+	for _, v := range t.Float32s() {
+		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+			if n == 0 {
+				first = v
+			}
+			n++
+		}
+	}
+	return n, first
+}
+
+// Latest returns the path of the checkpoint latest names: the newest
+// good one (see Prove), or, when Dir has no latest yet, the newest
+// complete one; "" if Dir holds none.
+func (c *Checkpointer) Latest() (string, error) {
+	return c.latest(context.Background())
+}
+
+func (c *Checkpointer) latest(ctx context.Context) (string, error) {
+	path, err := c.named(ctx)
+	if err != nil || path != "" {
+		return path, err
 	}
 	// No latest (a crash before the first one was named): the newest
 	// complete directory, if any.
@@ -341,23 +391,65 @@ func (c *Checkpointer) Latest() (string, error) {
 	return c.PathFor(steps[len(steps)-1]), nil
 }
 
+// named is the path of the checkpoint latest names, "" when there is no
+// latest.
+func (c *Checkpointer) named(ctx context.Context) (string, error) {
+	p := filepath.Join(c.Dir, latestFile)
+	b, err := fsx.ReadFile(ctx, p, 4096)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: %w (%s names the newest good checkpoint; remove it to use the newest step-* directory)", err, latestFile)
+	}
+	name := strings.TrimSpace(string(b))
+	if _, ok := stepOf(name); !ok || strings.ContainsAny(name, `/\`) {
+		return "", fmt.Errorf("checkpoint: %s names %q, which is not a checkpoint; restore it, or remove it to use the newest step-* directory", p, clip(name))
+	}
+	if _, err := os.Lstat(filepath.Join(c.Dir, name)); errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("checkpoint: %s names %s, which %s does not hold; restore it, or remove it to use the newest step-* directory", p, name, c.Dir)
+	}
+	return filepath.Join(c.Dir, name), nil
+}
+
+// clip shortens a hostile string for an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
 // Resume loads the latest checkpoint in Dir into model and opt, after
 // checking that it was written by a run with the same identity. It returns
 // nil meta and no error when Dir holds no checkpoint yet. Everything is
 // read and checked before the model or optimizer changes.
 func (c *Checkpointer) Resume(model nn.Module, opt optim.Stateful, identity map[string]any) (*Meta, string, error) {
+	return c.ResumeContext(context.Background(), model, opt, identity)
+}
+
+// ResumeContext is Resume whose reads stop, with an error wrapping
+// context.Cause(ctx), once ctx is done; the model and optimizer are then
+// left as they were.
+func (c *Checkpointer) ResumeContext(ctx context.Context, model nn.Module, opt optim.Stateful, identity map[string]any) (*Meta, string, error) {
 	c.sweep()
-	path, err := c.Latest()
+	path, err := c.latest(ctx)
 	if err != nil || path == "" {
 		return nil, "", err
 	}
-	meta, err := c.Load(path, model, opt, identity)
+	meta, err := c.LoadContext(ctx, path, model, opt, identity)
 	return meta, path, err
 }
 
 // Load reads the checkpoint at path into model and opt (see Resume).
 func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, identity map[string]any) (*Meta, error) {
-	meta, err := ReadMeta(path)
+	return c.LoadContext(context.Background(), path, model, opt, identity)
+}
+
+// LoadContext is Load whose reads stop once ctx is done (see
+// ResumeContext).
+func (c *Checkpointer) LoadContext(ctx context.Context, path string, model nn.Module, opt optim.Stateful, identity map[string]any) (*Meta, error) {
+	meta, err := readMeta(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +457,7 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	if err != nil {
 		return nil, err
 	}
-	if err := verifyFiles(path, meta); err != nil {
+	if err := verifyFiles(ctx, path, meta); err != nil {
 		return nil, err
 	}
 	params := model.Parameters()
@@ -378,7 +470,7 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	if h, ok := opt.(optim.HostPlaced); ok && h.StateOnHost() {
 		stateDev = stateDev.Host()
 	}
-	tensors, _, err := nn.LoadTensors(filepath.Join(path, optimizerFile), stateDev)
+	tensors, _, err := nn.LoadTensorsContext(ctx, filepath.Join(path, optimizerFile), stateDev)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
@@ -397,7 +489,11 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 	if err := checkOptimizerState(opt, params, st); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
-	if err := nn.LoadSafetensors(filepath.Join(path, modelFile), model); err != nil {
+	if bad := nonFiniteState(st); len(bad) > 0 {
+		return nil, fmt.Errorf("checkpoint %s: %s holds values that are not finite: %s (a damaged or crafted file: resume from an earlier checkpoint)",
+			path, optimizerFile, strings.Join(bad, ", "))
+	}
+	if err := nn.LoadSafetensorsContext(ctx, []string{filepath.Join(path, modelFile)}, model, nn.LoadOptions{RequireFinite: true}); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	if err := opt.SetState(st); err != nil {
@@ -413,29 +509,50 @@ func (c *Checkpointer) Load(path string, model nn.Module, opt optim.Stateful, id
 // file it lists against its recorded size and SHA-256, for readers that
 // load the files themselves (ferry sample).
 func Verify(path string) (*Meta, error) {
-	meta, err := ReadMeta(path)
+	return verify(context.Background(), path)
+}
+
+func verify(ctx context.Context, path string) (*Meta, error) {
+	meta, err := readMeta(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	if err := verifyFiles(path, meta); err != nil {
+	if err := verifyFiles(ctx, path, meta); err != nil {
 		return nil, err
 	}
 	return meta, nil
 }
 
-func verifyFiles(path string, meta *Meta) error {
+// verifyFiles checks every file trainer.json lists (the model and the
+// optimizer's state at least) against its recorded size, before reading
+// it, and SHA-256.
+func verifyFiles(ctx context.Context, path string, meta *Meta) error {
 	for _, f := range []string{modelFile, optimizerFile} {
-		want, ok := meta.Files[f]
-		if !ok {
+		if _, ok := meta.Files[f]; !ok {
 			return fmt.Errorf("checkpoint %s: %s does not list %s", path, metaFile, f)
 		}
-		got, err := sumFile(filepath.Join(path, f))
+	}
+	names := make([]string, 0, len(meta.Files))
+	for f := range meta.Files {
+		if f != filepath.Base(f) || strings.HasPrefix(f, ".") {
+			return fmt.Errorf("checkpoint %s: %s lists %q, not a file of the checkpoint", path, metaFile, clip(f))
+		}
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	for _, f := range names {
+		want := meta.Files[f]
+		got, err := sumFile(ctx, filepath.Join(path, f), want.Size)
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
 		if got != want {
-			return fmt.Errorf("checkpoint %s: %s is damaged (%d bytes, SHA-256 %.12s…; %s recorded %d bytes, %.12s…)",
-				path, f, got.Size, got.SHA256, metaFile, want.Size, want.SHA256)
+			sum := "not read"
+			if got.SHA256 != "" {
+				sum = "SHA-256 " + got.SHA256[:12] + "…"
+			}
+			return fmt.Errorf("checkpoint %s: %s is damaged (%d bytes, %s; %s recorded %d bytes, SHA-256 %.12s…): "+
+				"restore it, or use an earlier checkpoint", path, filepath.Join(path, f), got.Size, sum, metaFile, want.Size, want.SHA256)
 		}
 	}
 	return nil
@@ -443,7 +560,11 @@ func verifyFiles(path string, meta *Meta) error {
 
 // ReadMeta reads and checks a checkpoint's trainer.json.
 func ReadMeta(path string) (*Meta, error) {
-	st, err := os.Stat(path)
+	return readMeta(context.Background(), path)
+}
+
+func readMeta(ctx context.Context, path string) (*Meta, error) {
+	st, err := fsx.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -451,7 +572,7 @@ func ReadMeta(path string) (*Meta, error) {
 		return nil, fmt.Errorf("checkpoint %s is not a directory (a checkpoint is a directory holding %s, %s and %s)",
 			path, modelFile, optimizerFile, metaFile)
 	}
-	b, err := fsx.ReadLimited(filepath.Join(path, metaFile), maxMetaBytes)
+	b, err := fsx.ReadFile(ctx, filepath.Join(path, metaFile), maxMetaBytes)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -459,13 +580,13 @@ func ReadMeta(path string) (*Meta, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	if err := dec.Decode(&meta); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %s is not valid: %v", path, metaFile, err)
+		return nil, fmt.Errorf("checkpoint %s: %s is not valid: %v", path, filepath.Join(path, metaFile), err)
 	}
 	if meta.Format != metaFormat || meta.Version != metaVersion {
 		return nil, fmt.Errorf("checkpoint %s: %s is format %q version %d; this ferry reads %q version %d",
-			path, metaFile, meta.Format, meta.Version, metaFormat, metaVersion)
+			path, filepath.Join(path, metaFile), clip(meta.Format), meta.Version, metaFormat, metaVersion)
 	}
-	if err := checkMetaSum(path, b); err != nil {
+	if err := checkMetaSum(ctx, path, b); err != nil {
 		return nil, err
 	}
 	if meta.Step < 0 {
@@ -541,9 +662,10 @@ func stepOf(name string) (int, bool) {
 }
 
 // prune removes all but the newest Keep checkpoints, never the one just
-// written, and never the newest one whose state was checked finite: a
-// checkpoint of an older ferry, or a damaged one, does not push the last
-// good state out.
+// written, never the good one latest names, and never the newest one
+// whose state was checked finite: a checkpoint written before its proof,
+// one of an older ferry, or a damaged one does not push the last good
+// state out. A latest that cannot be read prunes nothing.
 func (c *Checkpointer) prune(current int) {
 	if c.Keep < 1 {
 		return
@@ -552,15 +674,22 @@ func (c *Checkpointer) prune(current int) {
 	if err != nil {
 		return
 	}
-	good := -1
+	keep := map[int]bool{current: true}
+	latest, err := c.latest(context.Background())
+	if err != nil {
+		return
+	}
+	if s, ok := stepOf(filepath.Base(latest)); ok && latest != "" {
+		keep[s] = true
+	}
 	for i := len(steps) - 1; i >= 0; i-- {
 		if m, err := ReadMeta(c.PathFor(steps[i])); err == nil && m.Finite {
-			good = steps[i]
+			keep[steps[i]] = true
 			break
 		}
 	}
 	for i := 0; i < len(steps)-c.Keep; i++ {
-		if steps[i] != current && steps[i] != good {
+		if !keep[steps[i]] {
 			os.RemoveAll(c.PathFor(steps[i]))
 		}
 	}
@@ -624,8 +753,8 @@ func sumLine(b []byte) string {
 }
 
 // checkMetaSum checks trainer.json's bytes b against trainer.sha256.
-func checkMetaSum(path string, b []byte) error {
-	s, err := fsx.ReadLimited(filepath.Join(path, metaSumFile), 4096)
+func checkMetaSum(ctx context.Context, path string, b []byte) error {
+	s, err := fsx.ReadFile(ctx, filepath.Join(path, metaSumFile), 4096)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("checkpoint %s: %s is missing, so %s cannot be checked (a checkpoint of an older ferry? "+
 			"resume it with that version, or start afresh with a new --checkpoint-dir)", path, metaSumFile, metaFile)
@@ -637,22 +766,33 @@ func checkMetaSum(path string, b []byte) error {
 	h := sha256.Sum256(b)
 	got := hex.EncodeToString(h[:])
 	if want != got {
-		return fmt.Errorf("checkpoint %s: %s was changed after it was written (its SHA-256 is %.12s…, %s records %.12s…); "+
-			"restore it, or resume from another checkpoint", path, metaFile, got, metaSumFile, want)
+		return fmt.Errorf("checkpoint %s: %s and %s do not match: one of them was changed after it was written "+
+			"(the SHA-256 of %s is %.12s…, %s records %q); restore it, or resume from another checkpoint",
+			path, filepath.Join(path, metaFile), filepath.Join(path, metaSumFile), metaFile, got, metaSumFile, clip(want))
+	}
+	if string(s) != sumLine(b) { // the sum is right, the line around it is not
+		return fmt.Errorf("checkpoint %s: %s is damaged: it holds %q, and sha256sum writes %q; restore it",
+			path, filepath.Join(path, metaSumFile), clip(string(s)), sumLine(b))
 	}
 	return nil
 }
 
-func sumFile(path string) (FileSum, error) {
-	f, err := os.Open(path)
+// sumFile is the size and SHA-256 of the file at path. A file of another
+// size than want (want ≥ 0) is not read: its sum is its size alone, which
+// differs from any recorded one.
+func sumFile(ctx context.Context, path string, want int64) (FileSum, error) {
+	f, err := fsx.Open(ctx, path, -1)
 	if err != nil {
 		return FileSum{}, err
 	}
 	defer f.Close()
+	if want >= 0 && f.Size() != want {
+		return FileSum{Size: f.Size()}, nil
+	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
-		return FileSum{}, fmt.Errorf("reading %s: %w", path, err)
+		return FileSum{}, err
 	}
 	return FileSum{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
@@ -669,19 +809,45 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// ErrNoCheckpoint is wrapped by ResolveCheckpoint's error for a directory
+// that holds no checkpoint at all (rather than a damaged one).
+var ErrNoCheckpoint = errors.New("no checkpoint found")
+
 // ResolveCheckpoint is dir itself when it is a checkpoint, else the
 // latest checkpoint in it; its files are verified.
 func ResolveCheckpoint(dir string) (string, *Meta, error) {
+	return ResolveCheckpointContext(context.Background(), dir)
+}
+
+// ResolveCheckpointContext is ResolveCheckpoint whose reads stop, with an
+// error wrapping context.Cause(ctx), once ctx is done.
+func ResolveCheckpointContext(ctx context.Context, dir string) (string, *Meta, error) {
 	path := dir
-	if _, err := ReadMeta(path); err != nil {
+	st, err := fsx.Stat(dir)
+	if err != nil {
+		return "", nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if !st.IsDir() {
+		kind := "a file"
+		if !st.Mode().IsRegular() {
+			kind = fsx.Kind(st.Mode())
+		}
+		return "", nil, fmt.Errorf("%s is %s, not a directory: give a --checkpoint-dir of `ferry train`, or one checkpoint's directory", dir, kind)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, metaFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	} else if err != nil {
 		// A checkpoint directory's parent: take its latest.
-		latest, lerr := (&Checkpointer{Dir: dir}).Latest()
-		if lerr != nil || latest == "" {
-			return "", nil, fmt.Errorf("%s holds no checkpoint of `ferry train`: %v", dir, err)
+		latest, lerr := (&Checkpointer{Dir: dir}).latest(ctx)
+		if lerr != nil {
+			return "", nil, lerr
+		}
+		if latest == "" {
+			return "", nil, fmt.Errorf("%s holds no checkpoint of `ferry train` (no %s, no %s, no step-* directory): %w", dir, metaFile, latestFile, ErrNoCheckpoint)
 		}
 		path = latest
 	}
-	meta, err := Verify(path)
+	meta, err := verify(ctx, path)
 	if err != nil {
 		return "", nil, err
 	}

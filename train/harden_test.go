@@ -95,7 +95,7 @@ func TestPruneKeepsLastFinite(t *testing.T) {
 	}
 	poison(t, m, float32(math.NaN()))
 	for step := 2; step <= 3; step++ {
-		if _, err := c.save(m, opt, Meta{Step: step, Identity: id}, false); err != nil {
+		if _, err := c.save(m, opt, Meta{Step: step, Identity: id}, false, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,7 +120,7 @@ func TestCheckpointTrainerJSONEdited(t *testing.T) {
 		t.Fatal("no step in trainer.json to edit")
 	}
 	os.WriteFile(p, []byte(edited), 0o644)
-	if _, err := ReadMeta(path); err == nil || !strings.Contains(err.Error(), "trainer.json was changed") {
+	if _, err := ReadMeta(path); err == nil || !strings.Contains(err.Error(), "one of them was changed after it was written") {
 		t.Fatalf("edited trainer.json: %v", err)
 	}
 	os.WriteFile(p, b, 0o644)

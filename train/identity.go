@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -198,15 +199,13 @@ func HashPath(path string) (string, error) {
 	}
 	h := sha256.New()
 	add := func(p string) error {
-		f, err := os.Open(p)
+		f, err := fsx.Open(context.Background(), p, -1)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		if _, err := io.Copy(h, f); err != nil {
-			return fmt.Errorf("reading %s: %w", p, err)
-		}
-		return nil
+		_, err = io.Copy(h, f)
+		return err
 	}
 	switch {
 	case st.Mode().IsRegular():

@@ -97,7 +97,7 @@ func (c *Checkpointer) Lock() (unlock func(), err error) {
 		c.locked = true
 		c.mu.Unlock()
 		var once sync.Once
-		return func() {
+		unlock := func() {
 			once.Do(func() {
 				c.mu.Lock()
 				c.locked = false
@@ -108,6 +108,19 @@ func (c *Checkpointer) Lock() (unlock func(), err error) {
 					os.Remove(c.Dir) // fails, as it should, once it holds checkpoints
 				}
 			})
+		}
+		key := new(int)
+		temporaries.Lock()
+		if temporaries.locks == nil {
+			temporaries.locks = map[*int]func(){}
+		}
+		temporaries.locks[key] = unlock
+		temporaries.Unlock()
+		return func() {
+			unlock()
+			temporaries.Lock()
+			delete(temporaries.locks, key)
+			temporaries.Unlock()
 		}, nil
 	}
 }
@@ -136,13 +149,15 @@ func (c *Checkpointer) CheckWritable() error {
 	return nil
 }
 
-// This process's temporary checkpoint files and directories, so that an
-// abrupt exit (a second Ctrl-C) can remove them first. Creating one and
+// This process's temporary checkpoint files and directories, and the
+// unlock functions of the directories it holds, so that an abrupt exit
+// (a second Ctrl-C, SIGQUIT) can remove them first. Creating one and
 // renaming it into place both hold the mutex, so RemoveTemporaries never
 // sees half a rename, and none is created after it ran.
 var temporaries struct {
 	sync.Mutex
 	paths  map[string]bool
+	locks  map[*int]func()
 	closed bool
 }
 
@@ -210,15 +225,24 @@ func removeTemp(path string) {
 }
 
 // RemoveTemporaries removes every temporary checkpoint file and directory
-// this process has in flight, and makes later Saves fail without writing.
-// A signal handler calls it just before the process exits at once (the
-// second Ctrl-C): the checkpoint being written is lost, the previous one
-// and latest stay as they were. It is safe to call from any goroutine,
-// more than once, while a Save runs. A checkpoint moved aside for its
-// replacement (resaving a step) is moved back.
+// this process has in flight, and makes later Saves fail without writing;
+// then it gives back every checkpoint directory this process holds
+// (Lock's unlock: the .lock file goes, and the directory too when Lock
+// made it and it is still empty). A signal handler calls it just before
+// the process exits at once (the second Ctrl-C, SIGQUIT): the checkpoint
+// being written is lost, the previous one and latest stay as they were.
+// It is safe to call from any goroutine, more than once, while a Save
+// runs. A checkpoint moved aside for its replacement (resaving a step) is
+// moved back.
 func RemoveTemporaries() {
 	temporaries.Lock()
 	defer temporaries.Unlock()
+	defer func() {
+		for k, unlock := range temporaries.locks {
+			unlock()
+			delete(temporaries.locks, k)
+		}
+	}()
 	temporaries.closed = true
 	for p := range temporaries.paths {
 		if old, ok := strings.CutSuffix(p, asideSuffix); ok {

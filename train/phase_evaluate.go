@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"math"
 
 	"ferry/nn"
 )
@@ -43,6 +44,15 @@ func (r *run) evaluate(step int) ([]Metric, error) {
 	if err != nil {
 		return nil, fmt.Errorf("evaluation at step %d: %w", step, err)
 	}
+	// A metric that is not finite means weights that diverged (or a
+	// broken evaluation): the run stops before it saves them.
+	for _, m := range ms {
+		if math.IsNaN(m.Value) || math.IsInf(m.Value, 0) {
+			return nil, fmt.Errorf("evaluation at step %d: %s is %v (%w): the run diverged; nothing of this step was saved, "+
+				"and latest still names the last good checkpoint. Lower --lr or set --clip (e.g. --clip 1), then --resume", step, m.Name, m.Value, ErrNonFinite)
+		}
+	}
+	r.evaluated = step
 	for _, m := range ms {
 		b, seen := r.best[m.Name]
 		if !seen || (m.Better == Higher && m.Value > b.Value) || (m.Better == Lower && m.Value < b.Value) {

@@ -20,8 +20,17 @@ func (r *run) finish() (*Result, error) {
 		h.Done()
 	}
 	if (res.Interrupted || res.Stopped) && r.ckpt != nil && res.Steps >= r.first && res.Checkpoint != r.ckpt.PathFor(res.Steps) {
-		if err := r.save(res.Steps); err != nil {
+		if err := r.save(res.Steps, true); err != nil {
 			return nil, fmt.Errorf("writing the final checkpoint: %w", err)
+		}
+	} else if r.pending != 0 && r.pending == res.Steps {
+		// Stopped right after a checkpoint written before its proof:
+		// prove it now, so that latest names it.
+		if err := r.proveWeights(res.Steps); err != nil {
+			return nil, err
+		}
+		if err := r.provePending(); err != nil {
+			return nil, fmt.Errorf("step %d: %w", res.Steps, err)
 		}
 	}
 	res.WallSeconds = time.Since(r.start).Seconds()

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -14,7 +15,7 @@ import (
 // from the step after it. Without Resume a directory that holds
 // checkpoints is refused, so that a new run does not mix with an old one.
 // On several ranks every rank then takes rank 0's weights.
-func (r *run) resume() (unlock func(), err error) {
+func (r *run) resume(ctx context.Context) (unlock func(), err error) {
 	unlock = func() {}
 	if r.ckpt != nil && r.rank == 0 {
 		// One writer per checkpoint directory, for the whole run.
@@ -22,7 +23,7 @@ func (r *run) resume() (unlock func(), err error) {
 			return nil, err
 		}
 	}
-	if err := r.findFirst(); err != nil {
+	if err := r.findFirst(ctx); err != nil {
 		unlock()
 		return nil, err
 	}
@@ -31,11 +32,11 @@ func (r *run) resume() (unlock func(), err error) {
 
 // findFirst finds the run's first step: after the checkpoint it resumes,
 // or 1.
-func (r *run) findFirst() error {
+func (r *run) findFirst(ctx context.Context) error {
 	if r.ckpt != nil {
 		var err error
 		if r.cfg.Resume {
-			err = r.load()
+			err = r.load(ctx)
 		} else {
 			err = r.refuseOldCheckpoints()
 		}
@@ -54,9 +55,9 @@ func (r *run) findFirst() error {
 }
 
 // load resumes from the latest checkpoint, if there is one yet.
-func (r *run) load() error {
+func (r *run) load(ctx context.Context) error {
 	st, _ := r.opt.(optim.Stateful)
-	meta, path, err := r.ckpt.Resume(r.model, st, r.identity)
+	meta, path, err := r.ckpt.ResumeContext(ctx, r.model, st, r.identity)
 	if err != nil {
 		return err
 	}
@@ -66,6 +67,9 @@ func (r *run) load() error {
 	}
 	r.first = meta.Step + 1
 	r.res.ResumedFrom = meta.Step
+	// latest names it already, unless Dir had no latest (Resume took the
+	// newest directory): the first step's forward proves it either way.
+	r.pending = meta.Step
 	if len(meta.Extra) > 0 {
 		if err := json.Unmarshal(meta.Extra, r.hist); err != nil {
 			return fmt.Errorf("checkpoint %s: its history: %w", path, err)

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"sync"
 
 	"ferry/dist"
+	"ferry/internal/fsx"
 	"ferry/optim"
 )
 
@@ -246,7 +248,7 @@ func exeDigest() string {
 	if err != nil {
 		return "?"
 	}
-	f, err := os.Open(p)
+	f, err := fsx.Open(context.Background(), p, -1)
 	if err != nil {
 		return "?"
 	}

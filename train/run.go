@@ -20,7 +20,7 @@ import (
 // is time, and finish. Each phase has its file (phase_*.go).
 func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 	r := t.newRun()
-	unlock, err := r.resume()
+	unlock, err := r.resume(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -41,6 +41,11 @@ func (t *Trainer) Run(ctx context.Context) (*Result, error) {
 		info, err := r.trainStep(step)
 		if err != nil {
 			return nil, err
+		}
+		// Its forward gave a finite loss on the weights the previous
+		// step left: their checkpoint, if pending, is good.
+		if err := r.provePending(); err != nil {
+			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
 		evals, err := r.evaluateAt(step)
 		if err != nil {
@@ -67,9 +72,13 @@ type run struct {
 	hist     *History       // res.History
 	identity map[string]any // Trainer.identity, for checkpoints
 	first    int            // the first step of this run (1 unless resumed)
-	log      *jsonLog
-	logEvery int
-	best     map[string]Metric // each metric's best value so far
+	// evaluated is the last step whose evaluation gave finite metrics
+	// (-1: none); pending the step of a checkpoint written before its
+	// weights were proven (0: none). See phase_checkpoint.go.
+	evaluated, pending int
+	log                *jsonLog
+	logEvery           int
+	best               map[string]Metric // each metric's best value so far
 
 	start     time.Time // before the first evaluation
 	stepTimes []float64 // each step's seconds
@@ -84,7 +93,7 @@ type run struct {
 func (t *Trainer) newRun() *run {
 	res := &Result{History: &History{Evals: map[string][]Point{}, Better: map[string]Better{}}}
 	return &run{Trainer: t, model: t.task.Model(), opt: t.optimizer(), alloc: t.dev.Allocator(),
-		res: res, hist: res.History, identity: t.identity(), first: 1, best: map[string]Metric{}}
+		res: res, hist: res.History, identity: t.identity(), first: 1, evaluated: -1, best: map[string]Metric{}}
 }
 
 // say sends a line for people to Hooks.Message.

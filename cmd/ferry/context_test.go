@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -63,7 +64,7 @@ func TestFineTuneGPTAtShorterContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	txt, err := loadText(data, 4<<20)
+	txt, err := loadText(context.Background(), data, 4<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -41,7 +42,10 @@ func setupEval(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if *batches > 1<<16 || *batch > maxTrainDim {
 			return fmt.Errorf("--batches is at most %d and --batch at most %d", 1<<16, maxTrainDim)
 		}
-		path, meta, err := train.ResolveCheckpoint(*dir)
+		// A signal stops a load (its reads go through ctx) with exit 130.
+		ctx, unlisten := interruptContext()
+		defer unlisten()
+		path, meta, err := train.ResolveCheckpointContext(ctx, *dir)
 		if err != nil {
 			return err
 		}
@@ -49,7 +53,7 @@ func setupEval(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		res := map[string]any{"checkpoint": path, "step": meta.Step, "task": id["task"]}
 		switch id["task"] {
 		case "text":
-			if err := evalText(path, id, *data, *batches, *batch, *seed, set["seed"], *cacheDir, *devName, res); err != nil {
+			if err := evalText(ctx, path, id, *data, *batches, *batch, *seed, set["seed"], *cacheDir, *devName, res); err != nil {
 				return err
 			}
 		case "mnist":
@@ -58,7 +62,7 @@ func setupEval(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 					return fmt.Errorf("--%s applies to text checkpoints; %s is an MNIST one (evaluated on the whole test set)", f, path)
 				}
 			}
-			if err := evalMNIST(path, id, *data, *devName, res); err != nil {
+			if err := evalMNIST(ctx, path, id, *data, *devName, res); err != nil {
 				return err
 			}
 		default:
@@ -95,7 +99,7 @@ func idInt(id map[string]any, key string) (int, bool) {
 	return int(v), true
 }
 
-func evalText(path string, id map[string]any, data string, batches, batch int, seed uint64, seedSet bool, cacheDir, devName string, res map[string]any) error {
+func evalText(ctx context.Context, path string, id map[string]any, data string, batches, batch int, seed uint64, seedSet bool, cacheDir, devName string, res map[string]any) error {
 	fam, sz, err := models.CheckpointModel(id)
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
@@ -134,7 +138,7 @@ func evalText(path string, id map[string]any, data string, batches, batch int, s
 		}
 		source = s
 	}
-	txt, tok, _, err := loadCorpus(source, maxBytes, tokenizer, cacheDir)
+	txt, tok, _, err := loadCorpus(ctx, source, maxBytes, tokenizer, cacheDir)
 	if err != nil {
 		return err
 	}
@@ -151,7 +155,7 @@ func evalText(path string, id map[string]any, data string, batches, batch int, s
 		return err
 	}
 	defer task.Release()
-	if err := nn.LoadSafetensors(filepath.Join(path, "model.safetensors"), task.LM); err != nil {
+	if err := loadWeights(ctx, path, task.LM); err != nil {
 		return err
 	}
 	nn.SetTraining(task.LM, false)
@@ -160,6 +164,9 @@ func evalText(path string, id map[string]any, data string, batches, batch int, s
 		return err
 	}
 	loss := ms[0].Value
+	if err := finiteLoss(path, "validation loss", loss); err != nil {
+		return err
+	}
 	unit := "token"
 	if tokenizer == "byte" {
 		unit = "byte"
@@ -170,7 +177,7 @@ func evalText(path string, id map[string]any, data string, batches, batch int, s
 	return nil
 }
 
-func evalMNIST(path string, id map[string]any, data, devName string, res map[string]any) error {
+func evalMNIST(ctx context.Context, path string, id map[string]any, data, devName string, res map[string]any) error {
 	depth, ok1 := idInt(id, "depth")
 	width, ok2 := idInt(id, "width")
 	rows, ok3 := idInt(id, "batch")
@@ -197,7 +204,7 @@ func evalMNIST(path string, id map[string]any, data, devName string, res map[str
 		return err
 	}
 	defer task.Release()
-	if err := nn.LoadSafetensors(filepath.Join(path, "model.safetensors"), task.Model()); err != nil {
+	if err := loadWeights(ctx, path, task.Model()); err != nil {
 		return err
 	}
 	nn.SetTraining(task.Model(), false)
@@ -206,7 +213,25 @@ func evalMNIST(path string, id map[string]any, data, devName string, res map[str
 		return err
 	}
 	m := metricMap(ms)
+	if err := finiteLoss(path, "test loss", m["test_loss"]); err != nil {
+		return err
+	}
 	res["data"], res["images"] = dir, ds.TestCount()
 	res["accuracy"], res["test_loss"] = m["test_accuracy"], m["test_loss"]
+	return nil
+}
+
+// loadWeights loads the checkpoint at path's model.safetensors into m,
+// its reads stopped by ctx, refusing weights that are not finite.
+func loadWeights(ctx context.Context, path string, m nn.Module) error {
+	return nn.LoadSafetensorsContext(ctx, []string{filepath.Join(path, "model.safetensors")}, m, nn.LoadOptions{RequireFinite: true})
+}
+
+// finiteLoss refuses a loss that is not finite: the checkpoint's weights
+// diverged (finite but huge), and a number from them means nothing.
+func finiteLoss(path, what string, v float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return fmt.Errorf("checkpoint %s: its %s is %v: its weights diverged; evaluate an earlier checkpoint (the --checkpoint-dir's latest names the newest good one)", path, what, v)
+	}
 	return nil
 }

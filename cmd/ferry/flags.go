@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,13 +44,18 @@ func positive(set map[string]bool, values map[string]int) error {
 // to stop at the next step boundary (the run then checkpoints, prints its
 // summary and exits 130): a closed terminal or a reader of stdout or
 // stderr that went away (ferry train … | head) ends a run the way Ctrl-C
-// does, with its checkpoint, instead of killing it. A second signal of
-// the first three removes the checkpoint being written and quits at once.
-// The handler never waits on output: its messages are written on their
-// own goroutine, so a full pipe on stderr cannot hold a signal up.
+// does, with its checkpoint, instead of killing it. While a command
+// loads (a checkpoint, --init-from, data: before its first step) the
+// request stops the load itself: reads through the context of
+// interruptContext end at once. A second signal of the first three
+// removes the checkpoint being written and the checkpoint directory's
+// lock (train.RemoveTemporaries) and quits at once. SIGQUIT removes them
+// too, then dies as Go does on it, with its goroutine dump. The handler
+// never waits on output: its messages are written on their own
+// goroutine, so a full pipe on stderr cannot hold a signal up.
 func interruptions() (<-chan struct{}, func()) {
 	sig := make(chan os.Signal, 4)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGQUIT)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	say := func(msg string) <-chan struct{} {
@@ -63,9 +69,17 @@ func interruptions() (<-chan struct{}, func()) {
 	go func() {
 		select {
 		case s := <-sig:
+			if s == syscall.SIGQUIT {
+				quit()
+			}
 			close(stop)
-			if s != syscall.SIGPIPE {
+			if s == syscall.SIGPIPE {
+				break
+			}
+			if stepping.Load() {
 				say("ferry: interrupted; finishing at the next step boundary (again to quit now)")
+			} else {
+				say("ferry: interrupted; stopping (again to quit now)")
 			}
 		case <-done:
 			return
@@ -73,6 +87,9 @@ func interruptions() (<-chan struct{}, func()) {
 		for {
 			select {
 			case s := <-sig:
+				if s == syscall.SIGQUIT {
+					quit()
+				}
 				if s == syscall.SIGPIPE {
 					continue // a reader went away again: already stopping
 				}
@@ -91,6 +108,21 @@ func interruptions() (<-chan struct{}, func()) {
 		signal.Stop(sig)
 		close(done)
 	}
+}
+
+// stepping says a training loop has begun its steps: the first signal
+// then finishes the step under way rather than a load (interruptions'
+// message says which).
+var stepping atomic.Bool
+
+// quit ends the process on SIGQUIT: the temporary checkpoint and the
+// lock go first, then SIGQUIT is raised again with Go's own handling
+// restored, which prints every goroutine's stack and exits 2.
+func quit() {
+	train.RemoveTemporaries()
+	signal.Reset(syscall.SIGQUIT)
+	syscall.Kill(os.Getpid(), syscall.SIGQUIT)
+	select {} // the runtime's handler ends the process
 }
 
 // quietError is an error already reported in the JSON output: run prints

@@ -129,6 +129,9 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 			if left := temporaries(ck); len(left) != 0 {
 				t.Fatalf("run %d: two Ctrl-Cs left %v", i, left)
 			}
+			if _, err := os.Stat(filepath.Join(ck, ".lock")); err == nil {
+				t.Fatalf("run %d: two Ctrl-Cs left the .lock", i)
+			}
 		}
 		out, errOut, code := runCLI(t, "sample", "--checkpoint-dir", ck, "--n", "4", "--json")
 		if code != 0 {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"unicode/utf8"
 
 	"ferry/cmd/ferry/internal/demo"
@@ -45,7 +44,11 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if *topK < 1 {
 			return fmt.Errorf("--top-k must be a positive integer, got %d", *topK)
 		}
-		path, meta, err := train.ResolveCheckpoint(*dir)
+		// A signal stops the load (its reads go through ctx) or the
+		// sample, with exit 130.
+		ctx, unlisten := interruptContext()
+		defer unlisten()
+		path, meta, err := train.ResolveCheckpointContext(ctx, *dir)
 		if err != nil {
 			return err
 		}
@@ -63,11 +66,9 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return err
 		}
 		defer nn.Release(g)
-		if err := nn.LoadSafetensors(filepath.Join(path, "model.safetensors"), g); err != nil {
+		if err := loadWeights(ctx, path, g); err != nil {
 			return err
 		}
-		ctx, unlisten := interruptContext()
-		defer unlisten()
 		tokenizer := models.TokenizerOf(meta.Identity)
 		if err := models.LoadTokenizerOf(meta.Identity); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)

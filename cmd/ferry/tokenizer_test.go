@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
@@ -61,7 +62,7 @@ func TestLlamaTrainsWithItsTokenizer(t *testing.T) {
 	}
 	// The text's tokens, not its bytes: the corpus's ids under the
 	// tokenizer are fewer than its bytes.
-	txt, err := loadText(data, 4<<20)
+	txt, err := loadText(context.Background(), data, 4<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

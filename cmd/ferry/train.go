@@ -441,7 +441,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		Precision: o.precisionType, ExportBF16: o.exportBF16,
 		Overrides: overrides, OverrideNote: "--override " + o.override + " on resume",
 		Hooks: train.Hooks{
-			Start:   func(first, total int) { p.phase("train", total, first-1) },
+			Start:   func(first, total int) { stepping.Store(true); p.phase("train", total, first-1) },
 			Message: func(msg string) { p.line("%s", msg) },
 			Eval: func(step int, ms []train.Metric) {
 				if step == 0 {
@@ -787,22 +787,28 @@ func (o *trainOptions) preflight(dev device.Device, params, stepBytes, hostBytes
 }
 
 // interruptContext is cancelled by the first SIGINT or SIGTERM (see
-// interruptions): the Trainer then finishes its step and checkpoints.
+// interruptions): the Trainer then finishes its step and checkpoints, and
+// a read through the context (fsx.Open: a checkpoint, --init-from, data)
+// stops at once with an error wrapping errSignal, on which run exits 130.
 func interruptContext() (context.Context, func()) {
 	stop, unlisten := interruptions()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	go func() {
 		select {
 		case <-stop:
-			cancel()
+			cancel(errSignal)
 		case <-ctx.Done():
 		}
 	}()
 	return ctx, func() {
 		unlisten()
-		cancel()
+		cancel(nil)
+		stepping.Store(false)
 	}
 }
+
+// errSignal is the cause of interruptContext's cancellation.
+var errSignal = fmt.Errorf("%w by a signal; nothing was written", demo.ErrInterrupted)
 
 // flagError names the flag behind a train.ConfigError.
 func flagError(err error) error {

@@ -71,10 +71,14 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if *initOpt && *initFrom == "" {
 			return fmt.Errorf("--init-optimizer applies to --init-from")
 		}
+		// From here a signal stops a load (its reads go through ctx),
+		// and later the training at a step boundary.
+		ctx, unlisten := interruptContext()
+		defer unlisten()
 		var src *models.Source
 		if *initFrom != "" {
 			var err error
-			if src, err = models.OpenSource(*initFrom); err != nil {
+			if src, err = models.OpenSourceContext(ctx, *initFrom); err != nil {
 				return fmt.Errorf("--init-from: %w", err)
 			}
 			if src.Family != nil {
@@ -139,7 +143,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 				return fmt.Errorf("--%s %g is beyond what ferry train text runs (at most %d)", k, v, maxTrainDim)
 			}
 		}
-		txt, tok, cacheHit, err := loadCorpus(*data, *maxBytes, *tokenizer, *cacheDir)
+		txt, tok, cacheHit, err := loadCorpus(ctx, *data, *maxBytes, *tokenizer, *cacheDir)
 		if err != nil {
 			return err
 		}
@@ -192,7 +196,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			train.LocationsKey: []string{"text_source", "init_from", "tokenizer_file"}}
 		var initOptimizer func(optim.Stateful) error
 		if src != nil {
-			if err := src.Load(task.LM); err != nil {
+			if err := src.LoadContext(ctx, task.LM); err != nil {
 				return fmt.Errorf("--init-from: %w", err)
 			}
 			task.IdentityExtra["init_from"] = absPath(src.Path)
@@ -201,15 +205,13 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			}
 			if *initOpt {
 				initOptimizer = func(opt optim.Stateful) error {
-					if err := src.LoadOptimizer(opt); err != nil {
+					if err := src.LoadOptimizerContext(ctx, opt); err != nil {
 						return fmt.Errorf("--init-optimizer: %w", err)
 					}
 					return nil
 				}
 			}
 		}
-		ctx, unlisten := interruptContext()
-		defer unlisten()
 		p := newProgress(out, stderrOf(out), asJSON)
 		unigram, per := text.UnigramEntropy(txt.Train), "byte"
 		if tok != nil {
@@ -301,12 +303,12 @@ func stderrOf(out io.Writer) io.Writer {
 // loadText reads --data, or by default every 7th source file of the Go
 // distribution that runs ferry (so that a limited read spans many
 // packages), holding out a tenth.
-func loadText(path string, maxBytes int) (*text.Text, error) {
+func loadText(ctx context.Context, path string, maxBytes int) (*text.Text, error) {
 	o := text.Options{Limit: maxBytes, ValFraction: 0.1}
 	if path == "" {
 		path, o.Stride = defaultTextSource(), 7
 	}
-	return text.Load(path, o)
+	return text.LoadContext(ctx, path, o)
 }
 
 // defaultTextSource is the Go distribution's own sources, on every machine
@@ -348,8 +350,8 @@ func tokenCacheDir(flagValue string) (string, error) {
 // loadCorpus reads the text (loadText) and, under tokenizer bpe, its
 // token ids, training and held-out parts apart, through the token cache;
 // hit says the cache had them both.
-func loadCorpus(path string, maxBytes int, tokenizer, cacheFlag string) (*text.Text, *models.Tokens, bool, error) {
-	txt, err := loadText(path, maxBytes)
+func loadCorpus(ctx context.Context, path string, maxBytes int, tokenizer, cacheFlag string) (*text.Text, *models.Tokens, bool, error) {
+	txt, err := loadText(ctx, path, maxBytes)
 	if err != nil {
 		return nil, nil, false, err
 	}

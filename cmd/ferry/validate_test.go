@@ -38,7 +38,7 @@ func TestBadValuesAreRejected(t *testing.T) {
 		{[]string{"demo", "--device", "meta", "--device-param", "foo=1"}, "unknown parameter", 1},
 		{[]string{"demo", "--device", "meta", "--batch", "9223372036854775807"}, "--batch must be a whole number", 1},
 		{[]string{"demo", "--device", "meta", "--batch", "1000000000", "--width", "1000000000"}, "exceeds what any device can hold", 1},
-		{[]string{"demo", "--device", "meta", "--policy", "/dev/zero"}, "larger than", 1},
+		{[]string{"demo", "--device", "meta", "--policy", "/dev/zero"}, "is a character device, not a regular file", 1},
 		{[]string{"demo", "--device", "meta", "--modes", "policy", "--policy", diskPolicy}, "no disk directory", 1},
 		{[]string{"demo", "--device", "meta", "--modes", "policy", "--policy", badPolicy}, "slot -1 is negative", 1},
 		{[]string{"demo", "--device", "meta", "--modes", "offload-disk", "--disk-dir", file}, "is a file, not a directory", 1},

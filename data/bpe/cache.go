@@ -76,8 +76,14 @@ func CachedEncodeBytes(text []byte, cacheDir string) (ids []int32, hit bool, err
 		return nil, false, fmt.Errorf("bpe.CachedEncodeBytes: %d bytes is more than the %d it tokenizes", len(text), MaxTextBytes)
 	}
 	cache := filepath.Join(cacheDir, CacheKey(text))
-	if ids, err := readCache(cache); err == nil {
+	ids, err = readCache(cache)
+	if err == nil {
 		return ids, true, nil
+	}
+	if errors.Is(err, fsx.ErrNotRegular) {
+		// A FIFO or a device where the cache file goes: writing the ids
+		// there would block or go nowhere.
+		return nil, false, fmt.Errorf("bpe.CachedEncode: %w (remove it, or give another --token-cache)", err)
 	}
 	tokenizations.Add(1)
 	ids = Encode(text)

@@ -12,6 +12,7 @@ package mnist
 import (
 	"bufio"
 	"compress/gzip"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/internal/fsx"
 )
 
 // Files are the four files a directory must hold.
@@ -38,6 +40,9 @@ const Mean, Std = 0.1307, 0.3081
 const (
 	maxImages = 1 << 20
 	maxSide   = 1 << 10
+	// maxFileBytes bounds a gzipped file (MNIST's largest is 9.9 MB), so
+	// that a huge or sparse file named by mistake is refused unread.
+	maxFileBytes = 4 << 30
 )
 
 // Set is the data set in memory: images normalised to float32, row-major
@@ -123,7 +128,7 @@ type images struct {
 // openIDX opens a gzipped IDX file and checks its magic number: 0x00000801
 // for labels (one dimension), 0x00000803 for images (three).
 func openIDX(path string, magic uint32) (io.Reader, func() error, error) {
-	f, err := os.Open(path)
+	f, err := fsx.Open(context.Background(), path, maxFileBytes)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,12 +6,12 @@ package text
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -45,6 +45,13 @@ type Options struct {
 // refused before they are opened, and so is text that is mostly NUL
 // bytes (/dev/zero's or a sparse file's).
 func Load(path string, o Options) (*Text, error) {
+	return LoadContext(context.Background(), path, o)
+}
+
+// LoadContext is Load whose reads stop, with an error wrapping
+// context.Cause(ctx), once ctx is done. Every file is read through
+// fsx.Open.
+func LoadContext(ctx context.Context, path string, o Options) (*Text, error) {
 	limit, valFraction := o.Limit, o.ValFraction
 	if path == "" {
 		return nil, fmt.Errorf("text: no path given")
@@ -55,7 +62,7 @@ func Load(path string, o Options) (*Text, error) {
 	if !(valFraction > 0 && valFraction < 1) {
 		return nil, fmt.Errorf("validation fraction must be in (0, 1), got %v", valFraction)
 	}
-	st, err := os.Stat(path)
+	st, err := fsx.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("text: %w", err)
 	}
@@ -65,13 +72,8 @@ func Load(path string, o Options) (*Text, error) {
 		return nil, fmt.Errorf("text: %s is %s, not a regular file or a directory; give a text file or a directory of them", path, fsx.Kind(st.Mode()))
 	}
 	if !st.IsDir() {
-		f, err := os.Open(path)
-		if err != nil {
+		if text, err = readPrefix(ctx, path, limit); err != nil { // of a larger file, a prefix
 			return nil, fmt.Errorf("text: %w", err)
-		}
-		defer f.Close()
-		if text, err = io.ReadAll(io.LimitReader(f, int64(limit))); err != nil {
-			return nil, fmt.Errorf("text: reading %s: %w", path, err)
 		}
 	} else {
 		var files []string
@@ -96,9 +98,12 @@ func Load(path string, o Options) (*Text, error) {
 		sort.Strings(files)
 		stride := max(1, o.Stride)
 		for i := 0; i < len(files) && len(text) < limit; i += stride {
-			b, err := os.ReadFile(files[i])
+			b, err := readPrefix(ctx, files[i], limit-len(text))
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("text: %w", err)
+			}
 			if err != nil {
-				continue
+				continue // unreadable, or replaced by a special file: skipped
 			}
 			text = append(text, b...)
 		}
@@ -115,6 +120,16 @@ func Load(path string, o Options) (*Text, error) {
 	}
 	split := int(float64(len(text)) * (1 - valFraction))
 	return &Text{Train: text[:split], Val: text[split:], Source: source}, nil
+}
+
+// readPrefix reads at most n bytes of the regular file at path.
+func readPrefix(ctx context.Context, path string, n int) ([]byte, error) {
+	f, err := fsx.Open(ctx, path, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, int64(n)))
 }
 
 func textFile(name string) bool {

@@ -1,11 +1,13 @@
-// Package fsx holds the file handling every command shares: reading a file
-// with a size cap (so /dev/zero or a wrong path cannot grow memory without
-// bound), writing a file atomically (so a full disk or a kill leaves
-// either the old file or none, never a truncated one), and checking a
-// directory before a long run writes there.
+// Package fsx holds the file handling every command shares: the one way
+// to open a file for reading (Open: a regular file only, refused before
+// anything can block on it, its size checked before it is read, its reads
+// stopped by a cancelled context), writing a file atomically (so a full
+// disk or a kill leaves either the old file or none, never a truncated
+// one), and checking a directory before a long run writes there.
 package fsx
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,29 +32,10 @@ func Kind(m fs.FileMode) string {
 	return "a special file"
 }
 
-// ReadLimited reads path whole, refusing more than limit bytes.
-// A named pipe or a socket is refused before it is opened: opening a
-// FIFO waits for a writer that may never come.
+// ReadLimited reads path whole, refusing more than limit bytes and
+// anything but a regular file (see Open), before reading a byte of it.
 func ReadLimited(path string, limit int64) ([]byte, error) {
-	if st, err := os.Stat(path); err == nil && st.Mode()&(os.ModeNamedPipe|os.ModeSocket) != 0 {
-		return nil, fmt.Errorf("%s is %s, not a file; give a file", path, Kind(st.Mode()))
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return nil, fmt.Errorf("%s is a directory, not a file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes; is it the right file?", path, limit)
-	}
-	return b, nil
+	return ReadFile(context.Background(), path, limit)
 }
 
 // WriteAtomic writes path through write: into a temporary file beside it,
