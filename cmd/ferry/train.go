@@ -367,26 +367,15 @@ type trainRun struct {
 	initOptimizer func(optim.Stateful) error
 }
 
-// plannedTask adds the planner's view of a task's step (train.Planner).
-type plannedTask struct {
-	train.Task
-	planModel func() plan.Model
-}
-
-func (p plannedTask) PlanModel() plan.Model { return p.planModel() }
-
 // runTrainer runs r under the shared flags o and returns the summary.
 func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (_ *trainSummary, retErr error) {
 	if err := checkHostPeak(o.pol, o.policy, dev.Name()); err != nil {
 		return nil, err
 	}
-	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, Optimizer: o.optimizer, OptimizerState: o.optimizerState, Gradients: where(o.gradsOnHost), ParamsOnHost: o.paramsOnHost,
+	sum := &trainSummary{Device: dev.Name(), Mode: o.modeName(), Optimizer: o.optimizer, OptimizerState: o.optimizerState, Gradients: where(o.gradsOnHost), ParamsOnHost: o.paramsOnHost,
 		Precision: offload.PrecisionName(o.precisionType), Model: r.describe, WorldSize: 1}
 	if o.comm != nil {
 		sum.WorldSize = o.comm.Size()
-	}
-	if o.policy != "" {
-		sum.Mode = "policy"
 	}
 	model := r.task.Model()
 	for _, prm := range model.Parameters() {
@@ -417,6 +406,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	}
 	mem := offload.Setup{Mode: offload.Mode(o.mode), DiskDir: o.diskDir, GradsOnHost: o.gradsOnHost, ParamsOnHost: o.paramsOnHost}
 	task := r.task
+	var planModel func() plan.Model // the step a policy is checked against
 	if o.policy != "" {
 		pol := o.pol
 		if pol == nil { // validate was not called
@@ -428,7 +418,9 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		if r.planned == nil {
 			return nil, fmt.Errorf("--policy: ferry plan writes policies for the GPT (train text); this model has none")
 		}
-		task = plannedTask{r.task, r.planned}
+		// Given beside the task (train.Config.Plan), not wrapped around
+		// it: a wrapper would hide its validation, identity and sharding.
+		planModel = r.planned
 	}
 	overrides, err := train.ParseOverrides(o.override)
 	if err != nil {
@@ -451,7 +443,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		}()
 	}
 	cfg := train.Config{
-		Steps: o.steps, Accum: o.accum, Optimizer: opt, Clip: o.clip, Memory: mem,
+		Steps: o.steps, Accum: o.accum, Optimizer: opt, Clip: o.clip, Memory: mem, Plan: planModel,
 		Schedule:  train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps},
 		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath,
 		CheckpointDir: ckptDir, CheckpointEvery: ckptEvery, Keep: o.keep, Resume: o.resume,

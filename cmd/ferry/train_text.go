@@ -217,7 +217,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			unigram, per = text.TokenEntropy(tok.Train), "token"
 		}
 		p.line("%s\ntext: %d bytes for training, %d held out; unigram entropy %.3f nats per %s (a model blind to context reaches no lower)\non %s, %d steps, mode %s",
-			task.Describe(), len(txt.Train), len(txt.Val), unigram, per, dev.Name(), o.steps, o.mode)
+			task.Describe(), len(txt.Train), len(txt.Val), unigram, per, dev.Name(), o.steps, o.modeName())
 		if tok != nil {
 			how := "tokenized now, cached in"
 			if cacheHit {
