@@ -442,6 +442,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 			}
 		}()
 	}
+	evals := &evalLines{p: p} // validation lines with their step's train loss
 	cfg := train.Config{
 		Steps: o.steps, Accum: o.accum, Optimizer: opt, Clip: o.clip, Memory: mem, Plan: planModel,
 		Schedule:  train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps},
@@ -453,21 +454,16 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		Hooks: train.Hooks{
 			Start:   func(first, total int) { p.phase("train", total, first-1) },
 			Message: func(msg string) { p.line("%s", msg) },
-			Eval: func(step int, ms []train.Metric) {
-				if step == 0 {
-					p.line("step 0: %s", formatMetricList(ms))
-				} else {
-					p.line("step %d: train loss %.4f, %s", step, sum.SmoothedLoss, formatMetricList(ms))
-				}
-			},
+			Eval:    evals.eval,
 			Step: func(s train.StepInfo) {
 				sum.SmoothedLoss = s.Smoothed
+				evals.stepDone(s)
 				p.update(s.Step, fmt.Sprintf("loss %.4f | %s %s/s | %s", s.Smoothed, siCount(s.ItemsPerSecond), o.unit, device.FormatBytes(s.DeviceBytes)))
 				if s.Log {
 					p.plain("step %d/%d  loss %.4f  lr %.3g  %s %s/s  %s", s.Step, s.Total, s.Smoothed, s.LR, siCount(s.ItemsPerSecond), o.unit, device.FormatBytes(s.DeviceBytes))
 				}
 			},
-			Done: p.done,
+			Done: func() { evals.flush(); p.done() },
 		},
 	}
 	if o.plotDir != "" {
