@@ -326,7 +326,9 @@ type trainSummary struct {
 	HostState      *offload.StreamStats `json:"host_state,omitempty"`
 	Precision      string               `json:"precision"` // fp32 or bf16 (--precision)
 	Model          string               `json:"model"`
-	WorldSize      int                  `json:"world_size"` // data-parallel ranks (mpirun -np N)
+	WorldSize      int                  `json:"world_size"`   // data-parallel ranks (mpirun -np N)
+	Batch          int                  `json:"batch"`        // --batch: each rank's micro-batch
+	GlobalBatch    int                  `json:"global_batch"` // world_size × batch
 	ParameterCount int64                `json:"parameter_count"`
 	Steps          int                  `json:"steps"`     // the last step done
 	RunSteps       int                  `json:"run_steps"` // steps done by this run (fewer than steps when resumed)
@@ -377,6 +379,10 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	if o.comm != nil {
 		sum.WorldSize = o.comm.Size()
 	}
+	if note := ranksNote(sum.WorldSize, o.batch, o.accum, o.unit); note != "" {
+		p.line("%s", note)
+	}
+	sum.Batch, sum.GlobalBatch = o.batch, sum.WorldSize*o.batch
 	model := r.task.Model()
 	for _, prm := range model.Parameters() {
 		sum.ParameterCount += int64(prm.Numel())
@@ -682,8 +688,12 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 	if s.Precision == "bf16" {
 		prec = ", bf16 mixed precision"
 	}
+	on := s.Device
+	if s.WorldSize > 1 {
+		on = fmt.Sprintf("%d ranks (%s each; global batch %d × %d = %d)", s.WorldSize, s.Device, s.WorldSize, s.Batch, s.GlobalBatch)
+	}
 	fmt.Fprintf(w, "\n%s: %d steps in %.1f s%s (median step %.1f ms, %s %s/s) on %s, mode %s, optimizer %s%s\n",
-		state, s.RunSteps, s.WallSeconds, resumed, 1e3*s.StepSeconds, siCount(s.ItemsPerSecond), unit, s.Device, s.Mode, s.Optimizer, prec)
+		state, s.RunSteps, s.WallSeconds, resumed, 1e3*s.StepSeconds, siCount(s.ItemsPerSecond), unit, on, s.Mode, s.Optimizer, prec)
 	if len(s.Metrics) > 0 {
 		fmt.Fprintf(w, "  train loss %.4f (smoothed; the last step's alone %.4f); %s\n", s.SmoothedLoss, s.FinalTrainLoss, formatMetricsOf(s.Metrics, s.higher))
 	}
