@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
 
 	"ferry"
 	"ferry/device"
@@ -42,6 +41,13 @@ func Generate(ctx context.Context, g LanguageModel, dev device.Device, prompt []
 // Logits that are not finite are an error: nothing sensible samples from
 // them.
 func GenerateTokens(ctx context.Context, g LanguageModel, dev device.Device, prompt []int32, n int, temperature float64, topK int, rng *rand.Rand) ([]int32, error) {
+	return GenerateSampled(ctx, g, dev, prompt, n, Sampling{Temperature: temperature, TopK: topK}, rng)
+}
+
+// generate continues prompt by n ids, each picked from the logits of the
+// last position, one forward pass per id over the last Context() ids, in
+// evaluation mode (no dropout), leaving the model in training mode.
+func generate(ctx context.Context, g LanguageModel, dev device.Device, prompt []int32, n int, pick func([]float32) int) ([]int32, error) {
 	nn.SetTraining(g, false)
 	defer nn.SetTraining(g, true)
 	out := append([]int32(nil), prompt...)
@@ -67,7 +73,7 @@ func GenerateTokens(ctx context.Context, g LanguageModel, dev device.Device, pro
 				return out, fmt.Errorf("the model's logits are %v: its weights diverged (finite but huge, or damaged); sample from an earlier checkpoint", v)
 			}
 		}
-		out = append(out, int32(PickToken(logits, temperature, topK, rng)))
+		out = append(out, int32(pick(logits)))
 	}
 	return out, nil
 }
@@ -81,33 +87,5 @@ func PickTopK(logits []float32, temperature float64, k int, rng *rand.Rand) byte
 // temperature). Temperature 0 (or below) is greedy: the likeliest index,
 // the lowest of equals, drawing nothing from rng.
 func PickToken(logits []float32, temperature float64, k int, rng *rand.Rand) int {
-	if temperature <= 0 {
-		best := 0
-		for i, v := range logits {
-			if v > logits[best] {
-				best = i
-			}
-		}
-		return best
-	}
-	idx := make([]int, len(logits))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool { return logits[idx[a]] > logits[idx[b]] })
-	k = max(1, min(k, len(idx)))
-	idx = idx[:k]
-	p := make([]float64, k)
-	var sum float64
-	for i, j := range idx {
-		p[i] = math.Exp((float64(logits[j]) - float64(logits[idx[0]])) / temperature)
-		sum += p[i]
-	}
-	u := rng.Float64() * sum
-	for i := range p {
-		if u -= p[i]; u <= 0 {
-			return idx[i]
-		}
-	}
-	return idx[k-1]
+	return Sampling{Temperature: temperature, TopK: k}.Pick(logits, rng)
 }

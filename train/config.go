@@ -38,6 +38,12 @@ type Config struct {
 	// Memory is the memory mode (offload.Setup): none, offload,
 	// recompute, a policy…; the zero value is mode none.
 	Memory offload.Setup
+	// Plan, if set, records the task's step for the planner when the
+	// task is not a Planner: a Memory.Policy is checked against it. It
+	// lets a front end give the plan beside the task rather than wrap
+	// the task, which would hide the task's other abilities (Evaluator,
+	// Identifier, Sharder…).
+	Plan func() plan.Model
 	// EvalEvery is the number of steps between evaluations (0: only at
 	// the end); an Evaluator also runs before the first step.
 	EvalEvery int
@@ -198,11 +204,14 @@ func checkStatePlacement(c *Config) error {
 // disk placements need a disk directory.
 func checkPolicy(task Task, c *Config) error {
 	pol := c.Memory.Policy
-	p, ok := task.(Planner)
-	if !ok {
-		return fmt.Errorf("a policy is checked against the model's plan, and this task has none (it does not implement train.Planner)")
+	record := c.Plan
+	if p, ok := task.(Planner); ok {
+		record = p.PlanModel
 	}
-	info, err := plan.Record(p.PlanModel())
+	if record == nil {
+		return fmt.Errorf("a policy is checked against the model's plan, and this task has none (it does not implement train.Planner, and Config.Plan is unset)")
+	}
+	info, err := plan.Record(record())
 	if err != nil {
 		return fmt.Errorf("recording the model on meta: %w", err)
 	}

@@ -9,14 +9,16 @@ import (
 	"ferry/trace"
 )
 
-// begin starts the steps: the peak statistics, the clock and the loss's
-// moving average (a resumed run continues its curve's), then an
-// evaluation before the first step of a fresh run, and Hooks.Start.
+// begin starts the steps: the peak statistics, the clock, the loss's
+// moving average and the best metrics (a resumed run continues its
+// curve's and its evaluations'), then an evaluation before the first
+// step of a fresh run, and Hooks.Start.
 func (r *run) begin() error {
 	r.alloc.ResetPeak()
 	r.memStep = r.memoryStep(r.first)
 	r.start = time.Now()
 	r.smoothed = math.NaN()
+	r.best = bestOf(r.hist) // a resumed run's evaluations count
 	if len(r.hist.Train) > 0 {
 		r.smoothed = r.hist.Train[0].Value
 		for _, p := range r.hist.Train[1:] {

@@ -49,7 +49,7 @@ type Describer interface {
 
 // Planner is a Task whose step the planner can record on the meta device
 // (plan.Record), so that a policy file is checked against it before
-// training.
+// training. Config.Plan gives the same for a task that is not one.
 type Planner interface {
 	PlanModel() plan.Model
 }

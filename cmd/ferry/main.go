@@ -98,6 +98,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "Usage of %s:\n", fs.Name())
 			printFlags(stderr, fs)
 		}
+		if listModels(fs, args[1:], stderr) { // a bare --model: the families
+			return 2
+		}
 		if err := fs.Parse(args[1:]); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return 0

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"unicode/utf8"
 
@@ -25,36 +24,72 @@ func init() {
 
 func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	dir := fs.String("checkpoint-dir", "", "a --checkpoint-dir of `ferry train text` (its latest checkpoint), or one checkpoint's directory")
-	n := fs.Int("n", 500, "tokens to generate (bytes, for a byte-level model)")
+	initFrom := fs.String("init-from", "", "instead of --checkpoint-dir: a Hugging Face model directory, a safetensors file (sized by the size flags, as train text's --init-from) or a checkpoint")
+	n := fs.Int("n", 500, "tokens to generate per sample (bytes, for a byte-level model)")
+	numSamples := fs.Int("num-samples", 1, "samples to draw, one after another (nanoGPT's num_samples)")
 	prompt := fs.String("prompt", "func ", "text to continue")
+	promptFile := fs.String("prompt-file", "", "read the text to continue from this file (instead of --prompt)")
 	temperature := fs.Float64("temperature", 0.8, "softmax temperature (0: greedy, always the likeliest)")
 	topK := fs.Int("top-k", 20, "sample among the k likeliest tokens")
+	topP := fs.Float64("top-p", 1, "then among the fewest likeliest tokens whose probability sums to at least p (nucleus sampling; 1: all k)")
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
 	devName := fs.String("device", "cpu", "device to run on")
+	tokenizerFlag := fs.String("tokenizer", "byte", "with --init-from a safetensors file (or a model without a tokenizer): byte or bpe (GPT-2's)")
+	sizes := defineSizeFlags(fs, "gpt", isLanguage, textSizes, "batch", "vocab")
 	return func(out io.Writer, asJSON bool) error {
-		if *dir == "" {
-			return fmt.Errorf("give --checkpoint-dir (written by `ferry train text --checkpoint-dir D`)")
+		set := setFlags(fs)
+		if (*dir == "") == (*initFrom == "") {
+			return fmt.Errorf("give --checkpoint-dir (written by `ferry train text --checkpoint-dir D`) or --init-from (a Hugging Face directory or a safetensors file), one of them")
 		}
-		if *n < 1 || *n > 1<<20 {
-			return fmt.Errorf("--n must be in [1, 1048576], got %d", *n)
+		if err := checkSampleCounts(*n, *numSamples); err != nil {
+			return err
 		}
-		if !(*temperature >= 0) || math.IsInf(*temperature, 0) {
-			return fmt.Errorf("--temperature must be finite and ≥ 0 (0: greedy), got %v", *temperature)
+		if !(*topP > 0 && *topP <= 1) { // 0 would mean none to Sampling
+			return fmt.Errorf("--top-p must be in (0, 1] (1: no nucleus cut), got %v", *topP)
 		}
-		if *topK < 1 {
-			return fmt.Errorf("--top-k must be a positive integer, got %d", *topK)
+		sampling := models.Sampling{Temperature: *temperature, TopK: *topK, TopP: *topP}
+		if err := sampling.Check(); err != nil {
+			return fmt.Errorf("--%w", err)
+		}
+		if *tokenizerFlag != "byte" && *tokenizerFlag != "bpe" {
+			return fmt.Errorf("--tokenizer %q: want byte or bpe", *tokenizerFlag)
+		}
+		text, err := samplePrompt(set, *prompt, *promptFile)
+		if err != nil {
+			return err
 		}
 		// A signal stops the load (its reads go through ctx) or the
 		// sample, with exit 130.
 		ctx, unlisten := interruptContext()
 		defer unlisten()
-		path, meta, err := train.ResolveCheckpointContext(ctx, *dir)
-		if err != nil {
-			return err
-		}
-		fam, sz, err := models.CheckpointModel(meta.Identity)
-		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", path, err)
+		var (
+			fam       models.LanguageFamily
+			sz        models.Sizes
+			tokenizer string
+			src       *models.Source
+			path      string
+			step      = -1
+		)
+		if *dir != "" {
+			if len(sizes.set) > 0 || set["model"] || set["tokenizer"] {
+				return fmt.Errorf("--checkpoint-dir: the checkpoint records its model and tokenizer; the size flags, --model and --tokenizer apply to --init-from")
+			}
+			ck, meta, err := train.ResolveCheckpointContext(ctx, *dir)
+			if err != nil {
+				return err
+			}
+			if fam, sz, err = models.CheckpointModel(meta.Identity); err != nil {
+				return fmt.Errorf("checkpoint %s: %w", ck, err)
+			}
+			tokenizer, path, step = models.TokenizerOf(meta.Identity), ck, meta.Step
+			if err := models.LoadTokenizerOf(meta.Identity); err != nil {
+				return fmt.Errorf("checkpoint %s: %w", ck, err)
+			}
+		} else {
+			if src, fam, sz, tokenizer, err = sampleSource(ctx, *initFrom, sizes, set, *tokenizerFlag); err != nil {
+				return err
+			}
+			path = src.Path
 		}
 		dev, err := openTrainDevice(*devName)
 		if err != nil {
@@ -66,14 +101,20 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return err
 		}
 		defer nn.Release(g)
-		if err := loadWeights(ctx, path, g); err != nil {
+		if src != nil {
+			if err = src.LoadContext(ctx, g); err != nil && src.Family == nil {
+				err = fmt.Errorf("%w\n(a safetensors file records no sizes, and these were %s: give the model's with those flags, as train text was given them)", err, sampleSizeArgs(fam, sz))
+			}
+		} else {
+			err = loadWeights(ctx, path, g)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w while loading the weights", demo.ErrInterrupted)
+		}
+		if err != nil {
 			return err
 		}
-		tokenizer := models.TokenizerOf(meta.Identity)
-		if err := models.LoadTokenizerOf(meta.Identity); err != nil {
-			return fmt.Errorf("checkpoint %s: %w", path, err)
-		}
-		text, err := generateText(ctx, g, dev, tokenizer, *prompt, *n, *temperature, *topK, rand.New(rand.NewPCG(*seed, 5)))
+		texts, err := generateSamples(ctx, g, dev, tokenizer, text, *n, *numSamples, sampling, rand.New(rand.NewPCG(*seed, 5)))
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w during the sample", demo.ErrInterrupted)
 		}
@@ -83,11 +124,35 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if asJSON {
 			// A byte-level model emits any byte, and JSON strings hold
 			// UTF-8 only: "text" shows invalid bytes as U+FFFD, for
-			// people; "text_base64" is the exact bytes.
-			return writeJSON(out, map[string]any{"checkpoint": path, "step": meta.Step, "prompt": *prompt, "text": text, "tokenizer": tokenizer, "temperature": *temperature,
-				"text_base64": base64.StdEncoding.EncodeToString([]byte(text)), "valid_utf8": utf8.ValidString(text)})
+			// people; "text_base64" is the exact bytes. The top-level
+			// text is the first sample's; "samples" holds them all.
+			var all []map[string]any
+			for _, t := range texts {
+				all = append(all, map[string]any{"text": t, "text_base64": base64.StdEncoding.EncodeToString([]byte(t)), "valid_utf8": utf8.ValidString(t)})
+			}
+			m := map[string]any{"prompt": text, "tokenizer": tokenizer, "temperature": *temperature, "top_k": *topK, "top_p": *topP,
+				"num_samples": len(texts), "samples": all}
+			for k, v := range all[0] {
+				m[k] = v
+			}
+			if src != nil {
+				m["init_from"], m["source"] = path, src.Kind
+			} else {
+				m["checkpoint"], m["step"] = path, step
+			}
+			return writeJSON(out, m)
 		}
-		fmt.Fprintf(out, "%s (step %d):\n\n%s\n", path, meta.Step, text)
+		if src != nil {
+			fmt.Fprintf(out, "%s (%s):\n\n", path, src.Kind)
+		} else {
+			fmt.Fprintf(out, "%s (step %d):\n\n", path, step)
+		}
+		for i, t := range texts {
+			if i > 0 {
+				fmt.Fprintln(out, "---------------")
+			}
+			fmt.Fprintf(out, "%s\n", t)
+		}
 		return nil
 	}
 }

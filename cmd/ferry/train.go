@@ -307,7 +307,9 @@ type trainSummary struct {
 	HostState      *offload.StreamStats `json:"host_state,omitempty"`
 	Precision      string               `json:"precision"` // fp32 or bf16 (--precision)
 	Model          string               `json:"model"`
-	WorldSize      int                  `json:"world_size"` // data-parallel ranks (mpirun -np N)
+	WorldSize      int                  `json:"world_size"`   // data-parallel ranks (mpirun -np N)
+	Batch          int                  `json:"batch"`        // --batch: each rank's micro-batch
+	GlobalBatch    int                  `json:"global_batch"` // world_size × batch
 	ParameterCount int64                `json:"parameter_count"`
 	Steps          int                  `json:"steps"`     // the last step done
 	RunSteps       int                  `json:"run_steps"` // steps done by this run (fewer than steps when resumed)
@@ -348,27 +350,20 @@ type trainRun struct {
 	initOptimizer func(optim.Stateful) error
 }
 
-// plannedTask adds the planner's view of a task's step (train.Planner).
-type plannedTask struct {
-	train.Task
-	planModel func() plan.Model
-}
-
-func (p plannedTask) PlanModel() plan.Model { return p.planModel() }
-
 // runTrainer runs r under the shared flags o and returns the summary.
 func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (_ *trainSummary, retErr error) {
 	if err := checkHostPeak(o.pol, o.policy, dev.Name()); err != nil {
 		return nil, err
 	}
-	sum := &trainSummary{Device: dev.Name(), Mode: o.mode, Optimizer: o.optimizer, OptimizerState: o.optimizerState, Gradients: where(o.gradsOnHost), ParamsOnHost: o.paramsOnHost,
+	sum := &trainSummary{Device: dev.Name(), Mode: o.modeName(), Optimizer: o.optimizer, OptimizerState: o.optimizerState, Gradients: where(o.gradsOnHost), ParamsOnHost: o.paramsOnHost,
 		Precision: offload.PrecisionName(o.precisionType), Model: r.describe, WorldSize: 1}
 	if o.comm != nil {
 		sum.WorldSize = o.comm.Size()
 	}
-	if o.policy != "" {
-		sum.Mode = "policy"
+	if note := ranksNote(sum.WorldSize, o.batch, o.accum, o.unit); note != "" {
+		p.line("%s", note)
 	}
+	sum.Batch, sum.GlobalBatch = o.batch, sum.WorldSize*o.batch
 	model := r.task.Model()
 	for _, prm := range model.Parameters() {
 		sum.ParameterCount += int64(prm.Numel())
@@ -398,6 +393,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	}
 	mem := offload.Setup{Mode: offload.Mode(o.mode), DiskDir: o.diskDir, GradsOnHost: o.gradsOnHost, ParamsOnHost: o.paramsOnHost}
 	task := r.task
+	var planModel func() plan.Model // the step a policy is checked against
 	if o.policy != "" {
 		pol := o.pol
 		if pol == nil { // validate was not called
@@ -409,7 +405,9 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		if r.planned == nil {
 			return nil, fmt.Errorf("--policy: ferry plan writes policies for the GPT (train text); this model has none")
 		}
-		task = plannedTask{r.task, r.planned}
+		// Given beside the task (train.Config.Plan), not wrapped around
+		// it: a wrapper would hide its validation, identity and sharding.
+		planModel = r.planned
 	}
 	overrides, err := train.ParseOverrides(o.override)
 	if err != nil {
@@ -432,8 +430,9 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 			}
 		}()
 	}
+	evals := &evalLines{p: p} // validation lines with their step's train loss
 	cfg := train.Config{
-		Steps: o.steps, Accum: o.accum, Optimizer: opt, Clip: o.clip, Memory: mem,
+		Steps: o.steps, Accum: o.accum, Optimizer: opt, Clip: o.clip, Memory: mem, Plan: planModel,
 		Schedule:  train.Cosine{Peak: o.lr, Min: o.minLR, Warmup: warmup, Total: o.steps},
 		EvalEvery: o.evalEvery, LogEvery: o.logEvery, LogPath: o.logPath,
 		CheckpointDir: ckptDir, CheckpointEvery: ckptEvery, Keep: o.keep, Resume: o.resume,
@@ -443,21 +442,16 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		Hooks: train.Hooks{
 			Start:   func(first, total int) { stepping.Store(true); p.phase("train", total, first-1) },
 			Message: func(msg string) { p.line("%s", msg) },
-			Eval: func(step int, ms []train.Metric) {
-				if step == 0 {
-					p.line("step 0: %s", formatMetricList(ms))
-				} else {
-					p.line("step %d: train loss %.4f, %s", step, sum.SmoothedLoss, formatMetricList(ms))
-				}
-			},
+			Eval:    evals.eval,
 			Step: func(s train.StepInfo) {
 				sum.SmoothedLoss = s.Smoothed
+				evals.stepDone(s)
 				p.update(s.Step, fmt.Sprintf("loss %.4f | %s %s/s | %s", s.Smoothed, siCount(s.ItemsPerSecond), o.unit, device.FormatBytes(s.DeviceBytes)))
 				if s.Log {
 					p.plain("step %d/%d  loss %.4f  lr %.3g  %s %s/s  %s", s.Step, s.Total, s.Smoothed, s.LR, siCount(s.ItemsPerSecond), o.unit, device.FormatBytes(s.DeviceBytes))
 				}
 			},
-			Done: p.done,
+			Done: func() { evals.flush(); p.done() },
 		},
 	}
 	if o.plotDir != "" {
@@ -676,8 +670,12 @@ func printSummary(w io.Writer, s *trainSummary, unit string) {
 	if s.Precision == "bf16" {
 		prec = ", bf16 mixed precision"
 	}
+	on := s.Device
+	if s.WorldSize > 1 {
+		on = fmt.Sprintf("%d ranks (%s each; global batch %d × %d = %d)", s.WorldSize, s.Device, s.WorldSize, s.Batch, s.GlobalBatch)
+	}
 	fmt.Fprintf(w, "\n%s: %d steps in %.1f s%s (median step %.1f ms, %s %s/s) on %s, mode %s, optimizer %s%s\n",
-		state, s.RunSteps, s.WallSeconds, resumed, 1e3*s.StepSeconds, siCount(s.ItemsPerSecond), unit, s.Device, s.Mode, s.Optimizer, prec)
+		state, s.RunSteps, s.WallSeconds, resumed, 1e3*s.StepSeconds, siCount(s.ItemsPerSecond), unit, on, s.Mode, s.Optimizer, prec)
 	if len(s.Metrics) > 0 {
 		fmt.Fprintf(w, "  train loss %.4f (smoothed; the last step's alone %.4f); %s\n", s.SmoothedLoss, s.FinalTrainLoss, formatMetricsOf(s.Metrics, s.higher))
 	}

@@ -91,7 +91,7 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		ctx, unlisten := interruptContext()
 		defer unlisten()
 		p := newProgress(out, stderrOf(out), asJSON)
-		p.line("%s\non %s, %d steps (%d per epoch), mode %s", task.Describe(), dev.Name(), o.steps, task.StepsPerEpoch, o.mode)
+		p.line("%s\non %s, %d steps (%d per epoch), mode %s", task.Describe(), dev.Name(), o.steps, task.StepsPerEpoch, o.modeName())
 		sum, err := runTrainer(trainRun{task: task, name: "mnist", describe: task.Describe()}, dev, &o, p, ctx)
 		if err != nil {
 			return err

@@ -40,7 +40,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	// A small model by default, whatever the family's usual size; the
 	// batch is --batch and the vocabulary the 256 byte values.
 	sizes := defineSizeFlags(fs, "gpt", isLanguage,
-		models.Sizes{"layers": 4, "heads": 4, "embd": 128, "seq": 128, "dropout": 0, "vocab": 256}, "batch", "vocab")
+		textSizes, "batch", "vocab")
 	valBatches := fs.Int("val-batches", 8, "held-out batches per validation")
 	sample := fs.Int("sample", 300, "tokens (bytes, for a byte-level model) to sample at the end (0: none)")
 	prompt := fs.String("prompt", "func ", "text the sample continues")
@@ -218,7 +218,7 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			unigram, per = text.TokenEntropy(tok.Train), "token"
 		}
 		p.line("%s\ntext: %d bytes for training, %d held out; unigram entropy %.3f nats per %s (a model blind to context reaches no lower)\non %s, %d steps, mode %s",
-			task.Describe(), len(txt.Train), len(txt.Val), unigram, per, dev.Name(), o.steps, o.mode)
+			task.Describe(), len(txt.Train), len(txt.Val), unigram, per, dev.Name(), o.steps, o.modeName())
 		if tok != nil {
 			how := "tokenized now, cached in"
 			if cacheHit {
@@ -385,20 +385,5 @@ func loadCorpus(ctx context.Context, path string, maxBytes int, tokenizer, cache
 // generateText continues prompt by n tokens of tokenizer ("byte": n
 // bytes) and returns the text, prompt included.
 func generateText(ctx context.Context, g models.LanguageModel, dev device.Device, tokenizer, prompt string, n int, temperature float64, topK int, rng *rand.Rand) (string, error) {
-	if tokenizer == "byte" {
-		return models.Generate(ctx, g, dev, []byte(prompt), n, temperature, topK, rng)
-	}
-	encode, decode := bpe.Encode, bpe.Decode
-	if t, ok := models.HFTokenizer(tokenizer); ok {
-		encode, decode = t.Encode, t.Decode
-	}
-	ids := encode([]byte(prompt))
-	if len(ids) == 0 {
-		ids = encode([]byte("\n"))
-	}
-	out, err := models.GenerateTokens(ctx, g, dev, ids, n, temperature, topK, rng)
-	if err != nil && ctx.Err() == nil {
-		return "", err
-	}
-	return string(decode(out)), err
+	return generateSampled(ctx, g, dev, tokenizer, prompt, n, models.Sampling{Temperature: temperature, TopK: topK}, rng)
 }
