@@ -60,14 +60,14 @@ probe err demo $M --batch 9223372036854775807
 probe err demo $M --layers 9223372036854775807
 probe err demo $M --width 3037000500 --batch 3037000500
 for v in 1e19 1e300GiB NaN Inf -Inf -1 -3GiB abc 3XB '' 0x10; do probe err plan --budget "$v"; done
-probe err plan --budget 100MiB --out ""
+probe err plan --budget 100MiB
 probe err plan --budget 1GiB --parameters maybe
 probe err plan --budget 1GiB --gradients host --optimizer-state device
 probe err demo $M --gradients host
 probe err demo $M --parameters gpu --optimizer-state host
 probe err plan --budget 3GiB --host-budget NaN
-probe err plan --budget 3GiB --layers 9000000000 --out ""
-probe err plan --budget 3GiB --layers 100000 --out ""
+probe err plan --budget 3GiB --layers 9000000000
+probe err plan --budget 3GiB --layers 100000
 G="plan --model gpt --budget 1GiB"
 for f in layers embd heads seq vocab batch; do
   for v in 0 -3 abc 1.5 99999999999999999999 1000000000 4611686018427387904; do probe err $G --$f "$v"; done
@@ -77,8 +77,8 @@ probe err $G --heads 7 --embd 64
 probe err $G --dropout 1
 probe err $G --dropout NaN
 probe err $G --width 64
-probe err plan --model gpt --budget 1KiB --layers 1 --embd 8 --heads 2 --seq 4 --vocab 8 --batch 1 --out ""
-probe ok plan --model gpt --budget 1GiB --layers 2 --embd 32 --heads 2 --seq 16 --vocab 64 --batch 2 --out ""
+probe err plan --model gpt --budget 1KiB --layers 1 --embd 8 --heads 2 --seq 4 --vocab 8 --batch 1
+probe ok plan --model gpt --budget 1GiB --layers 2 --embd 32 --heads 2 --seq 16 --vocab 64 --batch 2
 for f in width batch layers steps max-in-flight lookahead; do
   for v in -5 0 abc 1.5 99999999999999999999; do probe err demo $M --$f "$v"; done
 done
@@ -115,7 +115,6 @@ probe err nonsense
 probe ok demo $M
 probe ok demo $M --json
 probe ok demo --device cpu --layers 3 --width 64 --batch 8 --steps 1 --json
-probe ok-clean plan --budget 3GiB --out ""
 probe ok-clean plan --budget 3GiB
 probe ok doctor --json
 
@@ -279,6 +278,87 @@ probe err demo $M --modes none --policy "$work/host-policy.json"
 OUT=/dev/full; probe err doctor; probe err doctor --json; probe err demo $M; probe err demo $M --json; OUT=$work/out
 ENVV=(FERRY_BLAS=/nonexistent/libopenblas.so); probe err doctor; probe err demo --device cpu --layers 2 --width 16 --batch 4 --steps 1; ENVV=()
 ENVV=(FERRY_BLAS=off); probe ok doctor; ENVV=()
+
+# ==== issue 34, the command line: empty flags, preflights, outputs, flags that do not apply, signals ====
+# (its own section; the checkpoint-reading probes of the same issue are another's)
+echo '{"version":1,"default":"keep"}' > "$work/keep-policy.json"          # records no precision: fp32
+echo '{"version":1,"default":"keep","precision":"bf16"}' > "$work/bf16-policy.json"
+# A string flag given as '' is an error, not the default (train text --data '' trained on the Go sources).
+for f in data log plot checkpoint-dir init-from policy token-cache device mode optimizer-args override save-dtype; do probe err "${T[@]}" --steps 1 --$f ''; done
+for f in data log checkpoint-dir; do probe err "${N[@]}" --steps 1 --$f ''; done
+for f in data token-cache device; do probe err eval --checkpoint-dir "$ck" --$f ''; done
+probe err eval --checkpoint-dir ''
+probe err sample --checkpoint-dir "$ck" --device ''
+for f in out profile precision model; do probe err plan --budget 3GiB --$f ''; done
+for f in trace cpuprofile disk-dir device-param policy profile; do probe err demo $M --$f ''; done
+for f in save disk-dir model; do probe err calibrate --seconds 0.05 --$f ''; done
+probe err tune --save ''
+probe ok sample --checkpoint-dir "$ck" --n 4 --prompt ''    # the one flag whose '' means something
+# eval and sample check their memory before anything is read, as train does.
+for b in 1000000 16777216; do TMO=5 probe err eval --checkpoint-dir "$ck" --batch "$b" --batches 1; done
+TMO=5 probe err eval --checkpoint-dir "$ck" --batch 4096 --batches 65536
+# Output paths get the input paths' type check (plan --out FIFO and calibrate --save FIFO hung).
+TMO=5 probe err plan --budget 3GiB --out "$work/fifo"
+TMO=5 probe err plan --budget 3GiB --out /dev/null
+TMO=5 probe err calibrate --seconds 0.05 --width 64 --batch 8 --save "$work/fifo"
+TMO=5 probe err tune --layers 2 --width 16 --batch 4 --rounds 1 --check-rounds 0 --save "$work/fifo"
+for d in "$work/fifo" /dev/full; do TMO=5 probe err demo $M --cpuprofile "$d"; done
+TMO=5 probe err demo $M --trace "$work/fifo"
+for f in log plot checkpoint-dir; do TMO=5 probe err "${T[@]}" --steps 1 --$f "$work/fifo"; done
+TMO=5 probe err "${T[@]}" --steps 1 --tokenizer bpe --token-cache "$work/fifo"
+TMO=5 probe err "${T[@]}" --steps 1 --mode offload-disk --disk-dir "$work/fifo"
+# An output failure leaves no empty file or directory (files-left counts the probe's directory).
+probe err "${T[@]}" --steps 1 --checkpoint-dir a/b/ck --log nodir/log.jsonl
+probe err "${T[@]}" --steps 4 --lr 1e30 --eval-every 100 --checkpoint-dir c/ck --plot p/q
+probe err demo --device cpu --width 10000000 --cpuprofile cpu.prof --trace t/u
+# No flag silently ignored or contradicted.
+probe err "${T[@]}" --steps 1 --disk-dir "$work/emptydir"
+probe err "${T[@]}" --steps 1 --mode offload --policy "$work/keep-policy.json"
+probe err "${T[@]}" --steps 1 --policy "$work/keep-policy.json" --precision bf16
+probe err "${T[@]}" --steps 1 --policy "$work/bf16-policy.json" --precision fp32
+probe err "${T[@]}" --steps 1 --policy "$work/keep-policy.json" --optimizer-state host
+probe err "${T[@]}" --steps 1 --policy "$work/keep-policy.json" --disk-dir "$work/emptydir"
+probe err "${T[@]}" --steps 1 --prompt x
+probe err "${T[@]}" --steps 1 --momentum 0.5
+probe err "${T[@]}" --steps 1 --token-cache "$work/emptydir"
+probe ok "${T[@]}" --steps 1 --zero 1      # one command line for mpirun and without: a one-line warning
+probe err eval --checkpoint-dir "$ck" --token-cache "$work/emptydir"
+probe err sample --checkpoint-dir "$ck" --temperature 0 --seed 2
+probe err sample --checkpoint-dir "$ck" --temperature 0 --top-k 3
+probe err demo $M --modes none --keep-last 1
+probe err demo $M --modes offload --disk-dir "$work/emptydir"
+probe err demo $M --poison
+probe err demo $M --policy "$work/keep-policy.json" --precision bf16
+probe err tune --dry-run --save "$work/t.json"
+probe err plan --budget 3GiB --zero 1
+# Nonsense values of plan and demo.
+for v in 0 1.5; do probe err plan --budget 3GiB --host-budget "$v"; done
+for v in 0 -1 100000 abc; do TMO=5 probe err plan --budget 3GiB --ranks "$v"; done
+probe err demo $M --capacity 0
+TMO=5 probe err demo $M --steps 100000
+for f in keep-last max-in-flight lookahead; do probe err demo $M --$f 2147483648; done
+for v in -1s 1000h abc; do probe err demo --device cpu --steps 1 --device-param copy_delay=$v; done
+# Signals land whatever output is blocked: one SIGINT with stdout's pipe
+# full and never read; one SIGTERM to a demo whose copies take a minute.
+sig_check() { # name pid limit
+  local i; for i in $(seq $(( $3 * 10 ))); do kill -0 "$2" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$2" 2>/dev/null; then kill -9 "$2"; wait "$2" 2>/dev/null; count[hang]=$(( ${count[hang]:-0} + 1 )); printf '%-16s %s\n' hang "$1"; return; fi
+  wait "$2"; local rc=$?
+  if [ $rc -eq 130 ]; then count[clear-error]=$(( ${count[clear-error]:-0} + 1 )); printf '%-16s rc=%-3s %s\n' clear-error $rc "$1"
+  else count[unexpected-error]=$(( ${count[unexpected-error]:-0} + 1 )); printf '%-16s rc=%-3s %s\n' unexpected-error $rc "$1"; fi
+}
+sd=$work/sig; rm -rf "$sd"; mkdir -p "$sd"; mkfifo "$sd/stall"; exec 7<>"$sd/stall"   # a reader that never reads
+"$bin" "${T[@]}" --steps 1000000 --log-every 1 --eval-every 1000000 --checkpoint-dir "$sd/ck" --log "$sd/log" >"$sd/stall" 2>"$sd/err" &
+pid=$!
+logged() { cat "$sd/log" 2>/dev/null | wc -l; }
+for _ in $(seq 600); do [ "$(logged)" -ge 3000 ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+[ "$(logged)" -ge 3000 ] || { count[hang]=$(( ${count[hang]:-0} + 1 )); echo "hang             train text stalled behind a full stdout before the signal"; }
+kill -INT $pid; sig_check "train text, stdout full, one SIGINT" $pid 10
+[ -f "$sd/ck/latest" ] || { lost=$((lost + 1)); echo "no checkpoint at the SIGINT with stdout full"; }
+exec 7<&-
+"$bin" demo --device cpu --modes offload --layers 2 --width 64 --batch 8 --steps 1 --device-param copy_delay=1m >/dev/null 2>"$sd/err" &
+pid=$!; sleep 1.5; kill -TERM $pid; sig_check "demo with copy_delay=1m, one SIGTERM" $pid 8
+# ==== end of issue 34, the command line ====
 
 # help
 if "$bin" train text -h 2>&1 | grep -qE '\(default -1\)|-policy ferry'; then echo "help-text        train text -h says (default -1) or names a flag's value after a backquoted word"; count[wrong-exit-0]=$(( ${count[wrong-exit-0]:-0} + 1 )); fi

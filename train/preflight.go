@@ -30,6 +30,9 @@ type Footprint struct {
 	// Streamed parameters count on the host only: the device holds a few
 	// at a time.
 	ParamsOnHost, GradsOnHost, StateOnHost bool
+	// Inference counts the parameters alone, without gradients or
+	// optimizer state: an evaluation's footprint (ferry eval, sample).
+	Inference bool
 	// StepBytes is the least one step's activations take on the device.
 	StepBytes int64
 	// BatchBytes is what one batch takes in host memory (the Go heap).
@@ -46,6 +49,9 @@ func (f Footprint) state() (onDevice, onHost int64) {
 		}
 	}
 	place(f.ParamsOnHost, 4*f.Params)
+	if f.Inference {
+		return onDevice, onHost
+	}
 	place(f.GradsOnHost, 4*f.Params)
 	if f.Optimizer != nil {
 		place(f.StateOnHost, f.Optimizer.StateBytes(f.Params))
@@ -71,9 +77,13 @@ func Preflight(dev device.Device, f Footprint, hostFree int64, advice string) er
 		c = hostFree // the CPU device's memory is the machine's
 	}
 	if c > 0 && need > c {
-		return fmt.Errorf("this run needs at least %s on %s (%d parameters with gradients and optimizer state: %s; activations: %s), "+
+		what := "with gradients and optimizer state"
+		if f.Inference {
+			what = "for inference"
+		}
+		return fmt.Errorf("this run needs at least %s on %s (%d parameters %s: %s; activations: %s), "+
 			"and the device holds %s: %s",
-			device.FormatBytes(need), dev.Name(), f.Params, device.FormatBytes(onDevice),
+			device.FormatBytes(need), dev.Name(), f.Params, what, device.FormatBytes(onDevice),
 			device.FormatBytes(f.StepBytes), device.FormatBytes(c), advice)
 	}
 	if hostFree > 0 && onHost > hostFree {

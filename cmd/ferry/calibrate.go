@@ -33,6 +33,16 @@ func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if !(*seconds > 0 && *seconds <= 600) {
 			return fmt.Errorf("--seconds must be a number in (0, 600], got %v", *seconds)
 		}
+		if *save != "" {
+			if err := checkOutputFile("--save", *save, false); err != nil {
+				return err
+			}
+		}
+		if *diskDir != "" {
+			if err := checkOutputDir("--disk-dir", *diskDir, true); err != nil {
+				return err
+			}
+		}
 		if *sizes.model == "" {
 			// The default fit: products of --width at --batch rows, and
 			// steps of 8 Linear+ReLU layers of that size.

@@ -1,19 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime/pprof"
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
 	"ferry/device/cpu"
 	"ferry/device/meta"
+	"ferry/internal/fsx"
 	"ferry/offload"
 	"ferry/plan"
 )
@@ -47,13 +49,51 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	state := defineStateFlags(fs)
 	precision := fs.String("precision", "fp32", precisionUsage)
 	profile := fs.String("profile", "", "meta device only: hardware profile for predicted times ("+strings.Join(plan.Profiles(), ", ")+" or a JSON file)")
-	return func(out io.Writer, asJSON bool) error {
+	return func(out io.Writer, asJSON bool) (err error) {
 		set := setFlags(fs)
+		if *cpuProfile != "" {
+			if err := checkOutputFile("--cpuprofile", *cpuProfile, false); err != nil {
+				return err
+			}
+		}
+		if *traceDir != "" {
+			if err := checkOutputDir("--trace", *traceDir, false); err != nil {
+				return err
+			}
+		}
+		if *diskDir != "" {
+			if err := checkOutputDir("--disk-dir", *diskDir, true); err != nil {
+				return err
+			}
+		}
+		// A run that fails leaves no empty trace directory.
+		var left leftovers
+		left.note(*traceDir)
+		defer left.clean(&err)
 		if err := positive(set, map[string]int{"steps": *steps, "max-in-flight": *inFlight, "lookahead": *lookahead}); err != nil {
 			return err
 		}
 		if set["keep-last"] && *keepLast < 0 {
 			return fmt.Errorf("--keep-last must be 0 or more, got %d", *keepLast)
+		}
+		if *steps > maxDemoSteps {
+			return fmt.Errorf("--steps %d: at most %d timed steps per mode (their median is reported; a few suffice)", *steps, maxDemoSteps)
+		}
+		for _, f := range []struct {
+			name string
+			v    int
+		}{{"keep-last", *keepLast}, {"max-in-flight", *inFlight}, {"lookahead", *lookahead}} {
+			if f.v > maxOffloadCount {
+				return fmt.Errorf("--%s %d: at most %d", f.name, f.v, maxOffloadCount)
+			}
+		}
+		if set["capacity"] && capacity == 0 {
+			return fmt.Errorf("--capacity 0 would be no cap at all: give a positive size (3GiB), or leave the flag out")
+		}
+		if *poison {
+			if kind, _, _ := device.ParseName(*dev); kind == "meta" {
+				return fmt.Errorf("--poison fills freed memory with NaN, and the meta device holds none: drop --poison, or use --device cpu")
+			}
 		}
 		cfg := demo.DefaultConfig(*dev)
 		prec, err := parsePrecision(*precision)
@@ -79,7 +119,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 		}
 		cfg.Family, cfg.Steps, cfg.Seed, cfg.DiskDir = f, *steps, *seed, *diskDir
-		if *optimizer != "" || set["optimizer"] { // given as '': refused, with the list
+		if *optimizer != "" {
 			if err := checkOptimizer(*optimizer); err != nil {
 				return err
 			}
@@ -104,8 +144,22 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 				if !ok || k == "" {
 					return fmt.Errorf("--device-param %q: want key=value", kv)
 				}
+				if k == "copy_delay" {
+					// A test's slow copy: a delay past a minute holds a
+					// step (and so a signal) that long for each copy.
+					if d, err := time.ParseDuration(v); err == nil && (d < 0 || d > time.Minute) {
+						return fmt.Errorf("--device-param copy_delay=%s: want a delay in [0, 1m]", v)
+					}
+				}
 				cfg.DeviceOptions.Params[k] = v
 			}
+		}
+		var chosen []string // nil: the default modes, each mode the model can run
+		if set["modes"] {
+			chosen = cfg.Modes
+		}
+		if err := demoFlagsApply(set, chosen, *policy != ""); err != nil {
+			return err
 		}
 		if set["keep-last"] {
 			cfg.Offload.KeepLast = *keepLast
@@ -150,12 +204,11 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			cfg.Policy = p.Place
 			cfg.Segments = p.SegmentHooks()
 			cfg.OptimizerInBackward = cfg.OptimizerInBackward || p.OptimizerInBackward
-			if s := p.OptimizerState; s != "" {
-				if set["optimizer-state"] && *optState != s {
-					return fmt.Errorf("--policy %s was planned with the optimizer state on the %s; drop --optimizer-state %s, or plan again with it", *policy, s, *optState)
-				}
-				cfg.OptimizerState = s
+			s := policyStateOn(p) // none recorded: the device, which a flag of host contradicts too
+			if set["optimizer-state"] && *optState != s {
+				return fmt.Errorf("--policy %s was planned with the optimizer state on the %s; drop --optimizer-state %s, or plan again with it", *policy, s, *optState)
 			}
+			cfg.OptimizerState = s
 			if cfg.GradsOnHost, cfg.ParamsOnHost, err = state.resolve(set, p, *policy, cfg.OptimizerState); err != nil {
 				return err
 			}
@@ -175,22 +228,34 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			cfg.Open = func(string, device.Options) (device.Device, error) { return meta.New(cfg.DeviceOptions, prof), nil }
 		}
 		if *cpuProfile != "" {
-			f, err := os.Create(*cpuProfile)
-			if err != nil {
-				return err
+			// Profiled into memory and written whole at the end of a run
+			// that succeeded, so that a write that fails is an error
+			// (pprof drops its writer's errors), and neither a failed
+			// write nor a failed run leaves a file.
+			var prof bytes.Buffer
+			if err := pprof.StartCPUProfile(&prof); err != nil {
+				return fmt.Errorf("--cpuprofile: %w", err)
 			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return err
-			}
-			defer pprof.StopCPUProfile()
+			defer func() {
+				pprof.StopCPUProfile()
+				if err != nil {
+					return
+				}
+				werr := fsx.WriteAtomic(*cpuProfile, func(w io.Writer) error { _, err := w.Write(prof.Bytes()); return err })
+				if werr != nil {
+					err = fmt.Errorf("--cpuprofile: %w", werr)
+				}
+			}()
 		}
 		if err := fitsThisMachine(cfg); err != nil {
 			return err
 		}
 		// Ctrl-C or SIGTERM: finish at the next step boundary, report the
-		// modes that finished, and let every deferred cleanup run.
-		stop, release := interruptions()
+		// modes that finished, and let every deferred cleanup run; a step
+		// held up (--device-param copy_delay) does not hold the signal
+		// past demoGrace: the demo saves nothing, and the offloader's
+		// files are unlinked as they are made.
+		stop, release := interruptions(demoGrace)
 		defer release()
 		cfg.Stop = stop
 		res, err := demo.Execute(cfg)
@@ -216,6 +281,49 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		return err
 	}
+}
+
+// maxDemoSteps bounds demo --steps, and maxOffloadCount the offloader's
+// counts (--keep-last, --max-in-flight, --lookahead): past them a value
+// means nothing more, only a run that does not end.
+const (
+	demoGrace       = 3 * time.Second
+	maxDemoSteps    = 1000
+	maxOffloadCount = 1 << 16
+)
+
+// offloaderModes are the demo's modes that run the offloader, which the
+// offloader's flags tune.
+var offloaderModes = []string{demo.Offload, demo.OffloadDisk, demo.RecomputeOffload, demo.Policy}
+
+// demoFlagsApply refuses a flag that none of the chosen modes uses (set:
+// the flags given; modes: --modes, nil for the default, which runs every
+// mode the model can): the offloader's flags without an offloading mode,
+// --disk-dir without offload-disk or a policy.
+func demoFlagsApply(set map[string]bool, modes []string, policy bool) error {
+	if modes == nil {
+		return nil
+	}
+	has := func(ms ...string) bool {
+		for _, m := range ms {
+			if slices.Contains(modes, m) {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(offloaderModes...) {
+		for _, f := range []string{"keep-last", "max-in-flight", "lookahead", "min-bytes"} {
+			if set[f] {
+				return fmt.Errorf("--%s tunes the offloader, and --modes %s runs none: add %s to --modes, or drop --%s",
+					f, strings.Join(modes, ","), strings.Join(offloaderModes, ", "), f)
+			}
+		}
+	}
+	if set["disk-dir"] && !has(demo.OffloadDisk) && !(policy && has(demo.Policy)) {
+		return fmt.Errorf("--disk-dir is for offload-disk (or a policy's disk placements), and --modes %s runs neither: drop --disk-dir, or add offload-disk", strings.Join(modes, ","))
+	}
+	return nil
 }
 
 func printDemo(w io.Writer, r *demo.Result) {

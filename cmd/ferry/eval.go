@@ -108,6 +108,14 @@ func evalText(ctx context.Context, path string, id map[string]any, data string, 
 	if err := models.LoadTokenizerOf(id); err != nil {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
+	if tokenizer == "byte" && cacheDir != "" {
+		return fmt.Errorf("--token-cache holds BPE token ids, and %s is a byte-level model, which reads the bytes: drop --token-cache", path)
+	}
+	if cacheDir != "" {
+		if err := checkOutputDir("--token-cache", cacheDir, false); err != nil {
+			return err
+		}
+	}
 	if !seedSet {
 		s, ok := idInt(id, "seed")
 		if !ok {
@@ -130,6 +138,17 @@ func evalText(ctx context.Context, path string, id map[string]any, data string, 
 	if !ok {
 		maxBytes = 4 << 20
 	}
+	// The device first, and the memory checked, before the data is read.
+	dev, err := openTrainDevice(devName)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	rows, seq := sz.Int("batch"), sz.Int("seq")
+	if err := inferencePreflight(dev, fam, sz, rows, batches, true, 8*int64(rows)*int64(seq),
+		fmt.Sprintf("lower --batch (now %d) or --batches (now %d)", rows, batches)); err != nil {
+		return err
+	}
 	source := data
 	if data == "" {
 		s, ok := id["text_source"].(string)
@@ -145,11 +164,6 @@ func evalText(ctx context.Context, path string, id map[string]any, data string, 
 	if data == "" && id["data"] != nil && id["data"] != train.HashBytes(txt.Train, txt.Val) {
 		return fmt.Errorf("the run's data (%s) has changed since it trained: give --data to evaluate on what is there now", txt.Source)
 	}
-	dev, err := openTrainDevice(devName)
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
 	task, err := models.NewTokenTask(dev, txt, tok, fam, sz, batches, seed)
 	if err != nil {
 		return err

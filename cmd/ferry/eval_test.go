@@ -228,14 +228,20 @@ func TestTrainTextBPE(t *testing.T) {
 	}
 }
 
-// --temperature 0 is greedy: the same text whatever the seed; a negative
-// temperature is refused.
+// --temperature 0 is greedy: the same text every time, drawing nothing,
+// so a --seed or --top-k with it (which would be ignored) is refused; a
+// negative temperature is refused.
 func TestSampleGreedy(t *testing.T) {
 	ck := textCheckpoint(t)
-	a := runJSON(t, "sample", "--checkpoint-dir", ck, "--n", "20", "--temperature", "0", "--seed", "1")
-	b := runJSON(t, "sample", "--checkpoint-dir", ck, "--n", "20", "--temperature", "0", "--seed", "2")
+	a := runJSON(t, "sample", "--checkpoint-dir", ck, "--n", "20", "--temperature", "0")
+	b := runJSON(t, "sample", "--checkpoint-dir", ck, "--n", "20", "--temperature", "0")
 	if a["text_base64"] != b["text_base64"] {
-		t.Errorf("greedy samples differ by seed: %q, %q", a["text"], b["text"])
+		t.Errorf("greedy samples differ: %q, %q", a["text"], b["text"])
+	}
+	for _, args := range [][]string{{"--temperature", "0", "--seed", "2"}, {"--temperature", "0", "--top-k", "5"}} {
+		if _, errOut, code := runCLI(t, append([]string{"sample", "--checkpoint-dir", ck}, args...)...); code != 1 || !strings.Contains(errOut, "greedy") {
+			t.Errorf("%s: exit %d, %s", strings.Join(args, " "), code, errOut)
+		}
 	}
 	if _, errOut, code := runCLI(t, "sample", "--checkpoint-dir", ck, "--temperature", "-1"); code != 1 || !strings.Contains(errOut, "--temperature") {
 		t.Errorf("--temperature -1: exit %d, %s", code, errOut)

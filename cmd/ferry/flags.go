@@ -25,6 +25,49 @@ func setFlags(fs *flag.FlagSet) map[string]bool {
 	return set
 }
 
+// emptyMeans names the string flags for which an empty value means
+// something of its own, and what: every other string flag given as ""
+// (--data "$UNSET") is refused by emptyFlags rather than taken as absent,
+// which would quietly run on the default.
+var emptyMeans = map[string]string{
+	"prompt": "no prompt: the text starts after a newline",
+}
+
+// emptyFlags refuses the first string flag set explicitly to "" that
+// emptyMeans does not name. Only plain string flags are checked: a size,
+// a number or a --model size flag given as "" already fails to parse.
+func emptyFlags(fs *flag.FlagSet) error {
+	var bad *flag.Flag
+	fs.Visit(func(f *flag.Flag) {
+		if bad != nil || f.Value.String() != "" {
+			return
+		}
+		if _, ok := emptyMeans[f.Name]; ok {
+			return
+		}
+		if kind, _ := flag.UnquoteUsage(&flag.Flag{Value: f.Value}); kind == "string" {
+			bad = f
+		}
+	})
+	if bad == nil {
+		return nil
+	}
+	if bad.DefValue != "" {
+		return fmt.Errorf("--%s is empty: give a value, or leave the flag out for its default, %s", bad.Name, bad.DefValue)
+	}
+	return fmt.Errorf("--%s is empty: give a value, or leave the flag out (`%s -h` says what the command does without it)", bad.Name, fs.Name())
+}
+
+// warnOut is where warn writes: the stderr run was given.
+var warnOut io.Writer = os.Stderr
+
+// warn prints a one-line warning about a flag that does nothing in this
+// run but is not wrong in itself (one command line for mpirun and
+// without it). A flag that cannot apply is an error instead.
+func warn(format string, args ...any) {
+	fmt.Fprintf(warnOut, "ferry: warning: "+format+"\n", args...)
+}
+
 // positive checks that each given flag among values is at least 1.
 func positive(set map[string]bool, values map[string]int) error {
 	var names []string
@@ -49,11 +92,15 @@ func positive(set map[string]bool, values map[string]int) error {
 // request stops the load itself: reads through the context of
 // interruptContext end at once. A second signal of the first three
 // removes the checkpoint being written and the checkpoint directory's
-// lock (train.RemoveTemporaries) and quits at once. SIGQUIT removes them
-// too, then dies as Go does on it, with its goroutine dump. The handler
-// never waits on output: its messages are written on their own
-// goroutine, so a full pipe on stderr cannot hold a signal up.
-func interruptions() (<-chan struct{}, func()) {
+// lock (train.RemoveTemporaries) and quits at once. grace, if positive,
+// quits the same way when the step boundary has not come that long after
+// the first signal: for a command with nothing to save (ferry demo),
+// whose step may be held up (a fault-injection delay). SIGQUIT removes
+// the temporaries too, then dies as Go does on it, with its goroutine
+// dump. The handler never waits on output: its messages are written on
+// their own goroutine, so a full pipe on stderr cannot hold a signal up,
+// and stdout stops holding anyone up once it is signalled (noteSignal).
+func interruptions(grace time.Duration) (<-chan struct{}, func()) {
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGQUIT)
 	stop := make(chan struct{})
@@ -66,6 +113,14 @@ func interruptions() (<-chan struct{}, func()) {
 		}()
 		return written
 	}
+	quitNow := func(msg string) {
+		train.RemoveTemporaries()
+		select { // a moment for the message, never more
+		case <-say(msg):
+		case <-time.After(200 * time.Millisecond):
+		}
+		os.Exit(130)
+	}
 	go func() {
 		select {
 		case s := <-sig:
@@ -73,6 +128,7 @@ func interruptions() (<-chan struct{}, func()) {
 				quit()
 			}
 			close(stop)
+			noteSignal()
 			if s == syscall.SIGPIPE {
 				break
 			}
@@ -84,6 +140,10 @@ func interruptions() (<-chan struct{}, func()) {
 		case <-done:
 			return
 		}
+		var late <-chan time.Time
+		if grace > 0 {
+			late = time.After(grace)
+		}
 		for {
 			select {
 			case s := <-sig:
@@ -93,12 +153,9 @@ func interruptions() (<-chan struct{}, func()) {
 				if s == syscall.SIGPIPE {
 					continue // a reader went away again: already stopping
 				}
-				train.RemoveTemporaries()
-				select { // a moment for the message, never more
-				case <-say("ferry: interrupted twice; quitting"):
-				case <-time.After(200 * time.Millisecond):
-				}
-				os.Exit(130)
+				quitNow("ferry: interrupted twice; quitting")
+			case <-late:
+				quitNow(fmt.Sprintf("ferry: no step boundary %v after the signal; quitting", grace))
 			case <-done:
 				return
 			}
@@ -206,19 +263,47 @@ func parseFloatType(flag, s string) (device.DType, error) {
 }
 
 // policyPrecision is the precision a run with policy pol (file path) takes:
-// the one the plan recorded, which holds for its figures, else cur; a
-// --precision given (flagSet, spelled flag) that contradicts it is an
-// error.
+// the one the plan recorded, which holds for its figures (none recorded
+// is fp32, as offload.Policy says); a --precision given (flagSet, spelled
+// flag) that contradicts it is an error, whichever way round.
 func policyPrecision(path string, pol *offload.Policy, flagSet bool, flag string, cur device.DType) (device.DType, error) {
-	if pol.Precision == "" {
-		return cur, nil
+	recorded := pol.Precision
+	if recorded == "" {
+		recorded = "fp32" // a policy that records none was planned at fp32
 	}
-	pp, err := parsePrecision(pol.Precision)
+	pp, err := parsePrecision(recorded)
 	if err != nil { // (LoadPolicy refuses other spellings)
 		return cur, fmt.Errorf("--policy %s: %w", path, err)
 	}
 	if flagSet && pp != cur {
-		return cur, fmt.Errorf("--policy %s was planned at --precision %s; drop --precision %s, or plan again with it", path, pol.Precision, flag)
+		return cur, fmt.Errorf("--policy %s was planned at --precision %s; drop --precision %s, or plan again with it", path, recorded, flag)
 	}
 	return pp, nil
+}
+
+// policyStateOn is where policy pol planned the optimizer's state: "host",
+// or "device" (recorded as "" or "device").
+func policyStateOn(pol *offload.Policy) string {
+	if pol.OptimizerState == "host" {
+		return "host"
+	}
+	return "device"
+}
+
+// policyUsesDisk says whether policy pol places any saved tensor on disk.
+func policyUsesDisk(pol *offload.Policy) bool {
+	if pol.Default == offload.Disk {
+		return true
+	}
+	for _, pl := range pol.Layers {
+		if pl == offload.Disk {
+			return true
+		}
+	}
+	for _, r := range pol.Rules {
+		if r.Placement == offload.Disk {
+			return true
+		}
+	}
+	return false
 }

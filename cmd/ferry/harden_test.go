@@ -24,7 +24,7 @@ func TestTextOutputToAFullDisk(t *testing.T) {
 		{"doctor"},
 		{"doctor", "--json"},
 		{"demo", "--device", "meta", "--steps", "1"},
-		{"plan", "--budget", "3GiB", "--out", ""},
+		{"plan", "--budget", "3GiB"},
 	} {
 		var errOut bytes.Buffer
 		code := run(args, fullWriter{}, &errOut)

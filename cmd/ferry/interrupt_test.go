@@ -186,7 +186,7 @@ func TestQuitLeavesNoTemporaryAndNoLock(t *testing.T) {
 			if sigs[0] == syscall.SIGQUIT && !strings.Contains(p.stderr(), "goroutine ") {
 				t.Errorf("SIGQUIT: no goroutine dump")
 			}
-			if left := leftovers(ck); len(left) > 0 {
+			if left := temporariesUnder(ck); len(left) > 0 {
 				t.Errorf("%v: left %v", sigs, left)
 			}
 		}

@@ -111,13 +111,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "ferry %s: unexpected arguments %q\n", c.name, fs.Args())
 			return 2
 		}
-		out := &checkedWriter{w: stdout}
+		if err := emptyFlags(fs); err != nil {
+			fmt.Fprintf(stderr, "ferry %s: %v\n", c.name, err)
+			return 2
+		}
+		warnOut = stderr
+		signalled.Store(false)
+		out := newCheckedWriter(stdout)
 		err := do(out, *asJSON)
-		if err == nil && out.err != nil {
-			// Text written with fmt.Fprintf has its errors dropped on
-			// the way: a full disk or /dev/full must not exit 0.
-			err = fmt.Errorf("writing the output: %w (is the disk full, or stdout closed?)", out.err)
-			*asJSON = false // a JSON error object would fail the same way
+		if ferr := out.Close(); ferr != nil {
+			*asJSON = false // a JSON error object would fail the same way, or wait on the same reader
+			if err == nil {
+				// Text written with fmt.Fprintf has its errors dropped on
+				// the way: a full disk or /dev/full must not exit 0.
+				err = fmt.Errorf("writing the output: %w (is the disk full, or stdout closed?)", ferr)
+			} else if errors.Is(ferr, errStalled) {
+				fmt.Fprintf(stderr, "ferry %s: %v\n", c.name, ferr)
+			}
 		}
 		if err != nil {
 			var reported quietError
@@ -138,29 +148,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "ferry: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 2
-}
-
-// checkedWriter remembers the first error of its writes, and fails every
-// write after it, so that a command's text output, written with
-// fmt.Fprintf and its errors unread, still turns a failed write into exit
-// 1 (run checks err after the command).
-type checkedWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (c *checkedWriter) Write(p []byte) (int, error) {
-	if c.err != nil {
-		return 0, c.err
-	}
-	n, err := c.w.Write(p)
-	if err == nil && n < len(p) {
-		err = io.ErrShortWrite
-	}
-	if err != nil {
-		c.err = err
-	}
-	return n, err
 }
 
 func usage(w io.Writer) {
@@ -227,6 +214,9 @@ func parseBytes(s string) (int64, error) {
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
 		return 0, fmt.Errorf("%q is not a size (a non-negative number with an optional unit: 3GiB, 512MiB, 1e9)", orig)
+	}
+	if mult == 1 && f != math.Trunc(f) {
+		return 0, fmt.Errorf("%q is not a whole number of bytes (give a unit for a fraction: 1.5GiB)", orig)
 	}
 	if v := f * mult; v >= float64(device.MaxBytes) {
 		return 0, fmt.Errorf("%q is more than any device holds (at most %s)", orig, device.FormatBytes(device.MaxBytes))

@@ -107,7 +107,7 @@ func TestPlanWritesAReplayablePolicy(t *testing.T) {
 		t.Fatalf("replayed %+v, predicted %d", d, p.Predicted.PeakBytes)
 	}
 	// Too small: says so, writes nothing, and exits non-zero.
-	out, _, code = runCLI(t, "plan", "--layers", "8", "--width", "512", "--batch", "256", "--budget", "4MiB", "--out", "")
+	out, _, code = runCLI(t, "plan", "--layers", "8", "--width", "512", "--batch", "256", "--budget", "4MiB")
 	if code != 1 || !strings.Contains(out, "Nothing fits") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}

@@ -119,7 +119,7 @@ func TestCheckpointTreeMutator(t *testing.T) {
 						}
 					}
 					for _, dir := range []string{d, out} {
-						if left := leftovers(dir); len(left) > 0 {
+						if left := temporariesUnder(dir); len(left) > 0 {
 							t.Errorf("%s: left %v in %s", name, left, dir)
 						}
 					}
@@ -305,9 +305,9 @@ func listing(dir string) string {
 	return b.String()
 }
 
-// leftovers lists what a command must not leave under dir: temporaries
+// temporariesUnder lists what a command must not leave under dir: temporaries
 // of checkpoints and writes, and the lock.
-func leftovers(dir string) []string {
+func temporariesUnder(dir string) []string {
 	var left []string
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {

@@ -35,8 +35,20 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if budget <= 0 {
 			return fmt.Errorf("--budget is required (for example --budget 20GiB)")
 		}
-		if *ranks < 1 {
-			return fmt.Errorf("--ranks must be 1 or more, got %d", *ranks)
+		if *ranks < 1 || *ranks > maxRanks {
+			return fmt.Errorf("--ranks must be in [1, %d], got %d", maxRanks, *ranks)
+		}
+		set := setFlags(fs)
+		if *ranks == 1 && set["zero"] {
+			return fmt.Errorf("--zero shares the state among --ranks, and --ranks 1 has nothing to share it with: drop --zero, or give --ranks N")
+		}
+		if set["host-budget"] && hostBudget == 0 {
+			return fmt.Errorf("--host-budget 0 would be read as no limit at all: give a positive size, or leave the flag out for no limit")
+		}
+		if *out != "" {
+			if err := checkOutputFile("--out", *out, false); err != nil {
+				return err
+			}
 		}
 		if *zero < 0 || *zero > 2 {
 			return fmt.Errorf("--zero must be 0, 1 or 2, got %d", *zero)
@@ -65,7 +77,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if cfg.Precision, err = parsePrecision(*precision); err != nil {
 			return err
 		}
-		if *optimizer != "" || setFlags(fs)["optimizer"] { // given as '': refused, with the list
+		if *optimizer != "" {
 			if err := checkOptimizer(*optimizer); err != nil {
 				return err
 			}
@@ -151,6 +163,9 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		return nil
 	}
 }
+
+// maxRanks bounds plan --ranks: more data-parallel ranks than any job runs.
+const maxRanks = 1 << 16
 
 // replayCommand is the ferry demo command that replays the plan on meta.
 func replayCommand(cfg demo.Config, profile, file string, disk bool) string {

@@ -30,7 +30,7 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	prompt := fs.String("prompt", "func ", "text to continue")
 	promptFile := fs.String("prompt-file", "", "read the text to continue from this file (instead of --prompt)")
 	temperature := fs.Float64("temperature", 0.8, "softmax temperature (0: greedy, always the likeliest)")
-	topK := fs.Int("top-k", 20, "sample among the k likeliest tokens")
+	topK := fs.Int("top-k", 20, "sample among the k likeliest tokens (above the vocabulary: among all of them)")
 	topP := fs.Float64("top-p", 1, "then among the fewest likeliest tokens whose probability sums to at least p (nucleus sampling; 1: all k)")
 	seed := fs.Uint64("seed", 1, "seed of the sampling")
 	devName := fs.String("device", "cpu", "device to run on")
@@ -50,6 +50,10 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		sampling := models.Sampling{Temperature: *temperature, TopK: *topK, TopP: *topP}
 		if err := sampling.Check(); err != nil {
 			return fmt.Errorf("--%w", err)
+		}
+		if *temperature == 0 && (set["top-k"] || set["top-p"] || set["seed"]) {
+			// Greedy decoding takes the likeliest token and draws nothing.
+			return fmt.Errorf("--temperature 0 is greedy: it takes the likeliest token and draws nothing, so --top-k, --top-p and --seed would be ignored: drop them, or give a temperature above 0")
 		}
 		if *tokenizerFlag != "byte" && *tokenizerFlag != "bpe" {
 			return fmt.Errorf("--tokenizer %q: want byte or bpe", *tokenizerFlag)
@@ -96,6 +100,12 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return err
 		}
 		defer dev.Close()
+		// One forward pass over the context at a time; the ids and the
+		// text (4 and at most 4 bytes a token) of every sample on the host.
+		if err := inferencePreflight(dev, fam, sz, 1, 1, false, 8*int64(*n)*int64(*numSamples),
+			"the model is too large for this device: sample on a larger one (--device), or lower --n or --num-samples"); err != nil {
+			return err
+		}
 		g, err := fam.LanguageModel(dev, sz, 1)
 		if err != nil {
 			return err

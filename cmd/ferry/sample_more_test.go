@@ -108,7 +108,7 @@ func TestSampleBadInput(t *testing.T) {
 		{[]string{"--num-samples", "1000000"}, "--num-samples must be in [1, 1000]"},
 		{[]string{"--num-samples", "1000", "--n", "100000"}, "more than ferry sample generates"},
 		{[]string{"--prompt", "a", "--prompt-file", pf}, "give one"},
-		{[]string{"--prompt-file", ""}, "--prompt-file needs a file name"},
+		{[]string{"--prompt-file", ""}, "--prompt-file is empty"},
 		{[]string{"--prompt-file", filepath.Dir(pf)}, "is a directory"},
 		{[]string{"--prompt-file", filepath.Join(dir, "missing")}, "no such file"},
 		{[]string{"--init-from", pf}, "one of them"},

@@ -19,7 +19,6 @@ import (
 
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
-	"ferry/device/cpu"
 	"ferry/dist"
 	"ferry/offload"
 	"ferry/optim"
@@ -61,6 +60,53 @@ type trainOptions struct {
 	pol                           *offload.Policy // --policy, read by validate
 
 	timeout *collectiveTimeout // --collective-timeout (ranks.go)
+}
+
+// checkOutputs checks the output flags (outputs.go) before any data is
+// read. The directories that a check may make and remove again are
+// checked on rank 0 alone, which alone writes there: two ranks' checks
+// would race. The disk tier, every rank's, must exist already.
+func (o *trainOptions) checkOutputs() error {
+	if o.diskDir != "" {
+		if err := checkOutputDir("--disk-dir", o.diskDir, true); err != nil {
+			return err
+		}
+	}
+	if o.comm != nil && o.comm.Rank() > 0 {
+		return nil
+	}
+	if o.logPath != "" {
+		if err := checkOutputFile("--log", o.logPath, false); err != nil {
+			return err
+		}
+	}
+	if o.plotDir != "" {
+		if err := checkOutputDir("--plot", o.plotDir, false); err != nil {
+			return err
+		}
+	}
+	if o.checkpointDir != "" {
+		if err := checkOutputDir("--checkpoint-dir", o.checkpointDir, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkWorld warns, in one line each, of the flags that apply to
+// data-parallel ranks alone when this process runs alone (set: the flags
+// given): they do nothing here. A warning, not an error, so that one
+// command line serves under mpirun and without it.
+func (o *trainOptions) checkWorld(set map[string]bool) {
+	if o.comm == nil || o.comm.Size() > 1 {
+		return
+	}
+	if set["zero"] && o.zero > 0 {
+		warn("--zero %d shards the optimizer state across mpirun's ranks; this process runs alone, so it shards nothing", o.zero)
+	}
+	if set["check-every"] {
+		warn("--check-every compares the ranks' parameters; this process runs alone, so there is nothing to compare")
+	}
 }
 
 // trainModes are the memory modes of a training run: the demo's, less
@@ -135,11 +181,18 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	if !contains(trainModes, o.mode) {
 		return fmt.Errorf("--mode %q is not one of %s", o.mode, strings.Join(trainModes, ", "))
 	}
-	if o.policy != "" && o.mode != string(offload.None) && o.mode != string(offload.Offload) && o.mode != string(offload.OffloadDisk) {
-		return fmt.Errorf("--policy applies to the offloader; it cannot be combined with --mode %s", o.mode)
+	if o.policy != "" && (set["mode"] || o.offload) {
+		// The policy's placements replace any mode's: the run would
+		// say one mode and run another.
+		return fmt.Errorf("--policy runs mode policy (its placements, through the offloader), and cannot be combined with --mode %s: drop --mode (or --offload)", o.mode)
 	}
-	if o.policy != "" && o.mode == string(offload.None) {
-		o.mode = string(offload.Offload) // a policy runs through the offloader
+	if o.policy != "" {
+		o.mode = string(offload.PolicyMode) // what the start line and the summary say
+	}
+	if o.diskDir != "" && o.policy == "" && o.mode != string(offload.OffloadDisk) {
+		// Modes offload and recompute-offload keep what they offload in
+		// host memory, without limit: their disk tier takes nothing.
+		return fmt.Errorf("--disk-dir is the disk tier of mode offload-disk (or of a policy's disk placements), and mode %s writes nothing to disk: drop --disk-dir, or give --mode offload-disk", o.mode)
 	}
 	if err := checkOptimizer(o.optimizer); err != nil {
 		return err
@@ -173,11 +226,16 @@ func (o *trainOptions) validate(set map[string]bool) error {
 			}
 			o.optimizer = s
 		}
-		if s := pol.OptimizerState; s != "" {
-			if set["optimizer-state"] && o.optimizerState != s {
-				return fmt.Errorf("--policy %s was planned with the optimizer state on the %s; drop --optimizer-state %s, or plan again with it", o.policy, s, o.optimizerState)
-			}
-			o.optimizerState = s
+		// A policy that records no place planned the state on the
+		// device: a flag that says host contradicts it as much as the
+		// reverse.
+		s := policyStateOn(pol)
+		if set["optimizer-state"] && o.optimizerState != s {
+			return fmt.Errorf("--policy %s was planned with the optimizer state on the %s; drop --optimizer-state %s, or plan again with it", o.policy, s, o.optimizerState)
+		}
+		o.optimizerState = s
+		if o.diskDir != "" && !policyUsesDisk(pol) {
+			return fmt.Errorf("--policy %s places nothing on disk, so --disk-dir would be ignored: drop it", o.policy)
 		}
 		if o.precisionType, err = policyPrecision(o.policy, pol, set["precision"], o.precision, o.precisionType); err != nil {
 			return err
@@ -352,6 +410,13 @@ type trainRun struct {
 
 // runTrainer runs r under the shared flags o and returns the summary.
 func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx context.Context) (_ *trainSummary, retErr error) {
+	// A run that fails leaves no empty log, plot or checkpoint directory
+	// that it made (what holds data stays).
+	var left leftovers
+	for _, path := range []string{o.logPath, o.plotDir, o.checkpointDir} {
+		left.note(path)
+	}
+	defer left.clean(&retErr)
 	if err := checkHostPeak(o.pol, o.policy, dev.Name()); err != nil {
 		return nil, err
 	}
@@ -392,6 +457,9 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		warmup = o.steps / 10
 	}
 	mem := offload.Setup{Mode: offload.Mode(o.mode), DiskDir: o.diskDir, GradsOnHost: o.gradsOnHost, ParamsOnHost: o.paramsOnHost}
+	if o.policy != "" {
+		mem.Mode = offload.PolicyMode
+	}
 	task := r.task
 	var planModel func() plan.Model // the step a policy is checked against
 	if o.policy != "" {
@@ -724,15 +792,19 @@ func finishTraining(out io.Writer, asJSON bool, s *trainSummary, unit string) er
 	} else {
 		printSummary(out, s, unit) // a failed write: run reports it
 	}
-	if c, ok := out.(*checkedWriter); (werr != nil || ok && c.err != nil) && s.RunDir {
+	if c, ok := out.(*checkedWriter); ok && werr == nil {
+		werr = c.Flush() // what the reader took: after a signal, without waiting long
+	}
+	if werr != nil && s.RunDir && !s.Interrupted {
 		// Nobody was told where the model went: leave no run directory
-		// behind (a --checkpoint-dir stays, as asked).
+		// behind (a --checkpoint-dir stays, as asked). An interrupted
+		// run's error, on stderr, says where it is.
 		os.RemoveAll(s.CheckpointDir)
 		if madeRunsDir {
 			os.Remove(runsDir)
 		}
 	}
-	if werr != nil {
+	if werr != nil && !s.Interrupted {
 		return werr
 	}
 	if s.Interrupted {
@@ -781,7 +853,7 @@ func (o *trainOptions) preflight(dev device.Device, params, stepBytes, hostBytes
 	}
 	f := train.Footprint{Params: params, Optimizer: sizer, StepBytes: stepBytes, BatchBytes: hostBytes,
 		ParamsOnHost: len(o.paramsOnHost) > 0, GradsOnHost: o.gradsOnHost, StateOnHost: o.optimizerState == "host"}
-	return train.Preflight(dev, f, cpu.AvailableMemory(), advice)
+	return train.Preflight(dev, f, availableMemory(), advice)
 }
 
 // interruptContext is cancelled by the first SIGINT or SIGTERM (see
@@ -789,7 +861,7 @@ func (o *trainOptions) preflight(dev device.Device, params, stepBytes, hostBytes
 // a read through the context (fsx.Open: a checkpoint, --init-from, data)
 // stops at once with an error wrapping errSignal, on which run exits 130.
 func interruptContext() (context.Context, func()) {
-	stop, unlisten := interruptions()
+	stop, unlisten := interruptions(0)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	go func() {
 		select {

@@ -53,6 +53,10 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if err != nil {
 			return err
 		}
+		if err := o.checkOutputs(); err != nil {
+			return err
+		}
+		o.checkWorld(set)
 		ds, dir, err := loadMNIST(*data)
 		if err != nil {
 			return err
@@ -101,6 +105,10 @@ func setupTrainMNIST(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 	})
 }
 
+// trainDeviceOptions are the options openTrainDevice opens with: none, so
+// that a CPU device holds what the machine has free (tests cap it).
+var trainDeviceOptions device.Options
+
 // openTrainDevice opens a device that holds values: training on meta
 // computes nothing.
 func openTrainDevice(name string) (device.Device, error) {
@@ -108,7 +116,7 @@ func openTrainDevice(name string) (device.Device, error) {
 		return nil, fmt.Errorf("--device meta records memory but computes no values, so it cannot train; " +
 			"use `ferry demo --device meta` or `ferry plan` to size a run, and --device cpu or cuda to train")
 	}
-	dev, err := device.Open(name, device.Options{})
+	dev, err := device.Open(name, trainDeviceOptions)
 	if err != nil {
 		return nil, fmt.Errorf("%w\n(`ferry doctor` reports which devices ferry found; --device cpu runs anywhere)", err)
 	}

@@ -65,6 +65,9 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		if *sample < 0 || *sample > 1<<20 {
 			return fmt.Errorf("--sample must be in [0, 1048576], got %d", *sample)
 		}
+		if *sample == 0 && set["prompt"] {
+			return fmt.Errorf("--prompt starts the sample, and --sample 0 draws none: drop --prompt, or give --sample N")
+		}
 		if *tokenizer != "byte" && *tokenizer != "bpe" {
 			return fmt.Errorf("--tokenizer %q: want byte or bpe", *tokenizer)
 		}
@@ -104,6 +107,15 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		out, err := o.openComm(out)
 		if err != nil {
 			return err
+		}
+		if err := o.checkOutputs(); err != nil {
+			return err
+		}
+		o.checkWorld(set)
+		if *tokenizer == "bpe" && *cacheDir != "" && o.comm.Rank() == 0 {
+			if err := checkOutputDir("--token-cache", *cacheDir, false); err != nil {
+				return err
+			}
 		}
 		fam, err := sizes.family()
 		if err != nil {

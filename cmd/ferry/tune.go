@@ -1,13 +1,10 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"ferry/cmd/ferry/internal/demo"
@@ -54,6 +51,9 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if *rounds < 1 || *rounds > 1000 {
 			return fmt.Errorf("--rounds must be in [1, 1000], got %d", *rounds)
 		}
+		if *dryRun && *save != "" {
+			return fmt.Errorf("--dry-run writes nothing, so --save would be ignored: give one of them")
+		}
 		if *checkRounds < 0 || *checkRounds > 100 {
 			return fmt.Errorf("--check-rounds must be in [0, 100], got %d", *checkRounds)
 		}
@@ -86,7 +86,7 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 		// Fail before measuring if the table there cannot be updated.
 		table := &cpu.MatmulTable{Machine: cpu.MatmulMachine()}
 		if path != "" && !*dryRun {
-			if err := checkWritable(path); err != nil {
+			if err := checkOutputFile("--save", path, true); err != nil {
 				return err
 			}
 			if _, err := os.Stat(path); err == nil {
@@ -262,35 +262,4 @@ func seconds(t float64) string {
 		return fmt.Sprintf("%.3f ms", t*1e3)
 	}
 	return fmt.Sprintf("%.4f s", t)
-}
-
-// checkWritable reports whether path's file could be written: whether a
-// file can be created in its directory or, where that does not exist yet,
-// in its nearest existing ancestor (which SaveMatmulTable would create
-// the rest under). It leaves nothing behind.
-func checkWritable(path string) error {
-	dir := filepath.Dir(path)
-	for {
-		st, err := os.Stat(dir)
-		if err == nil {
-			if !st.IsDir() {
-				return fmt.Errorf("cannot write %s: %s is not a directory", path, dir)
-			}
-			break
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("cannot write %s: %w", path, err)
-		}
-		up := filepath.Dir(dir)
-		if up == dir {
-			break
-		}
-		dir = up
-	}
-	f, err := os.CreateTemp(dir, ".ferry-tune-check-*")
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	f.Close()
-	return os.Remove(f.Name())
 }

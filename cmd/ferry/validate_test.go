@@ -47,7 +47,7 @@ func TestBadValuesAreRejected(t *testing.T) {
 		{[]string{"plan", "--budget", "NaN"}, "not a size", 2},
 		{[]string{"plan", "--budget", "Inf"}, "not a size", 2},
 		{[]string{"plan", "--budget", "-3GiB"}, "not a size", 2},
-		{[]string{"plan", "--budget", "100MiB", "--out", ""}, "nothing fits", 1},
+		{[]string{"plan", "--budget", "100MiB"}, "nothing fits", 1},
 		{[]string{"calibrate", "--seconds", "NaN"}, "--seconds", 1},
 	}
 	for _, c := range cases {

@@ -101,20 +101,40 @@ func WriteAtomic(path string, write func(w io.Writer) error) (err error) {
 
 // CheckWritableDir makes dir (and its parents) if needed and checks that
 // a file can be created in it, so that a read-only directory fails before
-// training rather than at the first save. dir itself, when made for the
-// check, is removed again (parents it made stay): the writer makes it
-// when it first writes, so a run that fails before leaves no empty dir.
+// training rather than at the first save. Every directory it made for the
+// check, dir and the parents above it, is removed again, innermost first
+// and only while empty: the writer makes them when it first writes, so a
+// run that fails before leaves no empty directory behind, and a failed
+// check leaves none either.
 func CheckWritableDir(dir string) error {
 	st, err := os.Stat(dir)
 	if err == nil && !st.IsDir() {
-		return fmt.Errorf("%s exists and is not a directory", dir)
+		what := "a file"
+		if !st.Mode().IsRegular() {
+			what = Kind(st.Mode())
+		}
+		return fmt.Errorf("%s exists and is %s, not a directory", dir, what)
 	}
-	created := err != nil
+	// The directories MkdirAll will make, innermost first.
+	var made []string
+	for d := filepath.Clean(dir); ; {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			break // exists (or cannot be seen: MkdirAll says why)
+		}
+		made = append(made, d)
+		up := filepath.Dir(d)
+		if up == d {
+			break
+		}
+		d = up
+	}
+	defer func() {
+		for _, d := range made {
+			os.Remove(d) // only if empty
+		}
+	}()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
-	}
-	if created {
-		defer os.Remove(dir)
 	}
 	f, err := os.CreateTemp(dir, ".ferry-write-test-*")
 	if err != nil {
