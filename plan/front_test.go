@@ -65,3 +65,55 @@ func TestSolveBoundsTheFront(t *testing.T) {
 		t.Logf("%+v: exact %.6g s, bounded %.6g s (grain %d B)", c, exact.seconds, bounded.seconds, pr.grain)
 	}
 }
+
+// However hard the bounds cut (a front of 2 partial plans, a few options
+// a unit), solve never loses the witnesses: at the budget of the smallest
+// of them it finds a plan (the front never empties; it once did, and
+// keepRoomiest indexed the empty front), one byte less it reports
+// nothing, and no plan it returns is over its budget or slower than a
+// witness that fits.
+func TestSolveKeepsTheWitnesses(t *testing.T) {
+	savedFront, savedWork := maxFront, maxWork
+	defer func() { maxFront, maxWork = savedFront, savedWork }()
+	maxFront, maxWork = 2, 32
+	for _, c := range []struct {
+		units, storages int
+		host            bool
+	}{{8, 6, false}, {5, 5, true}, {1, 9, false}, {12, 3, true}} {
+		pr := frontProblem(c.units, c.storages, 1)
+		pr.units[0].segment = true
+		pr.units[len(pr.units)/2].segment, pr.units[len(pr.units)/2].recSeconds = true, 1e-3
+		smallest := int64(-1)
+		for _, w := range pr.witnesses() {
+			sol, _ := pr.evaluate(w)
+			if smallest < 0 || sol.peak < smallest {
+				smallest = sol.peak
+			}
+		}
+		if c.host {
+			pr.hostBudget = 1 << 40
+		}
+		for _, budget := range []int64{smallest, smallest - 1, smallest + smallest/3} {
+			pr.budget = budget
+			sol, ok := pr.solve()
+			switch {
+			case budget < smallest:
+				// Below every witness a plan may still exist; if one is
+				// found it must fit.
+				if ok && sol.peak > budget {
+					t.Errorf("%+v: budget %d: a plan peaking at %d", c, budget, sol.peak)
+				}
+			case !ok:
+				t.Errorf("%+v: budget %d (the smallest witness peaks at %d): nothing found", c, budget, smallest)
+			case sol.peak > budget:
+				t.Errorf("%+v: budget %d: a plan peaking at %d", c, budget, sol.peak)
+			default:
+				for _, w := range pr.witnesses() {
+					if ws, fits := pr.evaluate(w); fits && ws.seconds < sol.seconds {
+						t.Errorf("%+v: budget %d: plan %.6g s slower than a witness that fits (%.6g s)", c, budget, sol.seconds, ws.seconds)
+					}
+				}
+			}
+		}
+	}
+}

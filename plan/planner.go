@@ -150,6 +150,11 @@ type Plan struct {
 	Suggestions []string `json:"suggestions,omitempty"`
 	Segments    []string `json:"recomputed,omitempty"`
 	Replays     int      `json:"replays"` // steps run on the meta device
+	// Granularity is, where the search bounded its work (see
+	// docs/plan.md, "Exact up to a bound"), how coarse its choice was: a
+	// plan it did not consider holds at most this many bytes less on the
+	// device than one it did. 0: the cost model's choice is exact.
+	Granularity int64 `json:"granularity_bytes,omitempty"`
 
 	policy *offload.Policy
 	info   offload.ModelInfo
@@ -190,6 +195,13 @@ type planner struct {
 	// slack is how much the cost model overestimates the fixed plans'
 	// (all-recompute, all-offload) peaks at most, against their replays.
 	slack int64
+	// options memoises each unit's options (problem.options), which do
+	// not depend on the budget: by optimizer in backward and whether the
+	// host budget is limited (the disk tier).
+	options map[[2]bool][][]option
+	// grain is the coarsest granularity a solve of the search needed
+	// (problem.grain, problem.optionGrain): 1 while every solve was exact.
+	grain int64
 }
 
 // Make chooses the fastest plan that fits opts.Budget.
@@ -284,7 +296,12 @@ func makePlan(opts Options) (*Plan, error) {
 	if opts.Ranks > 1 {
 		p.Ranks, p.Shard = opts.Ranks, opts.Shard
 	}
-	defer func() { p.Replays = pl.replays }()
+	defer func() {
+		p.Replays = pl.replays
+		if pl.grain > 1 {
+			p.Granularity = pl.grain
+		}
+	}()
 	keepAll := pl.problem(false, opts.Budget, opts.HostBudget).allKeep()
 	unl, err := pl.replay(keepAll, false)
 	if err != nil {
@@ -403,7 +420,9 @@ func (pl *planner) search(p *Plan) (*replayed, error) {
 		solIB := false
 		for _, ib := range pl.inBackward() {
 			pr := pl.problem(ib, budget, host)
-			if s, ok := pr.solve(); ok && (sol == nil || s.seconds < sol.seconds) {
+			s, ok := pr.solve()
+			pl.grain = max(pl.grain, pr.grain, pr.optionGrain)
+			if ok && (sol == nil || s.seconds < sol.seconds) {
 				sol, solIB = &s, ib
 			}
 		}
@@ -501,6 +520,14 @@ func index(b bool) int {
 func (pl *planner) problem(ib bool, budget, hostBudget int64) *problem {
 	plain, rec := pl.plain[index(ib)], pl.rec[index(ib)]
 	pr := &problem{base: plain.seconds, budget: budget, hostBudget: hostBudget, noDisk: pl.opts.NoDisk, p: pl.opts.Profile}
+	if pl.options == nil {
+		pl.options = map[[2]bool][][]option{}
+	}
+	key := [2]bool{ib, hostBudget > 0}
+	if pl.options[key] == nil {
+		pl.options[key] = make([][]option, len(plain.units))
+	}
+	pr.memo = pl.options[key]
 	// Bytes resident before each unit, in each recording, to turn the
 	// recompute recording's peaks into changes of the plain one's.
 	var resPlain, resRec int64
@@ -835,14 +862,32 @@ func formatBytesUp(n int64) string {
 // moving everything is not always the smallest: a recomputed segment's
 // working set in backward can outweigh the bytes its saves held.
 func (pl *planner) smallest() (*replayed, error) {
-	tier := offload.Host
-	if !pl.opts.NoDisk && pl.opts.HostBudget > 0 {
-		tier = offload.Disk
-	}
 	var best *replayed
 	ib := pl.inBackward()[len(pl.inBackward())-1]
-	for i, how := range []struct{ recompute, move bool }{{true, true}, {false, true}, {true, false}} {
-		pr := pl.problem(ib, pl.opts.Budget, pl.opts.HostBudget)
+	pr := pl.problem(ib, pl.opts.Budget, pl.opts.HostBudget)
+	for i, c := range pr.smallestChoices() {
+		out, err := pl.replay(c, ib)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 || out.PeakBytes < best.out.PeakBytes {
+			best = &replayed{choice: c, ib: ib, out: out}
+		}
+	}
+	return best, nil
+}
+
+// smallestChoices are the plans that hold least on the device (see
+// smallest): every candidate moved and every segment recomputed, every
+// candidate moved, every segment recomputed. Moves go to disk when the
+// host budget is limited and a disk tier is allowed.
+func (pr *problem) smallestChoices() [][]option {
+	tier := offload.Host
+	if !pr.noDisk && pr.hostBudget > 0 {
+		tier = offload.Disk
+	}
+	var out [][]option
+	for _, how := range []struct{ recompute, move bool }{{true, true}, {false, true}, {true, false}} {
 		c := pr.allKeep()
 		for u := range c {
 			c[u].recompute = how.recompute && pr.units[u].segment
@@ -853,15 +898,9 @@ func (pl *planner) smallest() (*replayed, error) {
 			}
 			pr.fill(u, &c[u])
 		}
-		out, err := pl.replay(c, ib)
-		if err != nil {
-			return nil, err
-		}
-		if i == 0 || out.PeakBytes < best.out.PeakBytes {
-			best = &replayed{choice: c, ib: ib, out: out}
-		}
+		out = append(out, c)
 	}
-	return best, nil
+	return out
 }
 
 // parameterBytes is what the plain step held before its forward: the

@@ -37,9 +37,13 @@ type problem struct {
 	hostBudget int64 // 0: unlimited
 	noDisk     bool
 	p          *meta.Profile
-	// grain is the granularity the last front needed (maxFront): 1
-	// while the fronts are exact.
-	grain int64
+	// grain is the granularity the last front needed (maxFront), and
+	// optionGrain that of the options tried (maxWork): 1 while solve is
+	// exact.
+	grain, optionGrain int64
+	// memo, if set, holds each unit's options once listed (they depend on
+	// the units, the tiers and the profile, not the budget).
+	memo [][]option
 }
 
 type punit struct {
@@ -121,6 +125,18 @@ func (pr *problem) tiers() []offload.Placement {
 // options lists the distinct choices of unit u: one per recompute setting
 // and (host, disk) byte totals, since the model depends on nothing else.
 func (pr *problem) options(u int) []option {
+	if pr.memo != nil && pr.memo[u] != nil {
+		return pr.memo[u]
+	}
+	out := pr.listOptions(u)
+	if pr.memo != nil {
+		pr.memo[u] = out
+	}
+	return out
+}
+
+// listOptions is options without the memo.
+func (pr *problem) listOptions(u int) []option {
 	pu := &pr.units[u]
 	var out []option
 	recs := []bool{false}
@@ -227,29 +243,37 @@ type state struct {
 // memory and is no slower. Later units see a partial plan only through
 // S, P and host bytes, and time adds up, so the dominated ones can never
 // lead to a better plan: the result is optimal for the model.
+//
+// Two bounds keep it fast where that is too many (see maxFront and
+// maxWork); pr.grain then says how coarse the choice became. Whatever
+// they drop, the partial plans of the witnesses — the smallest plans,
+// all-recompute and all-offload — are kept, so a front never empties
+// while one of them fits the model: solve finds a plan no slower than any
+// witness that fits.
 func (pr *problem) solve() (solution, bool) {
 	fronts := make([][]state, len(pr.units)+1)
 	fronts[0] = []state{{prev: -1, opt: -1}}
 	opts := make([][]option, len(pr.units))
-	pr.grain = 1
+	pr.grain, pr.optionGrain = 1, 1
+	witnesses := pr.witnesses()
+	// at[w] is witness w's state in the current front, -1 once it no
+	// longer fits.
+	at := make([]int, len(witnesses))
+	var next []state
 	for u := range pr.units {
 		opts[u] = pr.options(u)
-		var next []state
+		wopt := make([]int, len(witnesses)) // each witness's option of unit u
+		for w, c := range witnesses {
+			wopt[w] = slices.IndexFunc(opts[u], func(o option) bool { return sameTotals(o, c[u]) })
+		}
+		try := pr.thin(opts[u], wopt, maxWork/max(1, len(fronts[u])))
+		next = next[:0]
 		seen, seenHost := map[[2]int64]int{}, map[[3]int64]int{}
 		for si, st := range fronts[u] {
-			for oi := range opts[u] {
-				o := &opts[u][oi]
-				pk := pr.peak(u, o, st.s, st.p)
-				if pk > pr.budget {
+			for _, oi := range try {
+				n, ok := pr.extend(u, st, si, opts[u], oi)
+				if !ok {
 					continue
-				}
-				n := state{s: st.s + o.save, p: st.p, host: st.host + o.host, peak: max(st.peak, pk),
-					seconds: st.seconds + o.seconds, prev: si, opt: oi}
-				if pr.hostBudget > 0 && n.host > pr.hostBudget {
-					continue
-				}
-				if pr.units[u].hasStorages {
-					n.p = o.moved
 				}
 				// Only the best state of each (S, P) can matter, with a
 				// host budget of each (S, P, host bytes) (at the
@@ -274,10 +298,26 @@ func (pr *problem) solve() (solution, bool) {
 				next = append(next, n)
 			}
 		}
-		fronts[u+1] = pr.prune(next)
-		if len(fronts[u+1]) == 0 {
+		kept := pr.prune(next)
+		for w := range witnesses {
+			if at[w] < 0 || wopt[w] < 0 {
+				at[w] = -1
+				continue
+			}
+			n, ok := pr.extend(u, fronts[u][at[w]], at[w], opts[u], wopt[w])
+			if !ok {
+				at[w] = -1
+				continue
+			}
+			if at[w] = slices.Index(kept, n); at[w] < 0 {
+				at[w] = len(kept)
+				kept = append(kept, n)
+			}
+		}
+		if len(kept) == 0 {
 			return solution{}, false
 		}
+		fronts[u+1] = kept
 	}
 	last := fronts[len(pr.units)]
 	best := 0
@@ -294,6 +334,113 @@ func (pr *problem) solve() (solution, bool) {
 	}
 	sol, ok := pr.evaluate(choice)
 	return sol, ok
+}
+
+// extend is state st (index si of its front) followed by option oi of
+// unit u, and whether that fits the budgets.
+func (pr *problem) extend(u int, st state, si int, opts []option, oi int) (state, bool) {
+	o := &opts[oi]
+	pk := pr.peak(u, o, st.s, st.p)
+	if pk > pr.budget {
+		return state{}, false
+	}
+	n := state{s: st.s + o.save, p: st.p, host: st.host + o.host, peak: max(st.peak, pk),
+		seconds: st.seconds + o.seconds, prev: si, opt: oi}
+	if pr.hostBudget > 0 && n.host > pr.hostBudget {
+		return state{}, false
+	}
+	if pr.units[u].hasStorages {
+		n.p = o.moved
+	}
+	return n, true
+}
+
+// witnesses are the complete plans solve never loses (see solve).
+func (pr *problem) witnesses() [][]option {
+	return append(pr.smallestChoices(), pr.allRecompute(), pr.allOffload())
+}
+
+// sameTotals says whether two options of a unit are the same to the
+// model: options are distinct by recompute and host and disk bytes.
+func sameTotals(a, b option) bool {
+	return a.recompute == b.recompute && a.host == b.host && a.disk == b.disk
+}
+
+// maxWork bounds the partial plans solve builds for one unit: the front
+// times the options tried. Where the product is larger (a unit with many
+// differently sized saved tensors has hundreds of distinct options: a bf16
+// GPT block 605, against 164 in float32), thin keeps fewer options, so
+// that planning costs about the same in either precision.
+var maxWork = 1 << 16 // a variable for tests
+
+// thin returns the indices of the options of a unit to try, at most about
+// limit of them: all of them if they are few enough, or else, for each
+// recompute setting, the fastest option of each cell of g × g bytes of
+// (host, disk), g doubling until they fit, and always the options that
+// move least and most and the witnesses' (wopt). It records g in
+// pr.optionGrain: a choice it skips moves at most g bytes more or less
+// than one it tries.
+func (pr *problem) thin(opts []option, wopt []int, limit int) []int {
+	all := make([]int, len(opts))
+	for i := range all {
+		all[i] = i
+	}
+	limit = max(limit, 16)
+	if len(opts) <= limit {
+		return all
+	}
+	protected := map[int]bool{}
+	for _, oi := range wopt {
+		if oi >= 0 {
+			protected[oi] = true
+		}
+	}
+	for _, rec := range []bool{false, true} {
+		lo, hi := -1, -1
+		for i, o := range opts {
+			if o.recompute != rec {
+				continue
+			}
+			if lo < 0 || o.moved < opts[lo].moved {
+				lo = i
+			}
+			if hi < 0 || o.moved > opts[hi].moved {
+				hi = i
+			}
+		}
+		if lo >= 0 {
+			protected[lo], protected[hi] = true, true
+		}
+	}
+	type cell struct {
+		rec        bool
+		host, disk int64
+	}
+	var span int64
+	for _, o := range opts {
+		span = max(span, o.host+o.disk)
+	}
+	for g := max(pr.optionGrain, 2, span/int64(4*limit)); ; g *= 2 {
+		best := map[cell]int{}
+		for i, o := range opts {
+			c := cell{o.recompute, o.host / g, o.disk / g}
+			if j, ok := best[c]; !ok || o.seconds < opts[j].seconds || o.seconds == opts[j].seconds && o.save > opts[j].save {
+				best[c] = i
+			}
+		}
+		if len(best)+len(protected) > limit && g < 1<<61 {
+			continue
+		}
+		var try []int
+		for i := range opts {
+			c := cell{opts[i].recompute, opts[i].host / g, opts[i].disk / g}
+			if best[c] == i || protected[i] {
+				try = append(try, i)
+			}
+		}
+		pr.optionGrain = max(pr.optionGrain, g)
+		return try
+	}
 }
 
 // stateCmp orders states by time, then peak; the previous state and the
@@ -355,6 +502,9 @@ func (pr *problem) prune(states []state) []state {
 // drop them for faster ones that hold a little more, and where the
 // budget is tight later units may fit only them.
 func keepRoomiest(kept, all []state) []state {
+	if len(all) == 0 {
+		return kept
+	}
 	roomier := func(a, b state, first func(state) int64, second func(state) int64) bool {
 		if first(a) != first(b) {
 			return first(a) > first(b)
@@ -477,7 +627,7 @@ func pruneFast(states []state, g int64) []state {
 	for i := range tree {
 		tree[i] = math.MinInt64
 	}
-	var kept []state
+	kept := make([]state, 0, len(states))
 	for _, st := range states {
 		s, d := floorDiv(st.s, g), floorDiv(st.s-st.p, g)
 		r := rank(s)

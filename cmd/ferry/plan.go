@@ -278,6 +278,10 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 	}
 	fmt.Fprintf(w, "(cost model: peak %s, step %.4g s; %d steps replayed on the meta device)\n",
 		device.FormatBytes(p.ModelPeakBytes), p.ModelStepSeconds, p.Replays)
+	if p.Granularity > 0 {
+		fmt.Fprintf(w, "(the search was bounded: its choice is exact within %s; a plan it skipped holds at most that much less on the device)\n",
+			device.FormatBytes(p.Granularity))
+	}
 	if replay != "" {
 		fmt.Fprintf(w, "replay it: %s\n", replay)
 	}
