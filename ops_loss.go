@@ -122,6 +122,12 @@ func NLLLoss(logp, target *Tensor) *Tensor {
 // is computed, except for the reference log-softmax saved for backward.
 func CrossEntropy(logits, target *Tensor) *Tensor {
 	if isBF16(logits, target) {
+		// The widened logits are reshaped below, and the reshape does not
+		// carry widenedFrom: the op saves them in float32, not bfloat16.
+		// Kept so: saving the bfloat16 logits would free the float32 ones
+		// after the loss, but backward would widen them again beside the
+		// float32 gradient, and GPT-2's step peak would rise by the
+		// bfloat16 logits' 823 MB (docs/precision.md, What autograd saves).
 		return inFloat32(false, func(w []*Tensor) *Tensor { return CrossEntropy(w[0], w[1]) }, logits, target)
 	}
 	if logits.Rank() > 2 || (logits.Rank() == 2 && target.Rank() != 1) {

@@ -21,7 +21,9 @@ import (
 // saves that tensor instead (Tape.pack); backward widens it again when the
 // op asks for it (backward.Saved). So an op on a bfloat16 activation keeps
 // half the bytes a float32 one would, whether it is written for bfloat16
-// or not, and the float32 copies live only while the op runs.
+// or not, and the float32 copies live only while the op runs. A view made
+// of the widened tensor (a reshape) does not carry the link and is saved
+// in float32: CrossEntropy's logits are, on purpose (see there).
 //
 // # The rules (PyTorch autocast's, with these choices)
 //
