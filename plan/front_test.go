@@ -31,13 +31,14 @@ func frontProblem(units, storages int, share float64) *problem {
 // them within a granularity (maxFront): its plan still fits the model's
 // budgets, and is about as fast as the exact one.
 func TestSolveBoundsTheFront(t *testing.T) {
-	saved := maxFront
-	defer func() { maxFront = saved }()
+	saved, savedWork := maxFront, maxWork
+	defer func() { maxFront, maxWork = saved, savedWork }()
 	for _, c := range []struct {
 		units, storages int
 		share           float64
 		host            bool
 	}{{10, 5, 0.5, false}, {6, 4, 0.8, true}} {
+		maxWork = 1 << 62
 		pr := frontProblem(c.units, c.storages, c.share)
 		if c.host {
 			pr.hostBudget = pr.budget * 7 / 4
@@ -48,7 +49,7 @@ func TestSolveBoundsTheFront(t *testing.T) {
 		if !ok {
 			t.Fatalf("%+v: exact solve found nothing", c)
 		}
-		maxFront = 16
+		maxFront, maxWork = 16, 16*16
 		bounded, ok := pr.solve()
 		if !ok {
 			t.Fatalf("%+v: bounded solve found nothing", c)

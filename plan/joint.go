@@ -106,6 +106,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 	}
 	var tried []Tried
 	var best, smallest, ref *Plan // ref: the state on the device, for Slowdown
+	var plans []*Plan             // by tried's index
 	triedSerial := false
 	try := func(s State) (*Plan, error) {
 		m, err := models(s)
@@ -115,6 +116,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		o := opts
 		o.Model, o.OptimizerState, o.Gradients, o.ParamsOnHost = m, s.OptimizerState, s.Gradients, s.ParamsOnHost
 		o.SerialGradCopies = s.SerialGradCopies
+		o.deferDescent = true
 		p, err := Make(o)
 		if err != nil {
 			return nil, err
@@ -128,11 +130,9 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			t.PeakBytes = p.Budget + p.ShortBy
 		}
 		tried = append(tried, t)
-		switch {
-		case p.Fits && (best == nil || p.Predicted.StepSeconds < best.Predicted.StepSeconds):
+		plans = append(plans, p)
+		if p.Fits && (best == nil || p.Predicted.StepSeconds < best.Predicted.StepSeconds) {
 			best = p
-		case !p.Fits && (smallest == nil || p.ShortBy < smallest.ShortBy):
-			smallest = p
 		}
 		return p, nil
 	}
@@ -216,6 +216,9 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		}
 	}
 	if best != nil {
+		for _, p := range plans {
+			p.planner = nil // no descent: let the recordings go
+		}
 		if ref != nil && ref != best {
 			// Slower than what the device would do with unlimited memory
 			// and the state on it, not than the same state unlimited.
@@ -223,6 +226,17 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			best.Slowdown = best.Predicted.StepSeconds / ref.Unlimited.StepSeconds
 		}
 		return best, tried, nil
+	}
+	// Nothing fits: each candidate names the least budget it fits
+	// (Plan.descend), and the smallest of those says what would.
+	for i, p := range plans {
+		if err := p.descend(); err != nil {
+			return nil, nil, err
+		}
+		tried[i].PeakBytes = p.Budget + p.ShortBy
+		if smallest == nil || p.ShortBy < smallest.ShortBy {
+			smallest = p
+		}
 	}
 	if smallest == nil {
 		return nil, tried, fmt.Errorf("plan: no state placement to try (optimizer state %q, gradients %q, parameters %q)", jo.OptimizerState, jo.Gradients, jo.Params)

@@ -72,6 +72,11 @@ type Options struct {
 	// too) or "bf16", as the Model builds it: recorded in the plan and its
 	// policy, which a run must then match.
 	Precision string
+
+	// deferDescent: where nothing fits, name the smallest plans' peak
+	// and leave the descent to the least budget (planner.leastBudget) to
+	// Plan.descend; MakeJoint descends only when no candidate fits.
+	deferDescent bool
 }
 
 // Outcome is a step replayed on the meta device.
@@ -158,6 +163,25 @@ type Plan struct {
 
 	policy *offload.Policy
 	info   offload.ModelInfo
+	// planner, where nothing fits and the descent was deferred, is kept
+	// for Plan.descend.
+	planner *planner
+}
+
+// descend, for a plan that does not fit and whose descent to the least
+// budget was deferred (Options.deferDescent), explains the refusal again
+// with it.
+func (p *Plan) descend() error {
+	pl := p.planner
+	if pl == nil || p.Fits {
+		return nil
+	}
+	p.planner = nil
+	p.Why, p.Suggestions = "", nil
+	before := pl.replays
+	_, err := pl.explainNoFit(p, true)
+	p.Replays += pl.replays - before
+	return err
 }
 
 // Policy is the plan as a policy file's contents (nil when nothing fits).
@@ -198,7 +222,9 @@ type planner struct {
 	// options memoises each unit's options (problem.options), which do
 	// not depend on the budget: by optimizer in backward and whether the
 	// host budget is limited (the disk tier).
-	options map[[2]bool][][]option
+	options map[[2]bool][]unitOptions
+	// replayed memoises replays by choice (replay).
+	replayed map[string]Outcome
 	// grain is the coarsest granularity a solve of the search needed
 	// (problem.grain, problem.optionGrain): 1 while every solve was exact.
 	grain int64
@@ -338,21 +364,15 @@ func makePlan(opts Options) (*Plan, error) {
 		p.policy = pl.policy(pl.problem(ib, opts.Budget, 0), keepAll, ib, p)
 		return p, nil
 	}
-	best, err := pl.search(p)
+	best, err := pl.choose(p)
 	if err != nil {
 		return nil, err
 	}
 	if best == nil {
-		// The smallest plans are the last resort: one may fit where the
-		// cost model found nothing.
-		if sm, err := pl.smallest(); err != nil {
-			return nil, err
-		} else if pl.fits(sm.out) {
-			best = sm
+		if opts.deferDescent {
+			p.planner = pl
 		}
-	}
-	if best == nil {
-		return pl.explainNoFit(p)
+		return pl.explainNoFit(p, !opts.deferDescent)
 	}
 	pr := pl.problem(best.ib, opts.Budget, opts.HostBudget)
 	model, _ := pr.evaluate(best.choice)
@@ -363,6 +383,90 @@ func makePlan(opts Options) (*Plan, error) {
 	p.policy = pl.policy(pr, best.choice, best.ib, p)
 	return p, nil
 }
+
+// choose returns the plan for p's budget: the search's, or else one of
+// the smallest plans (the last resort: one may fit where the cost model
+// found nothing), or nil.
+func (pl *planner) choose(p *Plan) (*replayed, error) {
+	best, err := pl.search(p)
+	if err != nil || best != nil {
+		return best, err
+	}
+	sm, err := pl.smallest()
+	if err != nil || !pl.fits(sm.out) {
+		return nil, err
+	}
+	return sm, nil
+}
+
+// chooseAt is choose at another device budget: the recordings, options
+// and replays are shared, the fixed plans' fits are the budget's.
+func (pl *planner) chooseAt(p *Plan, budget int64) (*replayed, error) {
+	sub := *pl
+	sub.opts.Budget = budget
+	q := *p
+	q.Budget = budget
+	q.AllRecompute.Fits, q.AllOffload.Fits = false, false
+	var err error
+	for _, b := range []struct {
+		dst   *Baseline
+		build func(pr *problem) []option
+	}{{&q.AllRecompute, (*problem).allRecompute}, {&q.AllOffload, (*problem).allOffload}} {
+		if *b.dst, err = sub.baseline(b.build); err != nil {
+			return nil, err
+		}
+	}
+	best, err := sub.choose(&q)
+	pl.replays, pl.grain, pl.slack = sub.replays, sub.grain, sub.slack
+	return best, err
+}
+
+// leastBudget is, where nothing fits, the least device budget at which
+// the planner finds a plan, and that plan: below the smallest plans'
+// peak a plan that moves or recomputes less of some unit can peak lower
+// (its working set falls where another's rises). It descends from the
+// smallest plans' peak n: a plan found at n − 1 lowers n to its peak
+// (where that budget finds a plan too; else a bisection between the two
+// finds where plans start to fit), until n − 1 finds none — so the budget
+// it names fits and one byte less is refused, each as ferry plan would
+// answer. It gives up descending after maxDescent plans, still naming a
+// budget that fits.
+func (pl *planner) leastBudget(p *Plan, sm *replayed) (int64, *replayed, error) {
+	n, at := sm.out.PeakBytes, sm
+	for range maxDescent {
+		q, err := pl.chooseAt(p, n-1)
+		if err != nil || q == nil {
+			return n, at, err
+		}
+		peak := q.out.PeakBytes
+		r, err := pl.chooseAt(p, peak)
+		if err != nil {
+			return 0, nil, err
+		}
+		if r != nil {
+			n, at = peak, r
+			continue
+		}
+		lo, hi, hiAt := peak, n-1, q // lo finds nothing, hi finds hiAt
+		for hi-lo > 1 {
+			mid := lo + (hi-lo)/2
+			r, err := pl.chooseAt(p, mid)
+			if err != nil {
+				return 0, nil, err
+			}
+			if r != nil {
+				hi, hiAt = mid, r
+			} else {
+				lo = mid
+			}
+		}
+		return hi, hiAt, nil
+	}
+	return n, at, nil
+}
+
+// maxDescent bounds leastBudget's descent.
+const maxDescent = 8
 
 // replayed is a choice and its replay on the meta device.
 type replayed struct {
@@ -521,11 +625,11 @@ func (pl *planner) problem(ib bool, budget, hostBudget int64) *problem {
 	plain, rec := pl.plain[index(ib)], pl.rec[index(ib)]
 	pr := &problem{base: plain.seconds, budget: budget, hostBudget: hostBudget, noDisk: pl.opts.NoDisk, p: pl.opts.Profile}
 	if pl.options == nil {
-		pl.options = map[[2]bool][][]option{}
+		pl.options = map[[2]bool][]unitOptions{}
 	}
 	key := [2]bool{ib, hostBudget > 0}
 	if pl.options[key] == nil {
-		pl.options[key] = make([][]option, len(plain.units))
+		pl.options[key] = make([]unitOptions, len(plain.units))
 	}
 	pr.memo = pl.options[key]
 	// Bytes resident before each unit, in each recording, to turn the
@@ -717,9 +821,28 @@ func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offlo
 
 // replay writes choice as a policy and runs it on the meta device.
 func (pl *planner) replay(choice []option, ib bool) (Outcome, error) {
+	// A replay is deterministic: the same choice is replayed once.
+	key := make([]byte, 0, 64)
+	key = append(key, byte(index(ib)))
+	for _, o := range choice {
+		key = append(key, byte(index(o.recompute)))
+		for _, at := range o.place {
+			key = append(key, byte(at))
+		}
+	}
+	if out, ok := pl.replayed[string(key)]; ok {
+		return out, nil
+	}
 	pol := pl.policy(pl.problem(ib, 0, 0), choice, ib, &Plan{})
 	pl.replays++
-	return Replay(pl.opts.Model, pl.opts.Profile, pol, *pl.opts.Offload)
+	out, err := Replay(pl.opts.Model, pl.opts.Profile, pol, *pl.opts.Offload)
+	if err == nil {
+		if pl.replayed == nil {
+			pl.replayed = map[string]Outcome{}
+		}
+		pl.replayed[string(key)] = out
+	}
+	return out, err
 }
 
 // Replay runs training steps of m under policy on a meta device with
@@ -781,15 +904,23 @@ func replaySteps(policy *offload.Policy) int {
 	return 2
 }
 
-// explainNoFit fills in why nothing fits and what would.
-func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
+// explainNoFit fills in why nothing fits and what would: the least
+// budget that does (leastBudget) or, without descend, the smallest plans'
+// peak.
+func (pl *planner) explainNoFit(p *Plan, descend bool) (*Plan, error) {
 	sm, err := pl.smallest()
 	if err != nil {
 		return nil, err
 	}
-	smallest := sm.out
+	least, at := sm.out.PeakBytes, sm
+	if descend && (pl.opts.HostBudget == 0 || sm.out.HostPeakBytes <= pl.opts.HostBudget) {
+		if least, at, err = pl.leastBudget(p, sm); err != nil {
+			return nil, err
+		}
+	}
+	smallest := at.out
 	p.Predicted = smallest
-	p.ShortBy = max(0, smallest.PeakBytes-pl.opts.Budget)
+	p.ShortBy = max(0, least-pl.opts.Budget)
 	params := pl.parameterBytes()
 	switch {
 	case p.ShortBy == 0:
@@ -807,8 +938,14 @@ func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
 			ib = "" // a rank of several cannot
 		}
 		p.Why = fmt.Sprintf("even with every saved tensor moved off the device, every segment recomputed, or both%s, "+
-			"the step peaks at %s at least, %s over the budget (parameters on the device at once: %s)", ib, device.FormatBytes(smallest.PeakBytes),
+			"the step peaks at %s at least, %s over the budget (parameters on the device at once: %s)", ib, device.FormatBytes(least),
 			device.FormatBytes(p.ShortBy), device.FormatBytes(params))
+		if least < sm.out.PeakBytes {
+			c := pl.problem(at.ib, 0, 0).counts(at.choice)
+			p.Why = fmt.Sprintf("the smallest plan found needs a budget of %s, %s over this one (it moves %d saved tensors and recomputes %d segments; "+
+				"moving everything off the device and recomputing every segment peaks higher, at %s) (parameters on the device at once: %s)",
+				device.FormatBytes(least), device.FormatBytes(p.ShortBy), c.Host+c.Disk, c.Segments, device.FormatBytes(sm.out.PeakBytes), device.FormatBytes(params))
+		}
 	}
 	if p.ShortBy > 0 {
 		if pl.opts.NoDisk && pl.opts.HostBudget > 0 {
@@ -833,7 +970,7 @@ func (pl *planner) explainNoFit(p *Plan) (*Plan, error) {
 				}
 			}
 		}
-		p.Suggestions = append(p.Suggestions, fmt.Sprintf("a device with at least %s (%d bytes)", formatBytesUp(smallest.PeakBytes), smallest.PeakBytes))
+		p.Suggestions = append(p.Suggestions, fmt.Sprintf("a device with at least %s (%d bytes)", formatBytesUp(least), least))
 	}
 	return p, nil
 }

@@ -43,7 +43,7 @@ type problem struct {
 	grain, optionGrain int64
 	// memo, if set, holds each unit's options once listed (they depend on
 	// the units, the tiers and the profile, not the budget).
-	memo [][]option
+	memo []unitOptions
 }
 
 type punit struct {
@@ -125,20 +125,38 @@ func (pr *problem) tiers() []offload.Placement {
 // options lists the distinct choices of unit u: one per recompute setting
 // and (host, disk) byte totals, since the model depends on nothing else.
 func (pr *problem) options(u int) []option {
-	if pr.memo != nil && pr.memo[u] != nil {
-		return pr.memo[u]
+	if pr.memo != nil && pr.memo[u].list != nil {
+		pr.optionGrain = max(pr.optionGrain, pr.memo[u].grain)
+		return pr.memo[u].list
 	}
-	out := pr.listOptions(u)
+	out, g := pr.listOptions(u)
 	if pr.memo != nil {
-		pr.memo[u] = out
+		pr.memo[u] = unitOptions{out, g}
 	}
+	pr.optionGrain = max(pr.optionGrain, g)
 	return out
 }
 
-// listOptions is options without the memo.
-func (pr *problem) listOptions(u int) []option {
+// unitOptions are a unit's options and the granularity listing them
+// needed (listOptions).
+type unitOptions struct {
+	list  []option
+	grain int64
+}
+
+// maxOptions bounds the distinct (host, disk) totals listOptions keeps
+// per recompute setting while it adds a unit's storages: with three tiers
+// a unit of 20 differently sized storages reaches tens of thousands.
+var maxOptions = 4096 // a variable for tests
+
+// listOptions is options without the memo, and the granularity it
+// needed: 1, or where the totals outgrew maxOptions, the g of the g × g
+// byte cells of (host, disk) of which it kept one total each (and always
+// everything kept, everything to host and everything to disk so far).
+func (pr *problem) listOptions(u int) ([]option, int64) {
 	pu := &pr.units[u]
 	var out []option
+	grain := int64(1)
 	recs := []bool{false}
 	if pu.segment {
 		recs = append(recs, true)
@@ -148,10 +166,12 @@ func (pr *problem) listOptions(u int) []option {
 		for i := range seen[totals{}] {
 			seen[totals{}][i] = offload.Keep
 		}
+		var placed int64 // the candidates' bytes so far
 		for i, s := range pu.storages {
 			if !s.candidate || rec && !s.retained {
 				continue
 			}
+			placed += s.bytes
 			next := map[totals][]offload.Placement{}
 			for _, t := range sortedTotals(seen) { // the first assignment to reach a total represents it
 				pl := seen[t]
@@ -171,12 +191,32 @@ func (pr *problem) listOptions(u int) []option {
 					next[n] = c
 				}
 			}
+			for len(next) > maxOptions && grain < 1<<61 {
+				grain *= 2
+				next = coarsen(next, grain, placed)
+			}
 			seen = next
 		}
 		for _, t := range sortedTotals(seen) {
 			o := option{recompute: rec, place: seen[t]}
 			pr.fill(u, &o)
 			out = append(out, o)
+		}
+	}
+	return out, grain
+}
+
+// coarsen keeps of totals the first (in sortedTotals' order) of each
+// g × g cell of (host, disk), and the totals of everything kept, to the
+// host and to disk (placed bytes each).
+func coarsen(m map[totals][]offload.Placement, g, placed int64) map[totals][]offload.Placement {
+	out := map[totals][]offload.Placement{}
+	cells := map[totals]bool{}
+	for _, t := range sortedTotals(m) {
+		c := totals{t.host / g, t.disk / g}
+		if !cells[c] || t == (totals{}) || t == (totals{host: placed}) || t == (totals{disk: placed}) {
+			cells[c] = true
+			out[t] = m[t]
 		}
 	}
 	return out
@@ -371,7 +411,7 @@ func sameTotals(a, b option) bool {
 // differently sized saved tensors has hundreds of distinct options: a bf16
 // GPT block 605, against 164 in float32), thin keeps fewer options, so
 // that planning costs about the same in either precision.
-var maxWork = 1 << 16 // a variable for tests
+var maxWork = 1 << 14 // a variable for tests
 
 // thin returns the indices of the options of a unit to try, at most about
 // limit of them: all of them if they are few enough, or else, for each
