@@ -39,8 +39,11 @@ type TextTask struct {
 	dev           device.Device
 	attach        func(*ferry.Tape) // AttachTapes
 	// valX and valY are the validation batches of rank valAt[0] of
-	// valAt[1] ranks (drawVal); valBatches is how many.
-	valX, valY []*ferry.Tensor
+	// valAt[1] ranks (drawVal), in host memory: each goes to the device
+	// for its own forward only, so that the device holds none of them
+	// between evaluations (a plan's step holds none either); valBatches
+	// is how many.
+	valX, valY [][]int32
 	valAt      [2]int
 	valBatches int
 }
@@ -115,7 +118,7 @@ func NewTokenTaskOn(dev, paramDev device.Device, txt *text.Text, tok *Tokens, f 
 // drawVal makes the validation batches of rank of size ranks: rows
 // [rank·Rows, (rank+1)·Rows) of each of the valBatches batches of
 // size·Rows rows that one process at size times the batch draws, from
-// the seed alone. Those of another rank or size are released.
+// the seed alone. Those of another rank or size are dropped.
 func (t *TextTask) drawVal(rank, size int) {
 	t.releaseVal()
 	rng := rand.New(rand.NewPCG(t.Seed, 99))
@@ -128,19 +131,13 @@ func (t *TextTask) drawVal(rank, size int) {
 		} else {
 			xs, ys = text.Windows(t.Text.Val, rng, t.Rows*size, seq)
 		}
-		t.valX = append(t.valX, ferry.FromInt32s(t.dev, xs[lo:hi], t.Rows, seq))
-		t.valY = append(t.valY, ferry.FromInt32s(t.dev, ys[lo:hi], t.Rows, seq))
+		t.valX = append(t.valX, xs[lo:hi:hi])
+		t.valY = append(t.valY, ys[lo:hi:hi])
 	}
 	t.valAt = [2]int{rank, size}
 }
 
-func (t *TextTask) releaseVal() {
-	for i := range t.valX {
-		t.valX[i].Release()
-		t.valY[i].Release()
-	}
-	t.valX, t.valY = nil, nil
-}
+func (t *TextTask) releaseVal() { t.valX, t.valY = nil, nil }
 
 // windows draws n training windows from rng.
 func (t *TextTask) windows(rng *rand.Rand, n int) (xs, ys []int32) {
@@ -238,12 +235,17 @@ func (t *TextTask) EvaluateShard(rank, size int) ([]train.MetricSum, error) {
 	}
 	var sum float64
 	for i := range t.valX {
+		seq := len(t.valX[i]) / t.Rows // as drawn
 		err := ferry.Step(func(tape *ferry.Tape) error {
 			if t.attach != nil {
 				t.attach(tape)
 			}
+			// The batch goes to the device for this forward alone, as a
+			// training batch does for its step: the tape releases it.
+			x := tape.Adopt(ferry.FromInt32s(t.dev, t.valX[i], t.Rows, seq))
+			y := tape.Adopt(ferry.FromInt32s(t.dev, t.valY[i], t.Rows, seq))
 			tape.NoGrad(func() {
-				sum += float64(ferry.CrossEntropy(t.LM.Forward(tape.Input(t.valX[i])), tape.Input(t.valY[i])).Item())
+				sum += float64(ferry.CrossEntropy(t.LM.Forward(x), y).Item())
 			})
 			return nil
 		})
@@ -273,7 +275,7 @@ func (t *TextTask) Identity() map[string]any {
 	return id
 }
 
-// Release frees the model and the validation batches.
+// Release frees the model and drops the validation batches.
 func (t *TextTask) Release() {
 	t.releaseVal()
 	nn.Release(t.LM)

@@ -186,3 +186,38 @@ func TestTextValidationShards(t *testing.T) {
 		t.Error("rank 3 of 3: no error")
 	}
 }
+
+// The validation batches wait in host memory: a task holds the same
+// device memory with 1 or 16 of them, and an evaluation leaves the
+// device as it found it (each batch goes there for its own forward only).
+func TestTextValidationBatchesStayOffTheDevice(t *testing.T) {
+	txt := &text.Text{Train: make([]byte, 1000), Val: make([]byte, 300), Source: "test"}
+	for i := range txt.Val {
+		txt.Val[i] = byte('a' + i%26)
+	}
+	f, s := tinyGPT(t, 256)
+	var held []int64
+	for _, batches := range []int{1, 16} {
+		dev, err := cpu.New(device.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := models.NewTextTask(dev, txt, f, s, batches, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := dev.Allocator().Allocated()
+		if _, err := task.Evaluate(); err != nil {
+			t.Fatal(err)
+		}
+		if after := dev.Allocator().Allocated(); after != before {
+			t.Errorf("%d validation batches: %d bytes on the device before an evaluation, %d after", batches, before, after)
+		}
+		held = append(held, before)
+		task.Release()
+		dev.Close()
+	}
+	if held[0] != held[1] {
+		t.Errorf("the device holds %d bytes with 1 validation batch, %d with 16", held[0], held[1])
+	}
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+// A planned run peaks as predicted, its validations included: ferry plan
+// --out p.json, then train text --policy p.json validating at step 0,
+// every --eval-every steps and at the end. The run's device peak over
+// all of that (peak_bytes) is the plan's predicted peak to the byte,
+// within the budget, whatever --val-batches is: the validation batches
+// wait in host memory and go to the device one at a time, for their own
+// forward, as a training batch does. (They stayed on the device for the
+// whole run, 1 KiB each at this size, above the plan: 16 of them took the
+// run 16 KiB past the prediction and 8 KiB past the budget.)
+//
+// The plan keeps the training state on the device: the offloader's
+// placements alone decide the step, and the CPU allocates what the meta
+// device does.
+func TestPlannedRunPeaksAsPredictedWithValidation(t *testing.T) {
+	data := corpus(t)
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "p.json")
+	out, errOut, code := runCLI(t, "plan", "--model", "gpt", "--vocab", "256", "--seq", "16", "--layers", "2", "--heads", "2",
+		"--embd", "32", "--batch", "4", "--dropout", "0.1", "--optimizer-state", "device", "--gradients", "device", "--parameters", "device",
+		"--budget", "600KiB", "--profile", "cpu", "--out", policy, "--json")
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+	}
+	var p struct {
+		Fits      bool  `json:"fits"`
+		Budget    int64 `json:"budget_bytes"`
+		Predicted struct {
+			PeakBytes int64 `json:"peak_bytes"`
+		} `json:"predicted"`
+		Counts struct {
+			Host int `json:"host"`
+		} `json:"placements"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Fits || p.Counts.Host == 0 || p.Predicted.PeakBytes > p.Budget {
+		t.Fatalf("want a plan that moves saved tensors to fit %d bytes: %s", p.Budget, out)
+	}
+	for _, vb := range []int{1, 16} {
+		sum := runJSON(t, "train", "text", "--data", data, "--layers", "2", "--heads", "2", "--embd", "32", "--seq", "16",
+			"--batch", "4", "--dropout", "0.1", "--sample", "0", "--steps", "4", "--eval-every", "2",
+			"--val-batches", strconv.Itoa(vb), "--policy", policy, "--checkpoint-dir", filepath.Join(dir, "run"+strconv.Itoa(vb)))
+		if sum["mode"] != "policy" || sum["initial_val_loss"] == nil || sum["final_val_loss"] == nil {
+			t.Fatalf("--val-batches %d: want a policy run that validated: mode %v, initial_val_loss %v, final_val_loss %v",
+				vb, sum["mode"], sum["initial_val_loss"], sum["final_val_loss"])
+		}
+		peak := int64(num(t, sum, "peak_bytes"))
+		if peak != p.Predicted.PeakBytes {
+			t.Errorf("--val-batches %d: measured peak %d bytes, the plan predicted %d (%+d)", vb, peak, p.Predicted.PeakBytes, peak-p.Predicted.PeakBytes)
+		}
+		if peak > p.Budget {
+			t.Errorf("--val-batches %d: measured peak %d bytes, over the budget of %d the plan was made for", vb, peak, p.Budget)
+		}
+	}
+}
