@@ -238,6 +238,14 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			smallest = p
 		}
 	}
+	if smallest != nil {
+		if err := smallest.suggestSmaller(); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, p := range plans {
+		p.planner = nil
+	}
 	if smallest == nil {
 		return nil, tried, fmt.Errorf("plan: no state placement to try (optimizer state %q, gradients %q, parameters %q)", jo.OptimizerState, jo.Gradients, jo.Params)
 	}

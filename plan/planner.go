@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"ferry"
@@ -176,10 +177,22 @@ func (p *Plan) descend() error {
 	if pl == nil || p.Fits {
 		return nil
 	}
-	p.planner = nil
 	p.Why, p.Suggestions = "", nil
 	before := pl.replays
 	_, err := pl.explainNoFit(p, true)
+	p.Replays += pl.replays - before
+	return err
+}
+
+// suggestSmaller is planner.suggestSmaller for a refusal whose descent
+// was deferred.
+func (p *Plan) suggestSmaller() error {
+	pl := p.planner
+	if pl == nil {
+		return nil
+	}
+	before := pl.replays
+	err := pl.suggestSmaller(p)
 	p.Replays += pl.replays - before
 	return err
 }
@@ -371,8 +384,12 @@ func makePlan(opts Options) (*Plan, error) {
 	if best == nil {
 		if opts.deferDescent {
 			p.planner = pl
+			return pl.explainNoFit(p, false)
 		}
-		return pl.explainNoFit(p, !opts.deferDescent)
+		if _, err := pl.explainNoFit(p, true); err != nil {
+			return nil, err
+		}
+		return p, pl.suggestSmaller(p)
 	}
 	pr := pl.problem(best.ib, opts.Budget, opts.HostBudget)
 	model, _ := pr.evaluate(best.choice)
@@ -951,28 +968,37 @@ func (pl *planner) explainNoFit(p *Plan, descend bool) (*Plan, error) {
 		if pl.opts.NoDisk && pl.opts.HostBudget > 0 {
 			p.Suggestions = append(p.Suggestions, "a disk tier (drop --no-disk)")
 		}
-		if s, ok := pl.opts.Model.(Shrinker); ok && params < pl.opts.Budget {
-			for _, v := range s.Smaller() {
-				sub := &planner{opts: pl.opts}
-				sub.opts.Model = v.Model
-				if err := sub.recordAll(); err != nil {
-					return nil, err
-				}
-				sm, err := sub.smallest()
-				pl.replays += sub.replays
-				if err != nil {
-					return nil, err
-				}
-				out := sm.out
-				if out.PeakBytes <= pl.opts.Budget {
-					p.Suggestions = append(p.Suggestions, fmt.Sprintf("%s fits (smallest plan: peak %s)", v.Change, device.FormatBytes(out.PeakBytes)))
-					break
-				}
-			}
-		}
 		p.Suggestions = append(p.Suggestions, fmt.Sprintf("a device with at least %s (%d bytes)", formatBytesUp(least), least))
 	}
 	return p, nil
+}
+
+// suggestSmaller adds to a refusal the first smaller variant of the
+// model (Shrinker) whose smallest plan fits, before its last suggestion
+// (the device that would fit).
+func (pl *planner) suggestSmaller(p *Plan) error {
+	s, ok := pl.opts.Model.(Shrinker)
+	if p.Fits || p.ShortBy <= 0 || !ok || pl.parameterBytes() >= pl.opts.Budget {
+		return nil
+	}
+	for _, v := range s.Smaller() {
+		sub := &planner{opts: pl.opts}
+		sub.opts.Model = v.Model
+		if err := sub.recordAll(); err != nil {
+			return err
+		}
+		sm, err := sub.smallest()
+		pl.replays += sub.replays
+		if err != nil {
+			return err
+		}
+		if out := sm.out; out.PeakBytes <= pl.opts.Budget {
+			at := max(0, len(p.Suggestions)-1)
+			p.Suggestions = slices.Insert(p.Suggestions, at, fmt.Sprintf("%s fits (smallest plan: peak %s)", v.Change, device.FormatBytes(out.PeakBytes)))
+			return nil
+		}
+	}
+	return nil
 }
 
 // formatBytesUp writes n as device.FormatBytes does, rounded up in its
