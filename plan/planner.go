@@ -451,14 +451,21 @@ func (pl *planner) chooseAt(p *Plan, budget int64) (*replayed, error) {
 func (pl *planner) leastBudget(p *Plan, sm *replayed) (int64, *replayed, error) {
 	n, at := sm.out.PeakBytes, sm
 	for range maxDescent {
+		if n-1 <= pl.opts.Budget {
+			return n, at, nil // the budget asked for found nothing
+		}
 		q, err := pl.chooseAt(p, n-1)
 		if err != nil || q == nil {
 			return n, at, err
 		}
-		peak := q.out.PeakBytes
-		r, err := pl.chooseAt(p, peak)
-		if err != nil {
-			return 0, nil, err
+		// Not below the budget asked for, which found nothing: the
+		// search need not be monotone in its budget.
+		peak := max(q.out.PeakBytes, pl.opts.Budget)
+		var r *replayed
+		if peak > pl.opts.Budget {
+			if r, err = pl.chooseAt(p, peak); err != nil {
+				return 0, nil, err
+			}
 		}
 		if r != nil {
 			n, at = peak, r

@@ -35,7 +35,8 @@ type Footprint struct {
 	Inference bool
 	// StepBytes is the least one step's activations take on the device.
 	StepBytes int64
-	// BatchBytes is what one batch takes in host memory (the Go heap).
+	// BatchBytes is what one batch takes in host memory (the Go heap);
+	// with Inference, every batch the command holds there.
 	BatchBytes int64
 }
 
@@ -91,8 +92,12 @@ func Preflight(dev device.Device, f Footprint, hostFree int64, advice string) er
 			device.FormatBytes(onHost), f.Params, device.FormatBytes(hostFree), advice)
 	}
 	if hostFree > 0 && f.BatchBytes > hostFree/4 {
-		return fmt.Errorf("one batch needs %s of host memory, and the machine has %s free: %s",
-			device.FormatBytes(f.BatchBytes), device.FormatBytes(hostFree), advice)
+		what := "one batch needs"
+		if f.Inference {
+			what = "the batches held in host memory need"
+		}
+		return fmt.Errorf("%s %s of host memory, and the machine has %s free: %s",
+			what, device.FormatBytes(f.BatchBytes), device.FormatBytes(hostFree), advice)
 	}
 	return nil
 }

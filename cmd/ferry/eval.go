@@ -145,7 +145,9 @@ func evalText(ctx context.Context, path string, id map[string]any, data string, 
 	}
 	defer dev.Close()
 	rows, seq := sz.Int("batch"), sz.Int("seq")
-	if err := inferencePreflight(dev, fam, sz, rows, batches, true, 8*int64(rows)*int64(seq),
+	// The validation batches' token ids (int32 inputs and targets) wait in
+	// host memory; each goes to the device for its own forward.
+	if err := inferencePreflight(dev, fam, sz, rows, true, 8*int64(rows)*int64(seq)*int64(max(batches, 1)),
 		fmt.Sprintf("lower --batch (now %d) or --batches (now %d)", rows, batches)); err != nil {
 		return err
 	}

@@ -25,12 +25,12 @@ var availableMemory = cpu.AvailableMemory
 // inferenceStep measures one evaluation step of f's language model at
 // sizes s (rows × seq tokens) on the meta device, which allocates as the
 // CPU does and computes nothing, so that the figure is exact and costs
-// no memory: batches pairs of [rows, seq] token ids held beside the model
-// (ferry eval keeps its validation batches on the device), the forward
-// pass, and the loss when loss is set (eval; sample takes the logits). It
-// returns the parameter count and the bytes the step reserves beyond the
-// parameters, at its peak.
-func inferenceStep(f models.LanguageFamily, s models.Sizes, rows, batches int, loss bool) (params, stepBytes int64, err error) {
+// no memory: one pair of [rows, seq] token ids (ferry eval's validation
+// batches wait in host memory, and each goes to the device for its own
+// forward), the forward pass, and the loss when loss is set (eval;
+// sample takes the logits). It returns the parameter count and the bytes
+// the step reserves beyond the parameters, at its peak.
+func inferenceStep(f models.LanguageFamily, s models.Sizes, rows int, loss bool) (params, stepBytes int64, err error) {
 	dev := meta.New(device.Options{}, nil)
 	defer dev.Close()
 	err = ferry.Catch(func() error {
@@ -45,21 +45,13 @@ func inferenceStep(f models.LanguageFamily, s models.Sizes, rows, batches int, l
 		}
 		base := dev.Allocator().Stats().ReservedBytes.Current
 		seq := s.Int("seq")
-		var held []*ferry.Tensor
-		defer func() {
-			for _, t := range held {
-				t.Release()
-			}
-		}()
-		for range max(batches, 1) {
-			held = append(held, ferry.ZerosOf(dev, device.Int32, device.Activation, rows, seq),
-				ferry.ZerosOf(dev, device.Int32, device.Activation, rows, seq))
-		}
 		err = ferry.Step(func(tape *ferry.Tape) error {
+			x := tape.Adopt(ferry.ZerosOf(dev, device.Int32, device.Activation, rows, seq))
+			y := tape.Adopt(ferry.ZerosOf(dev, device.Int32, device.Activation, rows, seq))
 			tape.NoGrad(func() {
-				logits := g.Forward(tape.Input(held[0]))
+				logits := g.Forward(x)
 				if loss {
-					ferry.CrossEntropy(logits, tape.Input(held[1]))
+					ferry.CrossEntropy(logits, y).Release()
 				}
 			})
 			return nil
@@ -74,8 +66,8 @@ func inferenceStep(f models.LanguageFamily, s models.Sizes, rows, batches int, l
 // cannot fit on dev (inferenceStep's figure, checked by train.Preflight);
 // hostBytes is what the command holds in host memory beside it, advice
 // names the flags to lower.
-func inferencePreflight(dev device.Device, f models.LanguageFamily, s models.Sizes, rows, batches int, loss bool, hostBytes int64, advice string) error {
-	params, step, err := inferenceStep(f, s, rows, batches, loss)
+func inferencePreflight(dev device.Device, f models.LanguageFamily, s models.Sizes, rows int, loss bool, hostBytes int64, advice string) error {
+	params, step, err := inferenceStep(f, s, rows, loss)
 	if err != nil {
 		return fmt.Errorf("sizing the run: %w: %s", err, advice)
 	}

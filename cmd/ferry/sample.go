@@ -102,7 +102,7 @@ func setupSample(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 		defer dev.Close()
 		// One forward pass over the context at a time; the ids and the
 		// text (4 and at most 4 bytes a token) of every sample on the host.
-		if err := inferencePreflight(dev, fam, sz, 1, 1, false, 8*int64(*n)*int64(*numSamples),
+		if err := inferencePreflight(dev, fam, sz, 1, false, 8*int64(*n)*int64(*numSamples),
 			"the model is too large for this device: sample on a larger one (--device), or lower --n or --num-samples"); err != nil {
 			return err
 		}
