@@ -25,7 +25,13 @@ func TestWatchdogAbortsTheJob(t *testing.T) {
 	out, err := mpirun.RunFailing(t, 3, "TestWatchdogAbortsChild", time.Minute)
 	took := time.Since(t0)
 	t.Logf("the job ended after %v: %v\n%s", took.Round(time.Millisecond), err, out)
-	if !strings.Contains(out, "rank 1 of 3: all_reduce (collective 1 of this rank") || !strings.Contains(out, "MPI_ABORT") {
+	// mpirun prints MPI_Abort's help text ("MPI_ABORT was invoked");
+	// now and then, with ranks dying at once, Open MPI's mpirun fails to
+	// unpack that message and logs the failure from show_help.c instead
+	// (seen once in CI: "ORTE_ERROR_LOG: Data unpack would read past end
+	// of buffer in file ../../../orte/util/show_help.c").
+	aborted := strings.Contains(out, "MPI_ABORT") || strings.Contains(out, "show_help.c")
+	if !strings.Contains(out, "rank 1 of 3: all_reduce (collective 1 of this rank") || !aborted {
 		t.Errorf("the output names no stuck all_reduce of rank 1, or no MPI_Abort")
 	}
 	if strings.Contains(out, "all-reduce returned") || strings.Contains(out, "rank 2 woke") {
