@@ -94,3 +94,62 @@ func TestPrefetchReachesTheLargeParameter(t *testing.T) {
 		}
 	}
 }
+
+// Uses outside a step (an evaluation's forwards, a checkpoint's reads)
+// are not recorded: the next step's prefetches follow the last step's
+// uses alone. (An evaluation's uses were recorded: the step after it
+// prefetched in their order, which backward does not follow.)
+func TestUsesOutsideAStepAreNotTheOrder(t *testing.T) {
+	dev, err := cpu.New(device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	var params []*ferry.Tensor
+	for i := range 4 {
+		params = append(params, ferry.Zeros(dev, 64).SetName(fmt.Sprintf("p%d", i)))
+	}
+	s, err := NewStreamer(dev, StreamConfig{Params: params, Prefetch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	evaluate := func() {
+		for i := len(params) - 1; i >= 0; i-- {
+			if err := s.PageIn(params[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Settle(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	order := func() string {
+		var names []string
+		for _, st := range s.order {
+			names = append(names, st.p.Name())
+		}
+		return fmt.Sprint(names)
+	}
+	for step := range 2 {
+		evaluate()
+		if err := s.BeginStep(); err != nil {
+			t.Fatal(err)
+		}
+		want := "[p0 p1 p2 p3]"
+		if step == 0 {
+			want = "[]"
+		}
+		if got := order(); got != want {
+			t.Errorf("step %d follows the uses %s, want %s", step+1, got, want)
+		}
+		for _, p := range params {
+			if err := s.PageIn(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.EndStep(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -113,9 +113,13 @@ type Streamer struct {
 	serial    bool        // StreamConfig.SerialGradCopies
 	uses      []*streamed // this step's so far
 	pos       int         // where in order the last use was found
-	stats     StreamStats
-	hostGrad  int64
-	closed    bool
+	// stepping: between BeginStep and EndStep. Uses outside a step (an
+	// evaluation's forwards, a checkpoint's reads) are not recorded: the
+	// next step's prefetches follow the last step's uses alone.
+	stepping bool
+	stats    StreamStats
+	hostGrad int64
+	closed   bool
 	// Host steps beside the device (StreamConfig.HostStepsBeside, see
 	// beside.go): the worker that runs them, the step in flight for each
 	// parameter, which a copy of it to the device waits for, the tasks a
@@ -372,10 +376,18 @@ func (s *Streamer) bringIn(st *streamed, prefetched bool) error {
 	return nil
 }
 
-// noteUse records a use of st in this step's order and starts the uploads
-// of the next Prefetch uses the previous step made after it.
+// noteUse records a use of st in this step's order (in a step only) and
+// starts the uploads of the next Prefetch uses the previous step made
+// after it.
+//
+// An evaluation between steps used to append its forwards' uses: the
+// first step after the run's first validation then followed them,
+// backward prefetching parameters in forward's order, which stayed on
+// the device unused (a 2-layer GPT's step, planned at 255 KiB with every
+// parameter in host memory, peaked 35 KiB higher under train text, whose
+// validation at step 0 the planner's replay does not run).
 func (s *Streamer) noteUse(st *streamed) {
-	if n := len(s.uses); n == 0 || s.uses[n-1] != st {
+	if n := len(s.uses); s.stepping && (n == 0 || s.uses[n-1] != st) {
 		if _, seen := s.firstUse[st]; !seen {
 			s.firstUse[st] = len(s.uses)
 		}
@@ -483,7 +495,7 @@ func (s *Streamer) BeginStep() error {
 		s.order, s.uses = s.uses, s.order[:0]
 	}
 	clear(s.firstUse)
-	s.pos = 0
+	s.pos, s.stepping = 0, true
 	for j := 0; j < len(s.order) && j < s.prefetch; j++ {
 		if next := s.order[j]; !next.resident && next.pending == nil {
 			if err := s.bringIn(next, true); err != nil {
@@ -810,7 +822,7 @@ func (s *Streamer) EndBackward() error {
 // EndStep is called after the optimizer's step: no parameter stays on the
 // device, and host gradients the optimizer dropped are no longer counted.
 func (s *Streamer) EndStep() error {
-	s.hostGrad = 0
+	s.hostGrad, s.stepping = 0, false
 	for p := range s.grads {
 		if st := s.byStorage[p.Storage()]; st != nil && s.tasks[st] != nil {
 			continue // its host step, still running, owns and drops it
