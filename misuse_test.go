@@ -307,3 +307,23 @@ func TestOutOfMemoryNamesParameters(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// A released tensor's use panics on every device, naming the tensor and
+// where it was released; the meta device records no place (its steps are
+// replayed by the thousand) and says so.
+func TestUseAfterReleaseSaysWhere(t *testing.T) {
+	for _, c := range []struct {
+		dev  device.Device
+		want string
+	}{
+		{newCPU(t, device.Options{}), "was released at "},
+		{meta.New(device.Options{}, nil), "was released and cannot be used (meta does not record where)"},
+	} {
+		x := ferry.Zeros(c.dev, 2, 3)
+		x.Release()
+		err := ferry.Catch(func() error { ferry.Sum(x).Release(); return nil })
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "[2 3]") {
+			t.Errorf("%s: use after release: %v; want %q", c.dev.Name(), err, c.want)
+		}
+	}
+}

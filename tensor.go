@@ -79,10 +79,22 @@ type storage struct {
 	pager    Pager
 	pagedOut bool
 	bytes    int64
+	// noSites: Release records no call stack for its handles (a device
+	// whose ReleaseSites says false: the meta device, whose steps the
+	// planner replays by the thousand, a quarter of their time went to
+	// runtime.Callers).
+	noSites bool
 }
 
 func newStorage(dev device.Device, block *device.Block) *storage {
-	return &storage{dev: dev, alloc: dev.Allocator(), block: block, refs: 1}
+	return &storage{dev: dev, alloc: dev.Allocator(), block: block, refs: 1, noSites: noReleaseSites(dev)}
+}
+
+// noReleaseSites says whether dev's tensors skip recording where they
+// were released (a device whose ReleaseSites says false).
+func noReleaseSites(dev device.Device) bool {
+	r, ok := dev.(interface{ ReleaseSites() bool })
+	return ok && !r.ReleaseSites()
 }
 
 func (s *storage) retain() { s.refs++ }
@@ -118,7 +130,7 @@ func allocate(dev device.Device, dtype device.DType, cat device.Category, shape 
 	alloc := dev.Allocator()
 	// One Go allocation holds the handle, the storage and, for up to
 	// inlineRank dimensions, the shape and strides.
-	a := &allocation{st: storage{dev: dev, alloc: alloc, refs: 1}}
+	a := &allocation{st: storage{dev: dev, alloc: alloc, refs: 1, noSites: noReleaseSites(dev)}}
 	t := &a.t
 	t.dtype, t.st = dtype, &a.st
 	if len(shape) <= inlineRank {
@@ -309,6 +321,9 @@ func (t *Tensor) live(op string) {
 		panicf(op, "nil tensor")
 	}
 	if t.released {
+		if t.releasedAt[0] == 0 {
+			panicf(op, "%s was released and cannot be used (%s does not record where)", t.describe(), t.st.dev.Name())
+		}
 		panicf(op, "%s was released at %s and cannot be used", t.describe(), t.releasedAt)
 	}
 	if t.st.alloc.Closed() {
@@ -339,7 +354,9 @@ func (t *Tensor) Release() {
 		t.st.tapeHandles--
 	}
 	t.released = true
-	t.releasedAt = captureStack(1)
+	if !t.st.noSites {
+		t.releasedAt = captureStack(1)
+	}
 	t.st.drop()
 	if t.grad != nil {
 		t.grad.Release()

@@ -193,7 +193,14 @@ func newDevice(name string, opts device.Options, s *sim) *Device {
 // DataLess marks the device as holding no values (see device.HasData).
 func (d *Device) DataLess() {}
 
-func (d *Device) Name() string                 { return d.name }
+func (d *Device) Name() string { return d.name }
+
+// ReleaseSites says that a released tensor of this device does not
+// record where it was released (ferry.Tensor.Release's call stack): the
+// planner replays meta steps by the thousand, and runtime.Callers took a
+// quarter of their time. A use after release still panics, naming the
+// tensor.
+func (d *Device) ReleaseSites() bool           { return false }
 func (d *Device) Allocator() *device.Allocator { return d.alloc }
 func (d *Device) Compute() device.Stream       { return d.comp }
 func (d *Device) Host() device.Device          { return d.host }
