@@ -33,11 +33,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def main():
     with open(os.path.join(HERE, "sample.txt"), encoding="utf-8", newline="") as f:
         text = f.read()
-    train = os.path.join(HERE, "spm_train.tmp")
+    # Relative names, from this directory: SentencePiece records its input
+    # and model prefix in the model file, and a path of the machine that
+    # generated it does not belong in the repository.
+    os.chdir(HERE)
+    train = "spm_train.tmp"
     with open(train, "w", encoding="utf-8", newline="") as f:
         # SentencePiece trains on lines: the text's lines as they are.
         f.write(text[: len(text) * 6 // 10])
-    prefix = os.path.join(HERE, "spm_llama")
+    prefix = "spm_llama"
     spm.SentencePieceTrainer.train(
         input=train, model_prefix=prefix, model_type="bpe", vocab_size=1000, byte_fallback=True, split_digits=True,
         add_dummy_prefix=True, remove_extra_whitespaces=False, normalization_rule_name="identity",
