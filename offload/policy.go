@@ -160,6 +160,31 @@ func (p *Policy) Save(path string) error {
 	})
 }
 
+// UsesDisk says whether the policy places any saved tensor on disk: by
+// default, by layer, by rule or tensor by tensor (as ferry plan writes
+// them).
+func (p *Policy) UsesDisk() bool {
+	if p.Default == Disk {
+		return true
+	}
+	for _, pl := range p.Layers {
+		if pl == Disk {
+			return true
+		}
+	}
+	for _, r := range p.Rules {
+		if r.Placement == Disk {
+			return true
+		}
+	}
+	for _, t := range p.Tensors {
+		if t.Placement == Disk {
+			return true
+		}
+	}
+	return false
+}
+
 // Check validates the policy against a model whose saved tensors come from
 // the given module paths, on a run that has a disk tier or not. It reports
 // every problem at once: a module the model does not have, a negative

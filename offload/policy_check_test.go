@@ -44,3 +44,25 @@ func TestParsePolicyRefusesAmbiguity(t *testing.T) {
 		t.Errorf("identical duplicate tensors entries: %v", err)
 	}
 }
+
+// UsesDisk sees a disk placement wherever a policy can hold one, ferry
+// plan's tensor-by-tensor list included (ferry train refused --disk-dir
+// for such a policy, reading only the default, layers and rules).
+func TestPolicyUsesDisk(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		p    Policy
+		want bool
+	}{
+		{"nothing", Policy{Default: Keep, Layers: map[string]Placement{"a": Host}, Rules: []Rule{{Module: "a", Placement: Host}},
+			Tensors: []TensorPlacement{{Module: "a", Placement: Keep}}}, false},
+		{"default", Policy{Default: Disk}, true},
+		{"layer", Policy{Layers: map[string]Placement{"a": Disk}}, true},
+		{"rule", Policy{Rules: []Rule{{Module: "a", Placement: Disk}}}, true},
+		{"tensor", Policy{Version: 2, Tensors: []TensorPlacement{{Module: "a", Placement: Host}, {Module: "b", Slot: 1, Placement: Disk}}}, true},
+	} {
+		if got := c.p.UsesDisk(); got != c.want {
+			t.Errorf("%s: UsesDisk %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -289,21 +289,3 @@ func policyStateOn(pol *offload.Policy) string {
 	}
 	return "device"
 }
-
-// policyUsesDisk says whether policy pol places any saved tensor on disk.
-func policyUsesDisk(pol *offload.Policy) bool {
-	if pol.Default == offload.Disk {
-		return true
-	}
-	for _, pl := range pol.Layers {
-		if pl == offload.Disk {
-			return true
-		}
-	}
-	for _, r := range pol.Rules {
-		if r.Placement == offload.Disk {
-			return true
-		}
-	}
-	return false
-}

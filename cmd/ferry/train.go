@@ -234,7 +234,7 @@ func (o *trainOptions) validate(set map[string]bool) error {
 			return fmt.Errorf("--policy %s was planned with the optimizer state on the %s; drop --optimizer-state %s, or plan again with it", o.policy, s, o.optimizerState)
 		}
 		o.optimizerState = s
-		if o.diskDir != "" && !policyUsesDisk(pol) {
+		if o.diskDir != "" && !pol.UsesDisk() {
 			return fmt.Errorf("--policy %s places nothing on disk, so --disk-dir would be ignored: drop it", o.policy)
 		}
 		if o.precisionType, err = policyPrecision(o.policy, pol, set["precision"], o.precision, o.precisionType); err != nil {
