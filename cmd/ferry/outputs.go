@@ -62,12 +62,10 @@ func checkOutputFile(flag, path string, makeParents bool) error {
 	if !st.IsDir() {
 		return fmt.Errorf("%s %s: %s is not a directory", flag, path, dir)
 	}
-	f, err := os.CreateTemp(dir, ".ferry-write-test-*")
-	if err != nil {
-		return fmt.Errorf("%s %s: %s is not writable: %w", flag, path, dir, err)
+	if err := fsx.ProbeWritable(dir); err != nil {
+		return fmt.Errorf("%s %s: %w", flag, path, err)
 	}
-	f.Close()
-	return os.Remove(f.Name())
+	return nil
 }
 
 // checkOutputDir checks that dir, the value of flag, is or can be made as
@@ -96,19 +94,8 @@ type leftovers struct {
 // note records path and each missing directory above it, if path does
 // not exist yet.
 func (l *leftovers) note(path string) {
-	if path == "" {
-		return
-	}
-	for p := filepath.Clean(path); ; {
-		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
-			return
-		}
-		l.paths = append(l.paths, p)
-		up := filepath.Dir(p)
-		if up == p {
-			return
-		}
-		p = up
+	if path != "" {
+		l.paths = append(l.paths, fsx.Missing(path)...)
 	}
 }
 

@@ -115,19 +115,7 @@ func CheckWritableDir(dir string) error {
 		}
 		return fmt.Errorf("%s exists and is %s, not a directory", dir, what)
 	}
-	// The directories MkdirAll will make, innermost first.
-	var made []string
-	for d := filepath.Clean(dir); ; {
-		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
-			break // exists (or cannot be seen: MkdirAll says why)
-		}
-		made = append(made, d)
-		up := filepath.Dir(d)
-		if up == d {
-			break
-		}
-		d = up
-	}
+	made := Missing(dir) // what MkdirAll will make
 	defer func() {
 		for _, d := range made {
 			os.Remove(d) // only if empty
@@ -136,6 +124,12 @@ func CheckWritableDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	return ProbeWritable(dir)
+}
+
+// ProbeWritable checks that a file can be created in the existing
+// directory dir, by creating one and removing it again.
+func ProbeWritable(dir string) error {
 	f, err := os.CreateTemp(dir, ".ferry-write-test-*")
 	if err != nil {
 		return fmt.Errorf("%s is not writable: %w", dir, err)
@@ -143,4 +137,22 @@ func CheckWritableDir(dir string) error {
 	name := f.Name()
 	f.Close()
 	return os.Remove(name)
+}
+
+// Missing is path and each directory above it that does not exist yet,
+// innermost first, up to the first that exists (or cannot be seen): what
+// a MkdirAll of path would make. Empty when path exists.
+func Missing(path string) []string {
+	var missing []string
+	for p := filepath.Clean(path); ; {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			return missing
+		}
+		missing = append(missing, p)
+		up := filepath.Dir(p)
+		if up == p {
+			return missing
+		}
+		p = up
+	}
 }
