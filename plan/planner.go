@@ -347,13 +347,8 @@ func makePlan(opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p.Unlimited = unl
-	for _, b := range []struct {
-		dst   *Baseline
-		build func(pr *problem) []option
-	}{{&p.AllRecompute, (*problem).allRecompute}, {&p.AllOffload, (*problem).allOffload}} {
-		if *b.dst, err = pl.baseline(b.build); err != nil {
-			return nil, err
-		}
+	if err := pl.baselines(p); err != nil {
+		return nil, err
 	}
 	if unl.PeakBytes <= opts.Budget {
 		p.Fits, p.KeepsEverything = true, true
@@ -423,15 +418,8 @@ func (pl *planner) chooseAt(p *Plan, budget int64) (*replayed, error) {
 	sub.opts.Budget = budget
 	q := *p
 	q.Budget = budget
-	q.AllRecompute.Fits, q.AllOffload.Fits = false, false
-	var err error
-	for _, b := range []struct {
-		dst   *Baseline
-		build func(pr *problem) []option
-	}{{&q.AllRecompute, (*problem).allRecompute}, {&q.AllOffload, (*problem).allOffload}} {
-		if *b.dst, err = sub.baseline(b.build); err != nil {
-			return nil, err
-		}
+	if err := sub.baselines(&q); err != nil {
+		return nil, err
 	}
 	best, err := sub.choose(&q)
 	pl.replays, pl.grain, pl.slack = sub.replays, sub.grain, sub.slack
@@ -767,6 +755,17 @@ func (pr *problem) counts(choice []option) Counts {
 
 // baseline replays a fixed policy with the optimizer after and inside
 // backward and returns the better: the one that fits, else the smaller.
+// baselines sets p's all-recompute and all-offload plans, and whether
+// they fit the planner's budget.
+func (pl *planner) baselines(p *Plan) error {
+	var err error
+	if p.AllRecompute, err = pl.baseline((*problem).allRecompute); err != nil {
+		return err
+	}
+	p.AllOffload, err = pl.baseline((*problem).allOffload)
+	return err
+}
+
 func (pl *planner) baseline(build func(pr *problem) []option) (Baseline, error) {
 	var best Baseline
 	for _, ib := range pl.inBackward() {
