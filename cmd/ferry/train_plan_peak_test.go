@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -24,37 +25,16 @@ func TestPlannedRunPeaksAsPredictedWithValidation(t *testing.T) {
 	data := corpus(t)
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "p.json")
-	out, errOut, code := runCLI(t, "plan", "--model", "gpt", "--vocab", "256", "--seq", "16", "--layers", "2", "--heads", "2",
+	p, out := planPolicy(t, "plan", "--model", "gpt", "--vocab", "256", "--seq", "16", "--layers", "2", "--heads", "2",
 		"--embd", "32", "--batch", "4", "--dropout", "0.1", "--optimizer-state", "device", "--gradients", "device", "--parameters", "device",
 		"--budget", "600KiB", "--profile", "cpu", "--out", policy, "--json")
-	if code != 0 {
-		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
-	}
-	var p struct {
-		Fits      bool  `json:"fits"`
-		Budget    int64 `json:"budget_bytes"`
-		Predicted struct {
-			PeakBytes int64 `json:"peak_bytes"`
-		} `json:"predicted"`
-		Counts struct {
-			Host int `json:"host"`
-		} `json:"placements"`
-	}
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
-		t.Fatal(err)
-	}
 	if !p.Fits || p.Counts.Host == 0 || p.Predicted.PeakBytes > p.Budget {
 		t.Fatalf("want a plan that moves saved tensors to fit %d bytes: %s", p.Budget, out)
 	}
 	for _, vb := range []int{1, 16} {
-		sum := runJSON(t, "train", "text", "--data", data, "--layers", "2", "--heads", "2", "--embd", "32", "--seq", "16",
+		peak := validatedPolicyPeak(t, fmt.Sprintf("--val-batches %d: ", vb), "train", "text", "--data", data, "--layers", "2", "--heads", "2", "--embd", "32", "--seq", "16",
 			"--batch", "4", "--dropout", "0.1", "--sample", "0", "--steps", "4", "--eval-every", "2",
 			"--val-batches", strconv.Itoa(vb), "--policy", policy, "--checkpoint-dir", filepath.Join(dir, "run"+strconv.Itoa(vb)))
-		if sum["mode"] != "policy" || sum["initial_val_loss"] == nil || sum["final_val_loss"] == nil {
-			t.Fatalf("--val-batches %d: want a policy run that validated: mode %v, initial_val_loss %v, final_val_loss %v",
-				vb, sum["mode"], sum["initial_val_loss"], sum["final_val_loss"])
-		}
-		peak := int64(num(t, sum, "peak_bytes"))
 		if peak != p.Predicted.PeakBytes {
 			t.Errorf("--val-batches %d: measured peak %d bytes, the plan predicted %d (%+d)", vb, peak, p.Predicted.PeakBytes, peak-p.Predicted.PeakBytes)
 		}
@@ -86,37 +66,59 @@ func TestPlannedHostStreamedRunPeaksAsPredicted(t *testing.T) {
 			args := append([]string{"plan", "--model", "gpt", "--vocab", "256"}, model...)
 			args = append(args, "--precision", prec, "--parameters", "host", "--gradients", "host", "--optimizer-state", "host",
 				"--budget", "300KiB", "--profile", "cpu", "--out", policy, "--json")
-			out, errOut, code := runCLI(t, args...)
-			if code != 0 {
-				t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
-			}
-			var p struct {
-				Fits           bool     `json:"fits"`
-				Budget         int64    `json:"budget_bytes"`
-				ParamsOnHost   []string `json:"parameters_on_host"`
-				Gradients      string   `json:"gradients"`
-				OptimizerState string   `json:"optimizer_state"`
-				Predicted      struct {
-					PeakBytes int64 `json:"peak_bytes"`
-				} `json:"predicted"`
-			}
-			if err := json.Unmarshal([]byte(out), &p); err != nil {
-				t.Fatal(err)
-			}
+			p, out := planPolicy(t, args...)
 			if !p.Fits || len(p.ParamsOnHost) == 0 || p.Gradients != "host" || p.OptimizerState != "host" || p.Predicted.PeakBytes > p.Budget {
 				t.Fatalf("want a plan that fits %d bytes with the training state in host memory: %s", p.Budget, out)
 			}
 			args = append([]string{"train", "text", "--data", data}, model...)
 			args = append(args, "--precision", prec, "--sample", "0", "--steps", "4", "--eval-every", "2", "--val-batches", "4",
 				"--policy", policy, "--checkpoint-dir", filepath.Join(dir, "run"))
-			sum := runJSON(t, args...)
-			if sum["mode"] != "policy" || sum["initial_val_loss"] == nil || sum["final_val_loss"] == nil {
-				t.Fatalf("want a policy run that validated: mode %v, initial_val_loss %v, final_val_loss %v",
-					sum["mode"], sum["initial_val_loss"], sum["final_val_loss"])
-			}
-			if peak := int64(num(t, sum, "peak_bytes")); peak != p.Predicted.PeakBytes {
+			if peak := validatedPolicyPeak(t, "", args...); peak != p.Predicted.PeakBytes {
 				t.Errorf("measured peak %d bytes, the plan predicted %d (%+d)", peak, p.Predicted.PeakBytes, peak-p.Predicted.PeakBytes)
 			}
 		})
 	}
+}
+
+// plannedPolicy is what these tests read of ferry plan --json.
+type plannedPolicy struct {
+	Fits           bool     `json:"fits"`
+	Budget         int64    `json:"budget_bytes"`
+	ParamsOnHost   []string `json:"parameters_on_host"`
+	Gradients      string   `json:"gradients"`
+	OptimizerState string   `json:"optimizer_state"`
+	Predicted      struct {
+		PeakBytes int64 `json:"peak_bytes"`
+	} `json:"predicted"`
+	Counts struct {
+		Host int `json:"host"`
+	} `json:"placements"`
+}
+
+// planPolicy runs ferry plan with args (which give --json) and returns
+// its figures and its output.
+func planPolicy(t *testing.T, args ...string) (plannedPolicy, string) {
+	t.Helper()
+	out, errOut, code := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+	}
+	var p plannedPolicy
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p, out
+}
+
+// validatedPolicyPeak runs train text with args (a --policy run), checks
+// that it ran mode policy and validated, and returns its peak_bytes; what
+// prefixes its failures.
+func validatedPolicyPeak(t *testing.T, what string, args ...string) int64 {
+	t.Helper()
+	sum := runJSON(t, args...)
+	if sum["mode"] != "policy" || sum["initial_val_loss"] == nil || sum["final_val_loss"] == nil {
+		t.Fatalf("%swant a policy run that validated: mode %v, initial_val_loss %v, final_val_loss %v",
+			what, sum["mode"], sum["initial_val_loss"], sum["final_val_loss"])
+	}
+	return int64(num(t, sum, "peak_bytes"))
 }
