@@ -2,12 +2,12 @@ package dist
 
 import (
 	"fmt"
-	"hash/fnv"
 	"time"
 	"unsafe"
 
 	"ferry"
 	"ferry/device"
+	"ferry/internal/digest"
 )
 
 // DefaultBucketBytes is the gradient bytes per all-reduce when
@@ -325,7 +325,7 @@ func (r *GradientReducer) CheckParameters() error {
 	mine := make([]float32, words*len(r.params))
 	err := ferry.Catch(func() error {
 		for i, p := range r.params {
-			h := fnv.New64a()
+			h := digest.NewFNV64a()
 			h.Write(f32bytes(p.Float32s()))
 			v := h.Sum64()
 			for k := range words {

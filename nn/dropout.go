@@ -1,9 +1,8 @@
 package nn
 
 import (
-	"hash/fnv"
-
 	"ferry"
+	"ferry/internal/digest"
 )
 
 // DropoutState is shared by a model's dropout sites: the seed, the step
@@ -32,7 +31,7 @@ type Dropout struct {
 
 // OpID is the dropout op id of a module path (FNV-1a, 64 bits).
 func OpID(path string) uint64 {
-	h := fnv.New64a()
+	h := digest.NewFNV64a()
 	h.Write([]byte(path))
 	return h.Sum64()
 }

@@ -78,7 +78,7 @@ func HFTensors(m Module) ([]safetensors.Tensor, error) {
 	err := ferry.Catch(func() error {
 		for _, p := range NamedParameters(m) {
 			st := safetensors.FromFloat32s(p.Name, p.Tensor.Float32s(), p.Tensor.Shape()...)
-			if gpt && hfGPT2Conv1D.MatchString(strings.TrimPrefix(p.Name, "transformer.")) {
+			if gpt && isHFGPT2Conv1D(strings.TrimPrefix(p.Name, "transformer.")) {
 				st = transposed(st) // nn.Linear's [out, in] to Conv1D's [in, out]
 			}
 			out = append(out, st)

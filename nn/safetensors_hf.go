@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -44,11 +43,46 @@ const (
 	ConventionHFGPT2 Convention = "hf-gpt2"
 )
 
-var (
-	hfGPT2Conv1D  = regexp.MustCompile(`^h\.[0-9]+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight$`)
-	hfGPT2Buffer  = regexp.MustCompile(`^h\.[0-9]+\.attn\.(bias|masked_bias)$`)
-	hfLlamaBuffer = regexp.MustCompile(`^model\.layers\.[0-9]+\.self_attn\.rotary_emb\.inv_freq$`)
-)
+// isHFGPT2Conv1D reports whether name (without "transformer.") is a
+// GPT-2 Conv1D weight, h.N.{attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj}.weight,
+// which Hugging Face stores transposed.
+func isHFGPT2Conv1D(name string) bool {
+	rest, ok := inLayer(name, "h.")
+	return ok && (rest == "attn.c_attn.weight" || rest == "attn.c_proj.weight" ||
+		rest == "mlp.c_fc.weight" || rest == "mlp.c_proj.weight")
+}
+
+// isHFGPT2Buffer reports whether name (without "transformer.") is a
+// GPT-2 attention-mask buffer, h.N.attn.bias or h.N.attn.masked_bias:
+// no parameter, so not loaded.
+func isHFGPT2Buffer(name string) bool {
+	rest, ok := inLayer(name, "h.")
+	return ok && (rest == "attn.bias" || rest == "attn.masked_bias")
+}
+
+// isHFLlamaBuffer reports whether name is a Llama's rotary buffer,
+// model.layers.N.self_attn.rotary_emb.inv_freq: no parameter.
+func isHFLlamaBuffer(name string) bool {
+	rest, ok := inLayer(name, "model.layers.")
+	return ok && rest == "self_attn.rotary_emb.inv_freq"
+}
+
+// inLayer splits a layer's tensor name: name must be prefix, one or
+// more decimal digits and a dot; rest is what follows the dot.
+func inLayer(name, prefix string) (rest string, ok bool) {
+	s, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return "", false
+	}
+	i := 0
+	for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+		i++
+	}
+	if i == 0 || i == len(s) || s[i] != '.' {
+		return "", false
+	}
+	return s[i+1:], true
+}
 
 // DetectConvention says how the safetensors file at path names the
 // tensors of m (see ConventionHFGPT2). LoadSafetensors detects it
@@ -101,15 +135,15 @@ func translate(f *safetensors.File, c Convention) []safetensors.Tensor {
 				continue
 			}
 			base := strings.TrimPrefix(st.Name, "transformer.")
-			if hfGPT2Buffer.MatchString(base) {
+			if isHFGPT2Buffer(base) {
 				continue
 			}
-			if hfGPT2Conv1D.MatchString(base) && len(st.Shape) == 2 {
+			if isHFGPT2Conv1D(base) && len(st.Shape) == 2 {
 				st = transposed(st)
 			}
 			st.Name = "transformer." + base
 		default:
-			if hfLlamaBuffer.MatchString(st.Name) {
+			if isHFLlamaBuffer(st.Name) {
 				continue
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
 	"math/bits"
@@ -17,6 +16,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"ferry/internal/digest"
 	"ferry/internal/fsx"
 )
 
@@ -40,10 +40,8 @@ const DefaultLimit int64 = 64 << 30
 // PyTorch) from "a checksum is missing" (a damaged header).
 const ChecksumKey = "ferry.crc32c"
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// Checksum is the CRC-32C of b, as ChecksumKey records it.
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+// Checksum is the CRC-32C (Castagnoli) of b, as ChecksumKey records it.
+func Checksum(b []byte) uint32 { return digest.CRC32C(b) }
 
 // Error is what a reader or writer returns for a file it refuses: which
 // file, which tensor (if one), and what is wrong.

@@ -1,7 +1,6 @@
 package safetensors
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -25,15 +24,45 @@ func Encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 	if err != nil {
 		return err
 	}
-	bw := bufio.NewWriterSize(w, 1<<20)
+	bw := &batchWriter{w: w, buf: make([]byte, 0, 1<<20)}
 	var lenBuf [8]byte
 	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(h)))
-	bw.Write(lenBuf[:])
-	bw.Write(h)
+	bw.write(lenBuf[:])
+	bw.write(h)
 	for _, t := range order {
-		bw.Write(t.Data)
+		bw.write(t.Data)
 	}
-	return bw.Flush()
+	return bw.flush()
+}
+
+// batchWriter gathers small writes into one (a file of many small
+// tensors is then a few large writes) and passes large ones through. Its
+// first error sticks: later writes do nothing and flush returns it.
+type batchWriter struct {
+	w   io.Writer
+	buf []byte // pending bytes; len(buf) < cap(buf) between calls
+	err error
+}
+
+func (b *batchWriter) write(p []byte) {
+	if b.err != nil {
+		return
+	}
+	if len(b.buf)+len(p) < cap(b.buf) {
+		b.buf = append(b.buf, p...)
+		return
+	}
+	if b.flush() == nil {
+		_, b.err = b.w.Write(p)
+	}
+}
+
+func (b *batchWriter) flush() error {
+	if b.err == nil && len(b.buf) > 0 {
+		_, b.err = b.w.Write(b.buf)
+		b.buf = b.buf[:0]
+	}
+	return b.err
 }
 
 // WriteFile writes a safetensors file (see Encode) atomically: the file at

@@ -3,8 +3,6 @@ package train
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +18,7 @@ import (
 
 	"ferry"
 	"ferry/device"
+	"ferry/internal/digest"
 	"ferry/internal/fsx"
 	"ferry/nn"
 	"ferry/optim"
@@ -748,8 +747,8 @@ func (c *Checkpointer) sweep() {
 
 // sumLine is trainer.sha256's content for trainer.json's bytes b.
 func sumLine(b []byte) string {
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:]) + "  " + metaFile + "\n"
+	h := digest.SHA256(b)
+	return digest.Hex(h[:]) + "  " + metaFile + "\n"
 }
 
 // checkMetaSum checks trainer.json's bytes b against trainer.sha256.
@@ -763,8 +762,8 @@ func checkMetaSum(ctx context.Context, path string, b []byte) error {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	want, _, _ := strings.Cut(strings.TrimSpace(string(s)), " ")
-	h := sha256.Sum256(b)
-	got := hex.EncodeToString(h[:])
+	h := digest.SHA256(b)
+	got := digest.Hex(h[:])
 	if want != got {
 		return fmt.Errorf("checkpoint %s: %s and %s do not match: one of them was changed after it was written "+
 			"(the SHA-256 of %s is %.12s…, %s records %q); restore it, or resume from another checkpoint",
@@ -789,12 +788,12 @@ func sumFile(ctx context.Context, path string, want int64) (FileSum, error) {
 	if want >= 0 && f.Size() != want {
 		return FileSum{Size: f.Size()}, nil
 	}
-	h := sha256.New()
+	h := digest.NewSHA256()
 	n, err := io.Copy(h, f)
 	if err != nil {
 		return FileSum{}, err
 	}
-	return FileSum{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return FileSum{Size: n, SHA256: digest.Hex(h.Sum(nil))}, nil
 }
 
 func syncDir(dir string) error {

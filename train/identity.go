@@ -2,10 +2,9 @@ package train
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
+	"ferry/internal/digest"
 	"ferry/internal/fsx"
 	"fmt"
 	"io"
@@ -177,14 +176,14 @@ func (c *Checkpointer) checkIdentity(path string, meta *Meta, identity map[strin
 // records HashBytes(text.Train, text.Val) as data_sha256: exactly the
 // bytes it trains on, whatever path named them.
 func HashBytes(parts ...[]byte) string {
-	h := sha256.New()
+	h := digest.NewSHA256()
 	var n [8]byte
 	for _, p := range parts {
 		binary.LittleEndian.PutUint64(n[:], uint64(len(p)))
 		h.Write(n[:])
 		h.Write(p)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return digest.Hex(h.Sum(nil))
 }
 
 // HashPath is the hex SHA-256 of a file's content or of a directory's
@@ -197,7 +196,7 @@ func HashPath(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("hashing the data: %w", err)
 	}
-	h := sha256.New()
+	h := digest.NewSHA256()
 	add := func(p string) error {
 		f, err := fsx.Open(context.Background(), p, -1)
 		if err != nil {
@@ -241,5 +240,5 @@ func HashPath(path string) (string, error) {
 	default:
 		return "", fmt.Errorf("hashing the data: %s is %s, not a file or directory", path, fsx.Kind(st.Mode()))
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return digest.Hex(h.Sum(nil)), nil
 }

@@ -1,18 +1,17 @@
 package train
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 )
 
-// jsonLog writes one JSON object per line to a file, flushed after each.
+// jsonLog writes one JSON object per line to a file, each line in one
+// write (so a reader never sees half a line from a live run).
 type jsonLog struct {
 	path string
 	f    *os.File
-	w    *bufio.Writer
 }
 
 // openLog opens path for the run's log ("" for none), appending when the
@@ -33,19 +32,18 @@ func openLog(path string, appending bool) (*jsonLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("log: %w", err)
 	}
-	return &jsonLog{path: path, f: f, w: bufio.NewWriter(f)}, nil
+	return &jsonLog{path: path, f: f}, nil
 }
 
 func (l *jsonLog) write(rec map[string]any) error {
-	if l.w == nil {
+	if l.f == nil {
 		return nil
 	}
 	b, err := json.Marshal(finite(rec))
 	if err != nil {
 		return err
 	}
-	l.w.Write(append(b, '\n'))
-	if err := l.w.Flush(); err != nil {
+	if _, err := l.f.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("log %s: %w", l.path, err)
 	}
 	return nil

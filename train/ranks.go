@@ -2,20 +2,18 @@ package train
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
 
 	"ferry/dist"
+	"ferry/internal/digest"
 	"ferry/internal/fsx"
 	"ferry/optim"
 )
@@ -126,14 +124,35 @@ func showValue(v string) string {
 	if v == "" {
 		return "it unset"
 	}
-	v = longHex.ReplaceAllStringFunc(v, func(h string) string { return h[:12] + "…" })
+	v = cutHashes(v)
 	if r := []rune(v); len(r) > 120 {
 		v = string(r[:119]) + "…"
 	}
 	return v
 }
 
-var longHex = regexp.MustCompile(`[0-9a-f]{24,}`)
+// cutHashes cuts every run of 24 or more lowercase hex digits in v to
+// its first 12 and "…".
+func cutHashes(v string) string {
+	var b strings.Builder
+	for i := 0; i < len(v); {
+		j := i
+		for j < len(v) && ('0' <= v[j] && v[j] <= '9' || 'a' <= v[j] && v[j] <= 'f') {
+			j++
+		}
+		if j-i >= 24 {
+			b.WriteString(v[i:i+12] + "…")
+		} else {
+			b.WriteString(v[i:j])
+		}
+		if j < len(v) { // the byte that ended the run
+			b.WriteByte(v[j])
+			j++
+		}
+		i = j
+	}
+	return b.String()
+}
 
 // rankIdentity is what every rank of a data-parallel run must share: the
 // run's identity (the task's, with the settings that change the
@@ -171,7 +190,7 @@ func (t *Trainer) rankIdentity() map[string]any {
 	id["mode"] = string(cfg.Memory.Mode)
 	if p := cfg.Memory.Policy; p != nil {
 		b, _ := json.Marshal(p)
-		id["policy"] = digest(b)
+		id["policy"] = hexSHA256(b)
 	}
 	state := "device"
 	if h, ok := cfg.Optimizer.(optim.HostPlaced); ok && h.StateOnHost() {
@@ -196,13 +215,13 @@ func (t *Trainer) shapes() string {
 		fmt.Fprintf(&b, "%v %v;", p.Shape(), p.DType())
 		n += int64(p.Numel())
 	}
-	return fmt.Sprintf("%d tensors of %d elements, shapes %s", len(ps), n, digest([]byte(b.String()))[:16])
+	return fmt.Sprintf("%d tensors of %d elements, shapes %s", len(ps), n, hexSHA256([]byte(b.String()))[:16])
 }
 
-// digest is the hex SHA-256 of b.
-func digest(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
+// hexSHA256 is the hex SHA-256 of b.
+func hexSHA256(b []byte) string {
+	s := digest.SHA256(b)
+	return digest.Hex(s[:])
 }
 
 var (
@@ -253,11 +272,11 @@ func exeDigest() string {
 		return "?"
 	}
 	defer f.Close()
-	h := sha256.New()
+	h := digest.NewSHA256()
 	if _, err := io.Copy(h, f); err != nil {
 		return "?"
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
+	return digest.Hex(h.Sum(nil))[:16]
 }
 
 // agreeRanks checks that every rank has this rank's rankIdentity (Note
@@ -269,7 +288,7 @@ func (t *Trainer) agreeRanks() error {
 	if err != nil {
 		return fmt.Errorf("the run's settings: %w", err)
 	}
-	sum := sha256.Sum256(text)
+	sum := digest.SHA256(text)
 	digests, err := dist.AllGatherBytes(c, sum[:])
 	if err != nil {
 		return fmt.Errorf("comparing the ranks' settings: %w", err)

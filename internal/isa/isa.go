@@ -14,14 +14,19 @@
 // paths an AVX2-only machine takes; FERRY_GEMM_KERNEL still picks the GEMM
 // micro-kernel alone. Neither changes what OpenBLAS runs: its own
 // OPENBLAS_CORETYPE does (Haswell is its AVX2 kernel).
+//
+// The package asks the CPU itself (CPUID and XGETBV, cpuid_amd64.s) and
+// applies the rules golang.org/x/sys/cpu applies, so that it need not be
+// linked in: a vector extension counts only where the operating system
+// saves its registers on a context switch, and GODEBUG=cpu.<name>=off
+// turns a feature off as it does there (gdebug.go). The Has* facts are
+// the hardware's, before FERRY_CPU; they are all false off amd64.
 package isa
 
 import (
 	"fmt"
 	"os"
 	"strings"
-
-	"golang.org/x/sys/cpu"
 )
 
 var (
@@ -34,10 +39,38 @@ var (
 	AVX512BF16 bool
 )
 
+// The hardware facts, whatever FERRY_CPU says (GODEBUG=cpu.<name>=off
+// still clears them, as golang.org/x/sys/cpu's do).
+var (
+	// HasAVX2 reports AVX2, with the system saving the YMM registers
+	// (x/sys/cpu's X86.HasAVX2).
+	HasAVX2 bool
+	// HasAVX512F reports AVX-512 Foundation, with the system saving the
+	// opmask and ZMM registers (x/sys/cpu's X86.HasAVX512F).
+	HasAVX512F bool
+	// HasSHA reports the SHA extensions (SHA256RNDS2, SHA256MSG1,
+	// SHA256MSG2 on XMM registers): CPUID leaf 7, EBX bit 29.
+	HasSHA bool
+	// HasSSSE3 reports SSSE3 (PSHUFB, PALIGNR): CPUID leaf 1, ECX bit 9.
+	HasSSSE3 bool
+	// HasSSE41 reports SSE4.1: CPUID leaf 1, ECX bit 19.
+	HasSSE41 bool
+	// HasSSE42 reports SSE4.2 (the CRC32 instruction, which computes
+	// CRC-32C): CPUID leaf 1, ECX bit 20.
+	HasSSE42 bool
+)
+
+// Facts only AVX2, AVX512 and AVX512BF16 are derived from. hasFMA, like
+// x/sys/cpu's HasFMA, is the CPUID bit alone; detect sets hasAVX512BW and
+// hasAVX512BF16 only where it sets HasAVX512F.
+var hasFMA, hasAVX512BW, hasAVX512BF16 bool
+
 func init() {
-	AVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
-	AVX512 = AVX2 && cpu.X86.HasAVX512F
-	AVX512BF16 = AVX512 && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512BF16
+	detect() // cpuid_amd64.go, or cpuid_other.go: all false
+	disable(os.Getenv("GODEBUG"), features())
+	AVX2 = HasAVX2 && hasFMA
+	AVX512 = AVX2 && HasAVX512F
+	AVX512BF16 = AVX512 && hasAVX512BW && hasAVX512BF16
 	if v := os.Getenv("FERRY_CPU"); v != "" {
 		if err := lower(v); err != nil {
 			fmt.Fprintf(os.Stderr, "ferry: FERRY_CPU=%s ignored: %v\n", v, err)

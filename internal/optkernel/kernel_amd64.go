@@ -2,11 +2,7 @@
 
 package optkernel
 
-import (
-	"ferry/internal/isa"
-
-	xcpu "golang.org/x/sys/cpu"
-)
+import "ferry/internal/isa"
 
 //go:generate go run gen.go
 
@@ -26,13 +22,14 @@ func bestISA() string {
 }
 
 // ISAs lists the loops this machine can run, best first, whatever
-// FERRY_CPU says (tests compare them all).
+// FERRY_CPU says (tests compare them all): isa's hardware facts, which
+// count a vector width only where the system saves its registers.
 func ISAs() []string {
 	var isas []string
-	if xcpu.X86.HasAVX512F {
+	if isa.HasAVX512F {
 		isas = append(isas, "avx512")
 	}
-	if xcpu.X86.HasAVX2 {
+	if isa.HasAVX2 {
 		isas = append(isas, "avx2")
 	}
 	return append(isas, "go")
