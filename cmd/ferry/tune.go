@@ -57,18 +57,19 @@ func setupTune(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if *checkRounds < 0 || *checkRounds > 100 {
 			return fmt.Errorf("--check-rounds must be in [0, 100], got %d", *checkRounds)
 		}
-		if lib := cpu.MatmulForced(); lib != "" {
-			return fmt.Errorf("FERRY_MATMUL=%s (or SetMatmulBackend) forces one library, and the table is only read in auto mode: unset it to tune", lib)
-		}
-		if err := cpu.CanTuneMatmul(); err != nil {
-			return err
-		}
+		// The flags first: bad input is named whatever the machine has.
 		f, err := sizes.family()
 		if err != nil {
 			return err
 		}
 		s, err := sizes.sizes(f, "cpu")
 		if err != nil {
+			return err
+		}
+		if lib := cpu.MatmulForced(); lib != "" {
+			return fmt.Errorf("FERRY_MATMUL=%s (or SetMatmulBackend) forces one library, and the table is only read in auto mode: unset it to tune", lib)
+		}
+		if err := cpu.CanTuneMatmul(); err != nil {
 			return err
 		}
 		// The default file is the one ferry reads (FERRY_MATMUL_TABLE's,
