@@ -38,9 +38,17 @@ func TestCheckedWriterDoesNotBlock(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("1 MiB of writes to a stalled reader took %v", d)
 	}
-	// At the limit a writer waits, until a signal.
+	// At the limit a writer waits, until a signal. (The drain may have
+	// taken the queue already, blocked in the stuck write: then the first
+	// write fills an empty queue and the second waits.)
 	wrote := make(chan error, 1)
-	go func() { _, err := c.Write(make([]byte, queueLimit)); wrote <- err }()
+	go func() {
+		_, err := c.Write(make([]byte, queueLimit))
+		if err == nil {
+			_, err = c.Write([]byte("x"))
+		}
+		wrote <- err
+	}()
 	select {
 	case <-wrote:
 		t.Fatal("a write past the limit did not wait for the reader")
