@@ -67,6 +67,8 @@ type Setup struct {
 	Mode Mode // "" is None
 	// Config tunes the offloader of modes offload, offload-disk,
 	// recompute-offload and policy; the zero value means DefaultConfig.
+	// Mode policy takes the policy's copies in flight where it records
+	// them (Policy.CopiesInFlight).
 	Config *Config
 	// DiskDir is the disk tier's directory: offload-disk's files ("" is
 	// the system's temporary directory) and a policy's disk placements.
@@ -153,6 +155,9 @@ func NewMemory(dev device.Device, s Setup) (*Memory, error) {
 			return nil, fmt.Errorf("offload: mode policy needs a policy (ferry plan writes one)")
 		}
 		cfg.Policy = s.Policy.Place
+		if s.Policy.CopiesInFlight > 0 {
+			cfg.MaxInFlight = s.Policy.CopiesInFlight
+		}
 		m.segs = s.Policy.SegmentHooks()
 		m.inBwd = m.inBwd || s.Policy.OptimizerInBackward
 		s.ParamsOnHost = s.Policy.ParametersOnHost

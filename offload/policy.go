@@ -52,6 +52,18 @@ type Policy struct {
 	// (StreamConfig.SerialGradCopies): the fewest gradients on the device,
 	// for a budget that cannot hold one more. Only with Gradients "host".
 	SerialGradCopies bool `json:"serial_gradient_copies,omitempty"`
+	// CopiesInFlight is how many copies off the device the plan assumed
+	// may be in flight at once (Config.MaxInFlight), which a run applies:
+	// more overlap a link-bound forward better, and each holds its tensor
+	// on the device until it lands. 0 is the offloader's default
+	// (DefaultConfig).
+	CopiesInFlight int `json:"copies_in_flight,omitempty"`
+	// Ranks and Zero record the data-parallel training the plan is one
+	// rank of (ferry plan --ranks): Ranks ranks at ZeRO stage Zero. A run
+	// with other ranks or another stage does not peak as planned. 0
+	// ranks: one process.
+	Ranks int `json:"ranks,omitempty"`
+	Zero  int `json:"zero,omitempty"`
 	// HostPeakBytes is the host memory the plan predicts the step uses at
 	// its peak (offloaded tensors, parameters, gradients and optimizer
 	// state there): a run checks the machine has it before training.
@@ -267,6 +279,10 @@ func LoadPolicy(path string) (*Policy, error) {
 	return p, nil
 }
 
+// MaxCopiesInFlight bounds a policy's copies_in_flight: the planner
+// chooses among counts up to it, and a larger one is a damaged file.
+const MaxCopiesInFlight = 64
+
 // ParsePolicy reads a policy from its JSON. It refuses, naming each, a
 // key given twice, a null value, an unknown key, and entries that place
 // the same tensors differently.
@@ -294,6 +310,12 @@ func ParsePolicy(b []byte) (*Policy, error) {
 	}
 	if p.SerialGradCopies && p.Gradients != "host" {
 		return nil, fmt.Errorf("serial_gradient_copies is for gradients in host memory; the policy's gradients are %q", p.Gradients)
+	}
+	if p.Ranks < 0 || p.Zero < 0 || p.Zero > 2 || p.Zero > 0 && p.Ranks < 2 {
+		return nil, fmt.Errorf("ranks %d at zero %d: want ranks 0 (one process) or at least 2, zero 0, 1 or 2 (1 and 2 with 2 ranks or more)", p.Ranks, p.Zero)
+	}
+	if p.CopiesInFlight < 0 || p.CopiesInFlight > MaxCopiesInFlight {
+		return nil, fmt.Errorf("copies_in_flight %d: want 0 (the default) to %d", p.CopiesInFlight, MaxCopiesInFlight)
 	}
 	if err := p.checkConflicts(); err != nil {
 		return nil, err

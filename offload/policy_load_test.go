@@ -20,6 +20,10 @@ func TestLoadPolicyChecksTheTrainingState(t *testing.T) {
 		{`{"version": 2, "default": "keep", "serial_gradient_copies": true}`, "serial_gradient_copies"},
 		{`{"version": 2, "default": "keep", "gradients": "device", "serial_gradient_copies": true}`, "serial_gradient_copies"},
 		{`{"version": 2, "default": "keep", "optimizer_state": "host", "gradients": "host", "serial_gradient_copies": true}`, ""},
+		{`{"version": 2, "default": "keep", "copies_in_flight": -1}`, "copies_in_flight -1"},
+		{`{"version": 2, "default": "keep", "copies_in_flight": 65}`, "copies_in_flight 65"},
+		{`{"version": 2, "default": "keep", "copies_in_flight": 2.5}`, "copies_in_flight"},
+		{`{"version": 2, "default": "keep", "copies_in_flight": "4"}`, "copies_in_flight"},
 	} {
 		path := filepath.Join(dir, "p.json")
 		if err := os.WriteFile(path, []byte(c.body), 0o644); err != nil {

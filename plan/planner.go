@@ -42,7 +42,10 @@ type Options struct {
 	// the larger of 1 KiB and 1/1024 of the largest saved storage.
 	MinBytes int64
 	// Offload is the offloader's configuration the plan assumes (its
-	// Policy is what the plan chooses); zero means offload.DefaultConfig.
+	// Policy is what the plan chooses). Nil means offload.DefaultConfig,
+	// with the copies in flight chosen per plan among copiesInFlight and
+	// recorded in the policy (offload.Policy.CopiesInFlight); a config
+	// given pins its MaxInFlight.
 	Offload *offload.Config
 	// Ranks, above 1, plans one rank of data-parallel training over
 	// Ranks ranks (the rank with the largest share of sharded state),
@@ -136,10 +139,16 @@ type Plan struct {
 	ParamsOnHostBytes int64    `json:"parameters_on_host_bytes,omitempty"`
 	// SerialGradCopies: each gradient's copy to the host is waited for
 	// when the next gradient completes (the fewest on the device).
-	SerialGradCopies bool    `json:"serial_gradient_copies,omitempty"`
-	Precision        string  `json:"precision"` // fp32 or bf16
-	Counts           Counts  `json:"placements"`
-	Predicted        Outcome `json:"predicted"`
+	SerialGradCopies bool `json:"serial_gradient_copies,omitempty"`
+	// CopiesInFlight is how many copies off the device the plan lets be
+	// in flight at once (offload.Config.MaxInFlight), as its policy
+	// records; CopiesChosen says the planner chose it (Options.Offload
+	// nil) among copiesInFlight.
+	CopiesInFlight int     `json:"copies_in_flight,omitempty"`
+	CopiesChosen   bool    `json:"copies_in_flight_chosen,omitempty"`
+	Precision      string  `json:"precision"` // fp32 or bf16
+	Counts         Counts  `json:"placements"`
+	Predicted      Outcome `json:"predicted"`
 	// ModelPeakBytes and ModelStepSeconds are the cost model's figures
 	// for the plan; Predicted is its replay on the meta device.
 	ModelPeakBytes   int64   `json:"model_peak_bytes"`
@@ -241,6 +250,11 @@ type planner struct {
 	// grain is the coarsest granularity a solve of the search needed
 	// (problem.grain, problem.optionGrain): 1 while every solve was exact.
 	grain int64
+	// chooseInFlight: the plan's copies in flight are chosen
+	// (withCopiesInFlight); inFlight is the count its replays and policy
+	// use, 0 for opts.Offload's.
+	chooseInFlight bool
+	inFlight       int
 }
 
 // Make chooses the fastest plan that fits opts.Budget.
@@ -275,6 +289,7 @@ func makePlan(opts Options) (*Plan, error) {
 	if opts.Model == nil {
 		return nil, fmt.Errorf("plan: no model")
 	}
+	chooseInFlight := opts.Offload == nil
 	if opts.Offload == nil {
 		oc := offload.DefaultConfig()
 		opts.Offload = &oc
@@ -324,7 +339,7 @@ func makePlan(opts Options) (*Plan, error) {
 		}
 		opts.Model = m
 	}
-	pl := &planner{opts: opts}
+	pl := &planner{opts: opts, chooseInFlight: chooseInFlight}
 	if err := pl.recordAll(); err != nil {
 		return nil, err
 	}
@@ -370,6 +385,7 @@ func makePlan(opts Options) (*Plan, error) {
 		p.ModelPeakBytes, p.ModelStepSeconds = pl.plain[index(ib)].peak, pl.plain[index(ib)].seconds
 		p.Counts = pl.problem(ib, opts.Budget, 0).counts(keepAll)
 		p.policy = pl.policy(pl.problem(ib, opts.Budget, 0), keepAll, ib, p)
+		p.CopiesInFlight = p.policy.CopiesInFlight // nothing moves: not chosen
 		return p, nil
 	}
 	best, err := pl.choose(p)
@@ -386,6 +402,11 @@ func makePlan(opts Options) (*Plan, error) {
 		}
 		return p, pl.suggestSmaller(p)
 	}
+	if pl.chooseInFlight {
+		if best, err = pl.withCopiesInFlight(best); err != nil {
+			return nil, err
+		}
+	}
 	pr := pl.problem(best.ib, opts.Budget, opts.HostBudget)
 	model, _ := pr.evaluate(best.choice)
 	p.Fits, p.OptimizerInBackward, p.Predicted = true, best.ib, best.out
@@ -393,6 +414,7 @@ func makePlan(opts Options) (*Plan, error) {
 	p.Slowdown = best.out.StepSeconds / unl.StepSeconds
 	p.Counts = pr.counts(best.choice)
 	p.policy = pl.policy(pr, best.choice, best.ib, p)
+	p.CopiesInFlight, p.CopiesChosen = p.policy.CopiesInFlight, pl.chooseInFlight
 	return p, nil
 }
 
@@ -475,6 +497,38 @@ func (pl *planner) leastBudget(p *Plan, sm *replayed) (int64, *replayed, error) 
 		return hi, hiAt, nil
 	}
 	return n, at, nil
+}
+
+// copiesInFlight are the counts of copies off the device in flight that
+// a plan chooses among (offload.Config.MaxInFlight): more let a
+// link-bound forward overlap its copies better, and each holds its
+// tensor on the device until it lands, so a small model's plan may fit
+// more on the device with fewer.
+var copiesInFlight = []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32}
+
+// withCopiesInFlight replays the chosen plan best with each count of
+// copiesInFlight and returns the fastest that fits (the lower peak
+// between equals; best itself where none is better), setting pl.inFlight
+// to its count, which the policy then records. The placements stay the
+// search's, chosen at the default count: the count is chosen for them,
+// not jointly with them.
+func (pl *planner) withCopiesInFlight(best *replayed) (*replayed, error) {
+	chosen, n := best, pl.opts.Offload.MaxInFlight
+	for _, k := range copiesInFlight {
+		if k == pl.opts.Offload.MaxInFlight {
+			continue
+		}
+		pl.inFlight = k
+		out, err := pl.replay(best.choice, best.ib)
+		if err != nil {
+			return nil, err
+		}
+		if c := (&replayed{choice: best.choice, ib: best.ib, out: out}); pl.fits(out) && better(c, chosen) {
+			chosen, n = c, k
+		}
+	}
+	pl.inFlight = n
+	return chosen, nil
 }
 
 // maxDescent bounds leastBudget's descent.
@@ -793,6 +847,13 @@ func (pl *planner) baseline(build func(pr *problem) []option) (Baseline, error) 
 func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offload.Policy {
 	rec := pl.plain[index(ib)]
 	pol := &offload.Policy{Version: 2, Default: offload.Keep, OptimizerInBackward: ib}
+	if pl.opts.Ranks > 1 {
+		pol.Ranks, pol.Zero = pl.opts.Ranks, pl.opts.Shard
+	}
+	pol.CopiesInFlight = pl.inFlight
+	if pol.CopiesInFlight == 0 {
+		pol.CopiesInFlight = pl.opts.Offload.MaxInFlight // pinned, or not chosen yet
+	}
 	if pl.opts.OptimizerState == "host" {
 		pol.OptimizerState = "host"
 	}
@@ -846,7 +907,7 @@ func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offlo
 func (pl *planner) replay(choice []option, ib bool) (Outcome, error) {
 	// A replay is deterministic: the same choice is replayed once.
 	key := make([]byte, 0, 64)
-	key = append(key, byte(index(ib)))
+	key = append(key, byte(pl.inFlight), byte(index(ib)))
 	for _, o := range choice {
 		key = append(key, byte(index(o.recompute)))
 		for _, at := range o.place {
@@ -881,6 +942,9 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 	}
 	defer step.Release()
 	oc.Policy = policy.Place
+	if policy.CopiesInFlight > 0 {
+		oc.MaxInFlight = policy.CopiesInFlight
+	}
 	// The meta device simulates the disk tier: no file is written, so the
 	// system's temporary directory serves without making one of our own.
 	oc.DiskDir = os.TempDir()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"ferry"
@@ -202,5 +203,55 @@ func TestNothingFits(t *testing.T) {
 	}
 	if p.Fits || p.ShortBy <= 0 || p.Why == "" || len(p.Suggestions) == 0 {
 		t.Fatalf("plan %+v", p)
+	}
+}
+
+// The planner chooses the plan's copies in flight: its policy records
+// the count, a replay of the policy runs it (and gives the prediction),
+// and no other count is faster within the budget for the same
+// placements. A configuration given pins the count instead.
+func TestPlanChoosesCopiesInFlight(t *testing.T) {
+	// At its all-offload peak this GPT's forward is bound by the link,
+	// and 3 copies in flight are faster than the default 2.
+	m := gpt{nn.GPTConfig{Vocab: 128, Seq: 32, Layers: 4, Heads: 4, Embd: 64, Bias: true, Seed: 1}, 4}
+	full, err := Make(Options{Model: m, Profile: testProfile, Budget: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := full.AllOffload.PeakBytes
+	p, err := Make(Options{Model: m, Profile: testProfile, Budget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := p.Policy()
+	if !p.Fits || !p.CopiesChosen || !slices.Contains(copiesInFlight, p.CopiesInFlight) || pol.CopiesInFlight != p.CopiesInFlight {
+		t.Fatalf("plan copies in flight %d (chosen %v), policy %d", p.CopiesInFlight, p.CopiesChosen, pol.CopiesInFlight)
+	}
+	out, err := Replay(m, testProfile, pol, offload.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.PeakBytes != p.Predicted.PeakBytes || out.StepSeconds != p.Predicted.StepSeconds {
+		t.Errorf("replay of the policy: peak %d, step %g s; predicted %d, %g s", out.PeakBytes, out.StepSeconds, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
+	}
+	for _, k := range copiesInFlight {
+		other := *pol
+		other.CopiesInFlight = k
+		o, err := Replay(m, testProfile, &other, offload.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.PeakBytes <= budget && o.StepSeconds < p.Predicted.StepSeconds {
+			t.Errorf("%d copies in flight: step %g s within the budget, faster than the chosen %d's %g s", k, o.StepSeconds, p.CopiesInFlight, p.Predicted.StepSeconds)
+		}
+	}
+	oc := offload.DefaultConfig()
+	oc.MaxInFlight = 5
+	pinned, err := Make(Options{Model: m, Profile: testProfile, Budget: budget, Offload: &oc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pinned.CopiesChosen || pinned.CopiesInFlight != 5 || pinned.Policy().CopiesInFlight != 5 {
+		t.Errorf("pinned at 5: plan %d (chosen %v), policy %d", pinned.CopiesInFlight, pinned.CopiesChosen, pinned.Policy().CopiesInFlight)
 	}
 }

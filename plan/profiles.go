@@ -28,13 +28,14 @@ var builtin = map[string]meta.Profile{
 			"a PCIe Gen4 NVMe drive at 5 GB/s write and 7 GB/s read, 5 µs per kernel; attention at ferry's tiled kernels' " +
 			"FP32 bound with --fmad=false, 60% reached (20.1 TFLOP/s, docs/gpu-estimate.md); " +
 			"bfloat16 products on the tensor cores through cuBLAS (float32 accumulation) at the datasheet's dense BF16 989 TFLOP/s " +
-			"(1,979 with sparsity; dense TF32 495), 75% reached, as FP32. Not measured here.",
+			"(1,979 with sparsity; dense TF32 495), 75% reached, as FP32. Collectives among GPUs through PCIe Gen5 (no NVLink): ring bus bandwidth assumed 60% of the link, 20 µs each. Not measured here.",
 		MatmulFLOPS: 0.75 * 67e12, MatmulBF16FLOPS: 0.75 * 989e12, MemoryBytesPerSec: 0.8 * 4.8e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(67e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,
 		ElementwiseBF16:          true, // the CUDA device's kernels take bfloat16 views
 		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 141e9,
+		InterconnectBytesPerSec: pcieRingShare * 64e9, InterconnectSeconds: interconnectLatency,
 	},
 	"h100-pcie5": {
 		Name: "h100-pcie5",
@@ -42,13 +43,14 @@ var builtin = map[string]meta.Profile{
 			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link, NVMe 5/7 GB/s, 5 µs per kernel; " +
 			"attention at ferry's tiled kernels' FP32 bound with --fmad=false, 60% reached (15.3 TFLOP/s, docs/gpu-estimate.md); " +
 			"bfloat16 products on the tensor cores through cuBLAS (float32 accumulation) at the datasheet's dense BF16 756 TFLOP/s " +
-			"(1,513 with sparsity; dense TF32 378), 75% reached, as FP32. Not measured here.",
+			"(1,513 with sparsity; dense TF32 378), 75% reached, as FP32. Collectives among GPUs through PCIe Gen5 (no NVLink): ring bus bandwidth assumed 60% of the link, 20 µs each. Not measured here.",
 		MatmulFLOPS: 0.75 * 51e12, MatmulBF16FLOPS: 0.75 * 756e12, MemoryBytesPerSec: 0.8 * 2.0e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(51e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,
 		ElementwiseBF16:          true, // the CUDA device's kernels take bfloat16 views
 		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
+		InterconnectBytesPerSec: pcieRingShare * 64e9, InterconnectSeconds: interconnectLatency,
 	},
 	"a100-pcie4": {
 		Name: "a100-pcie4",
@@ -56,13 +58,47 @@ var builtin = map[string]meta.Profile{
 			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the link (25.6 GB/s), NVMe 5/7 GB/s, 5 µs per kernel; " +
 			"attention at ferry's tiled kernels' FP32 bound with --fmad=false, 60% reached (5.9 TFLOP/s, docs/gpu-estimate.md); " +
 			"bfloat16 products on the tensor cores through cuBLAS (float32 accumulation) at the datasheet's dense BF16 312 TFLOP/s " +
-			"(624 with sparsity; dense TF32 156), 75% reached, as FP32. Not measured here.",
+			"(624 with sparsity; dense TF32 156), 75% reached, as FP32. Collectives among GPUs through PCIe Gen4 (no NVLink): ring bus bandwidth assumed 60% of the link, 20 µs each. Not measured here.",
 		MatmulFLOPS: 0.75 * 19.5e12, MatmulBF16FLOPS: 0.75 * 312e12, MemoryBytesPerSec: 0.8 * 1.935e12, KernelSeconds: 5e-6,
 		AttentionFLOPS: attentionFLOPS(19.5e12), AttentionCausalSkip: true,
 		H2DBytesPerSec: 0.8 * 32e9, D2HBytesPerSec: 0.8 * 32e9,
 		HostOptimizerBytesPerSec: hostOptimizerRate,
 		ElementwiseBF16:          true, // the CUDA device's kernels take bfloat16 views
 		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
+		InterconnectBytesPerSec: pcieRingShare * 32e9, InterconnectSeconds: interconnectLatency,
+	},
+	"h100-sxm": {
+		Name: "h100-sxm",
+		Source: "NVIDIA H100 SXM5 datasheet: FP32 67 TFLOP/s, HBM3 3.35 TB/s, 80 GB; PCIe Gen5 x16 64 GB/s per direction; " +
+			"NVLink 4 900 GB/s (450 GB/s per direction), 8 GPUs on NVSwitch (HGX H100). " +
+			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the PCIe link, NVMe 5/7 GB/s, 5 µs per kernel; " +
+			"attention at ferry's tiled kernels' FP32 bound with --fmad=false, 60% reached (20.1 TFLOP/s, docs/gpu-estimate.md); " +
+			"bfloat16 products through cuBLAS at the datasheet's dense BF16 989 TFLOP/s, 75% reached; " +
+			"collectives on NVLink: ring bus bandwidth assumed 80% of 450 GB/s (360 GB/s; NVLink SHARP may reach more), 20 µs each. " +
+			"Not measured here.",
+		MatmulFLOPS: 0.75 * 67e12, MatmulBF16FLOPS: 0.75 * 989e12, MemoryBytesPerSec: 0.8 * 3.35e12, KernelSeconds: 5e-6,
+		AttentionFLOPS: attentionFLOPS(67e12), AttentionCausalSkip: true,
+		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
+		HostOptimizerBytesPerSec: hostOptimizerRate,
+		ElementwiseBF16:          true,
+		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 80e9,
+		InterconnectBytesPerSec: 0.8 * 450e9, InterconnectSeconds: interconnectLatency,
+	},
+	"h200-sxm": {
+		Name: "h200-sxm",
+		Source: "NVIDIA H200 SXM datasheet: FP32 67 TFLOP/s, HBM3e 4.8 TB/s, 141 GB; PCIe Gen5 x16 64 GB/s per direction; " +
+			"NVLink 4 900 GB/s (450 GB/s per direction), 8 GPUs on NVSwitch (HGX H200). " +
+			"Assumed reached: 75% of FP32 peak, 80% of memory bandwidth, 80% of the PCIe link, NVMe 5/7 GB/s, 5 µs per kernel; " +
+			"attention at ferry's tiled kernels' FP32 bound with --fmad=false, 60% reached (20.1 TFLOP/s, docs/gpu-estimate.md); " +
+			"bfloat16 products through cuBLAS at the datasheet's dense BF16 989 TFLOP/s, 75% reached; " +
+			"collectives on NVLink: ring bus bandwidth assumed 80% of 450 GB/s (360 GB/s), 20 µs each. Not measured here.",
+		MatmulFLOPS: 0.75 * 67e12, MatmulBF16FLOPS: 0.75 * 989e12, MemoryBytesPerSec: 0.8 * 4.8e12, KernelSeconds: 5e-6,
+		AttentionFLOPS: attentionFLOPS(67e12), AttentionCausalSkip: true,
+		H2DBytesPerSec: 0.8 * 64e9, D2HBytesPerSec: 0.8 * 64e9,
+		HostOptimizerBytesPerSec: hostOptimizerRate,
+		ElementwiseBF16:          true,
+		DiskWriteBytesPerSec:     5e9, DiskReadBytesPerSec: 7e9, MemoryBytes: 141e9,
+		InterconnectBytesPerSec: 0.8 * 450e9, InterconnectSeconds: interconnectLatency,
 	},
 	// Measured on the 2-core development machine (AMD EPYC, Zen 5) with
 	// `ferry calibrate --json` on 2026-12-02 (OpenBLAS 0.3.21, Debian
@@ -81,6 +117,17 @@ var builtin = map[string]meta.Profile{
 // (docs/gpu-estimate.md). An estimate from the kernels' source, to be
 // confirmed on a GPU.
 func attentionFLOPS(fp32 float64) float64 { return 0.3 * fp32 }
+
+// pcieRingShare is the share of a PCIe link's rate the GPU profiles
+// without NVLink assume a ring collective's bus bandwidth reaches
+// (peer-to-peer through the PCIe switch), and interconnectLatency the
+// fixed cost they assume per collective. Assumptions, not measurements.
+// The CPU profiles model no interconnect: their ranks' collectives (MPI
+// in shared memory) take no time in a plan.
+const (
+	pcieRingShare       = 0.6
+	interconnectLatency = 20e-6
+)
 
 // hostOptimizerRate is what the GPU profiles assume an optimizer stepping
 // on the host (optim.OnHost) moves there, reads plus writes: 50 GB/s, about

@@ -26,6 +26,8 @@ func TestFlagsThatDoNotApplyAreRefused(t *testing.T) {
 	keep := write("keep.json", `{"version":1,"default":"keep"}`)                    // records no precision, no state: fp32, device
 	bf16 := write("bf16.json", `{"version":1,"default":"keep","precision":"bf16"}`) // the reverse
 	host := write("host.json", `{"version":1,"default":"keep","optimizer_state":"host"}`)
+	ranks := write("ranks.json", `{"version":1,"default":"keep","ranks":2,"zero":1}`) // one rank of two (ferry plan --ranks 2)
+	badRanks := write("bad-ranks.json", `{"version":1,"default":"keep","ranks":1,"zero":1}`)
 	text := func(extra ...string) []string { return smallText(data, append([]string{"--steps", "1"}, extra...)...) }
 	meta := func(extra ...string) []string {
 		return append([]string{"demo", "--device", "meta", "--steps", "1"}, extra...)
@@ -43,6 +45,8 @@ func TestFlagsThatDoNotApplyAreRefused(t *testing.T) {
 		{text("--offload", "--policy", keep), "cannot be combined", 1},
 		{text("--mode", "none", "--policy", keep), "cannot be combined with --mode none", 1},
 		{text("--policy", keep, "--precision", "bf16"), "was planned at --precision fp32; drop --precision bf16", 1},
+		{text("--policy", ranks), "is one rank of 2 at ZeRO stage 1 (ferry plan --ranks 2 --zero 1), and this run is 1 at stage 0", 1},
+		{text("--policy", badRanks), "ranks 1 at zero 1", 1},
 		{text("--policy", bf16, "--precision", "fp32"), "was planned at --precision bf16; drop --precision fp32", 1},
 		{text("--policy", keep, "--optimizer-state", "host"), "planned with the optimizer state on the device", 1},
 		{text("--policy", host, "--optimizer-state", "device"), "planned with the optimizer state on the host", 1},
@@ -80,7 +84,7 @@ func TestFlagsThatDoNotApplyAreRefused(t *testing.T) {
 			t.Errorf("ferry %s: exit %d, stderr %q; want exit %d and %q", strings.Join(c.args, " "), code, errOut, c.code, c.want)
 		}
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 3 {
+	if ents, _ := os.ReadDir(dir); len(ents) != 5 { // the policies written above, no more
 		t.Errorf("left in %s: %v", dir, ents)
 	}
 }

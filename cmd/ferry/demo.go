@@ -35,7 +35,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	fs.Var(&capacity, "capacity", "cap the device's memory (e.g. 3GiB) to see out-of-memory behaviour")
 	poison := fs.Bool("poison", false, "fill freed device memory with NaN (catches use after free)")
 	keepLast := fs.Int("keep-last", -1, "offloader: saved storages kept on the device at the end of forward (default 1)")
-	inFlight := fs.Int("max-in-flight", -1, "offloader: copies off the device in flight at once (default 2)")
+	inFlight := fs.Int("max-in-flight", -1, "offloader: copies off the device in flight at once (default: the policy's copies_in_flight, else 2)")
 	lookahead := fs.Int("lookahead", -1, "offloader: tensors prefetched ahead during backward (default 2)")
 	var minBytes byteSize = -1
 	fs.Var(&minBytes, "min-bytes", "offloader: tensors smaller than this stay on the device (default 1KiB)")
@@ -166,6 +166,8 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		if set["max-in-flight"] {
 			cfg.Offload.MaxInFlight = *inFlight
+		} else if pol != nil && pol.CopiesInFlight > 0 {
+			cfg.Offload.MaxInFlight = pol.CopiesInFlight // what the plan assumed
 		}
 		if set["lookahead"] {
 			cfg.Offload.Lookahead = *lookahead

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"ferry/cmd/ferry/internal/demo"
@@ -30,7 +31,8 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	params := fs.String("parameters", "auto", "where parameters live between uses: device; host (all of them streamed to the device around their uses); or auto: the planner chooses, streaming the fewest that fit")
 	precision := fs.String("precision", "fp32", precisionUsage)
 	optimizer := defineOptimizerFlag(fs, "")
-	zero := fs.Int("zero", 1, "with --ranks above 1, the ZeRO stage: 0 every rank holds the whole optimizer state and gradients, 1 its share of the optimizer state, 2 of the gradients too")
+	inFlight := fs.String("copies-in-flight", "auto", "copies off the device in flight at once that the plan assumes (1 to 64), or auto: the planner chooses per plan; the policy records it")
+	zero := fs.String("zero", "auto", "with --ranks above 1, the ZeRO stage: 0 every rank holds the whole optimizer state and gradients, 1 its share of the optimizer state, 2 of the gradients too; or auto: the planner plans each and takes the fastest that fits (the policy records it)")
 	return func(w io.Writer, asJSON bool) error {
 		if budget <= 0 {
 			return fmt.Errorf("--budget is required (for example --budget 20GiB)")
@@ -39,7 +41,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			return fmt.Errorf("--ranks must be in [1, %d], got %d", maxRanks, *ranks)
 		}
 		set := setFlags(fs)
-		if *ranks == 1 && set["zero"] {
+		if *ranks == 1 && set["zero"] && *zero != "auto" {
 			return fmt.Errorf("--zero shares the state among --ranks, and --ranks 1 has nothing to share it with: drop --zero, or give --ranks N")
 		}
 		if set["host-budget"] && hostBudget == 0 {
@@ -50,17 +52,31 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 				return err
 			}
 		}
-		if *zero < 0 || *zero > 2 {
-			return fmt.Errorf("--zero must be 0, 1 or 2, got %d", *zero)
-		}
-		shard := *zero
-		if *ranks == 1 {
-			shard = 0
+		stages := []int{0} // the ZeRO stages planned: the fastest that fits wins
+		switch *zero {
+		case "auto":
+			if *ranks > 1 {
+				stages = []int{0, 1, 2}
+			}
+		case "0", "1", "2":
+			stages = []int{int((*zero)[0] - '0')}
+		default:
+			return fmt.Errorf("--zero %q: want 0, 1, 2 or auto", *zero)
 		}
 		for _, v := range []struct{ flag, val string }{{"optimizer-state", *optState}, {"gradients", *grads}, {"parameters", *params}} {
 			if v.val != "device" && v.val != "host" && v.val != "auto" {
 				return fmt.Errorf("--%s %q: want device, host or auto", v.flag, v.val)
 			}
+		}
+		var offCfg *offload.Config // nil: the planner chooses the copies in flight
+		if *inFlight != "auto" {
+			n, err := strconv.Atoi(*inFlight)
+			if err != nil || n < 1 || n > offload.MaxCopiesInFlight {
+				return fmt.Errorf("--copies-in-flight %q: want auto or a count in [1, %d]", *inFlight, offload.MaxCopiesInFlight)
+			}
+			oc := offload.DefaultConfig()
+			oc.MaxInFlight = n
+			offCfg = &oc
 		}
 		jo := plan.JointOptions{OptimizerState: *optState, Gradients: *grads, Params: *params}
 		if *ranks > 1 {
@@ -102,15 +118,24 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if err != nil {
 			return err
 		}
-		p, tried, err := plan.MakeJoint(plan.Options{Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
-			Ranks: *ranks, Shard: shard, Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), jo)
-		if err != nil {
-			return err
+		var p *plan.Plan
+		var tried []plan.Tried
+		var zeroTried []*plan.Plan
+		for _, shard := range stages {
+			q, t, err := plan.MakeJoint(plan.Options{Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
+				Offload: offCfg, Ranks: *ranks, Shard: shard, Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), jo)
+			if err != nil {
+				return err
+			}
+			zeroTried = append(zeroTried, q)
+			if p == nil || betterStage(q, p) {
+				p, tried = q, t
+			}
 		}
 		if !p.Fits && *ranks == 1 && (*optState != "auto" || *grads != "auto" || *params != "auto") {
 			// Would the planner's own choice of the state fit? Say so.
 			ap, _, err := plan.MakeJoint(plan.Options{Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
-				Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), plan.JointOptions{})
+				Offload: offCfg, Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), plan.JointOptions{})
 			if err == nil && ap.Fits {
 				flags := "--optimizer-state " + ap.OptimizerState + " --gradients " + ap.Gradients
 				if len(ap.ParamsOnHost) > 0 {
@@ -127,6 +152,9 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if len(tried) > 1 {
 			chose = "training state placements tried (the fastest that fits wins):\n" + plan.DescribeTried(tried)
 		}
+		if len(zeroTried) > 1 {
+			chose += "ZeRO stages tried (the fastest that fits wins):\n" + describeStages(zeroTried)
+		}
 		written := ""
 		if p.Fits && *out != "" {
 			pol := p.Policy()
@@ -142,7 +170,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			replay = replayCommand(cfg, *profile, written, p.Counts.Disk > 0)
 		}
 		if asJSON {
-			if err := writeJSON(w, planJSON(p, demo.OptimizerName(cfg), written, replay, tried)); err != nil {
+			if err := writeJSON(w, planJSON(p, demo.OptimizerName(cfg), written, replay, tried, zeroTried)); err != nil {
 				return err
 			}
 		} else {
@@ -187,7 +215,50 @@ type figures struct {
 	Placements           plan.Counts `json:"placements"`
 }
 
-func planJSON(p *plan.Plan, optimizer, written, replay string, tried []plan.Tried) any {
+// betterStage says whether plan q of one ZeRO stage is preferable to p
+// of another: it fits where p does not, or both fit and it is faster, or
+// as fast with a lower peak; where neither fits, it comes closer.
+func betterStage(q, p *plan.Plan) bool {
+	switch {
+	case q.Fits != p.Fits:
+		return q.Fits
+	case !q.Fits:
+		return q.Predicted.PeakBytes < p.Predicted.PeakBytes
+	}
+	return q.Predicted.StepSeconds < p.Predicted.StepSeconds ||
+		q.Predicted.StepSeconds == p.Predicted.StepSeconds && q.Predicted.PeakBytes < p.Predicted.PeakBytes
+}
+
+// describeStages is a line per ZeRO stage planned.
+func describeStages(ps []*plan.Plan) string {
+	var b strings.Builder
+	for _, q := range ps {
+		fits := "does not fit"
+		if q.Fits {
+			fits = "fits"
+		}
+		fmt.Fprintf(&b, "  ZeRO-%d: peak %s, step %.4g s (interconnect %.4g s), %s\n", q.Shard, device.FormatBytes(q.Predicted.PeakBytes),
+			q.Predicted.StepSeconds, q.Predicted.Busy.Interconnect, fits)
+	}
+	return b.String()
+}
+
+// stageJSON is one ZeRO stage's plan in plan --json's zero_stages_tried.
+type stageJSON struct {
+	Zero               int     `json:"zero_stage"`
+	Fits               bool    `json:"fits"`
+	PeakBytes          int64   `json:"predicted_peak_bytes"`
+	StepSeconds        float64 `json:"predicted_step_seconds"`
+	InterconnectSecond float64 `json:"interconnect_seconds"`
+}
+
+func planJSON(p *plan.Plan, optimizer, written, replay string, tried []plan.Tried, stages []*plan.Plan) any {
+	var st []stageJSON
+	if len(stages) > 1 {
+		for _, q := range stages {
+			st = append(st, stageJSON{q.Shard, q.Fits, q.Predicted.PeakBytes, q.Predicted.StepSeconds, q.Predicted.Busy.Interconnect})
+		}
+	}
 	return struct {
 		*plan.Plan
 		PredictedPeakBytes   int64        `json:"predicted_peak_bytes"`
@@ -198,7 +269,8 @@ func planJSON(p *plan.Plan, optimizer, written, replay string, tried []plan.Trie
 		PolicyFile           string       `json:"policy_file,omitempty"`
 		Replay               string       `json:"replay_command,omitempty"`
 		Tried                []plan.Tried `json:"state_placements_tried,omitempty"`
-	}{p, p.Predicted.PeakBytes, p.Predicted.StepSeconds, baselineJSON(p.AllRecompute), baselineJSON(p.AllOffload), optimizer, written, replay, tried}
+		Stages               []stageJSON  `json:"zero_stages_tried,omitempty"`
+	}{p, p.Predicted.PeakBytes, p.Predicted.StepSeconds, baselineJSON(p.AllRecompute), baselineJSON(p.AllOffload), optimizer, written, replay, tried, st}
 }
 
 func baselineJSON(b plan.Baseline) figures {
@@ -249,6 +321,13 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 		if len(p.Segments) > 0 {
 			fmt.Fprintf(w, "  recomputed: %s\n", summarize(p.Segments))
 		}
+		if p.CopiesInFlight > 0 {
+			how := "--copies-in-flight"
+			if p.CopiesChosen {
+				how = "chosen for this plan; --copies-in-flight N pins it"
+			}
+			fmt.Fprintf(w, "  at most %d copies off the device in flight at once (%s)\n", p.CopiesInFlight, how)
+		}
 	}
 	if p.OptimizerInBackward {
 		fmt.Fprintln(w, "  the optimizer updates each parameter inside backward and frees its gradient (optim.InBackward)")
@@ -273,8 +352,12 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 		device.FormatBytes(p.Predicted.PeakBytes), device.FormatBytes(p.Budget), p.Predicted.StepSeconds, p.Slowdown,
 		p.Predicted.StallSeconds, device.FormatBytes(p.Predicted.ToHostBytes), device.FormatBytes(p.Predicted.ToDiskBytes))
 	if b := p.Predicted.Busy; p.Predicted.Bound > 0 {
-		fmt.Fprintf(w, "overlap: step %.3f × the busiest resource (compute %.4g s, to device %.4g s, to host %.4g s, host %.4g s)\n",
-			p.Predicted.OverlapRatio, b.Compute, b.ToDevice, b.ToHost, b.Host)
+		ic := ""
+		if b.Interconnect > 0 {
+			ic = fmt.Sprintf(", interconnect %.4g s", b.Interconnect)
+		}
+		fmt.Fprintf(w, "overlap: step %.3f × the busiest resource (compute %.4g s, to device %.4g s, to host %.4g s, host %.4g s%s)\n",
+			p.Predicted.OverlapRatio, b.Compute, b.ToDevice, b.ToHost, b.Host, ic)
 	}
 	fmt.Fprintf(w, "(cost model: peak %s, step %.4g s; %d steps replayed on the meta device)\n",
 		device.FormatBytes(p.ModelPeakBytes), p.ModelStepSeconds, p.Replays)

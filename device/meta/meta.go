@@ -80,6 +80,15 @@ type Profile struct {
 	// bytes a parameter); 0 means MemoryBytesPerSec, right where the host
 	// is the device (the CPU device).
 	HostOptimizerBytesPerSec float64 `json:"host_optimizer_bytes_per_sec,omitempty"`
+	// InterconnectBytesPerSec is the rate one rank's collectives move
+	// bytes between ranks, each way: the bus bandwidth NCCL's tests
+	// report (busbw), so that a ring all-reduce of n bytes over N ranks
+	// takes 2(N−1)/N · n at this rate, a reduce-scatter or all-gather of
+	// n bytes in all (N−1)/N · n. 0 means collectives are not modelled:
+	// they take no time (SimulateCollective).
+	InterconnectBytesPerSec float64 `json:"interconnect_bytes_per_sec,omitempty"`
+	// InterconnectSeconds is a fixed cost per collective (its latency).
+	InterconnectSeconds float64 `json:"interconnect_seconds,omitempty"`
 	// CopyComputeShare is how many seconds compute loses per second of a
 	// side-stream copy or disk transfer: 0 on a GPU, whose copy engines are
 	// its own; more on a CPU, where copies run on the cores, caches and
@@ -128,6 +137,10 @@ func (p *Profile) Validate() error {
 	if p.HostOptimizerBytesPerSec != 0 {
 		check("host_optimizer_bytes_per_sec", p.HostOptimizerBytesPerSec, minRate, maxRate, " (bytes per second; 0 or absent: memory_bytes_per_sec)")
 	}
+	if p.InterconnectBytesPerSec != 0 {
+		check("interconnect_bytes_per_sec", p.InterconnectBytesPerSec, minRate, maxRate, " (bytes per second between ranks; 0 or absent: collectives not modelled)")
+	}
+	check("interconnect_seconds", p.InterconnectSeconds, 0, maxKernelSeconds, " (seconds per collective, e.g. 2e-5)")
 	check("kernel_seconds", p.KernelSeconds, 0, maxKernelSeconds, " (seconds per kernel launch, e.g. 5e-6)")
 	check("copy_compute_share", p.CopyComputeShare, 0, maxCopyShare, "")
 	if p.MemoryBytes < 0 || p.MemoryBytes > device.MaxBytes {
@@ -166,6 +179,10 @@ type sim struct {
 	hostClock          float64
 	hostAsync          bool
 	hostStart, hostEnd float64
+	// interconnect is when the link between ranks is next free
+	// (SimulateCollective): one collective at a time, as NCCL runs a
+	// communicator's on one stream.
+	interconnect float64
 	// busy sums the seconds of work issued to each resource: compute
 	// kernels, copies to the device, copies to the host, host work.
 	busy  Busy
@@ -318,6 +335,35 @@ func (d *Device) SimulateHostWork(down, host, up int64) {
 	d.comp.clock += cost // compute waits: its clock moves, its busy time does not
 }
 
+// SimulateCollective accounts a collective among ranks ranks on the
+// interconnect and returns the event of its end: op is "all_reduce" (n
+// the buffer's bytes), "reduce_scatter" or "all_gather" (n the bytes of
+// the whole, every rank's share together) or "broadcast" (n the
+// buffer's). It starts when issued (the compute clock) or when the
+// interconnect is free, whichever is later, and takes the ring
+// algorithm's time at the profile's InterconnectBytesPerSec; with no
+// such rate, or one rank, it takes none.
+func (d *Device) SimulateCollective(op string, n int64, ranks int) device.Event {
+	s := d.sim
+	p := s.profile
+	if p == nil || p.InterconnectBytesPerSec == 0 || ranks < 2 {
+		return &event{t: d.comp.clock, dev: d}
+	}
+	share := float64(ranks-1) / float64(ranks)
+	moved := share * float64(n) // each rank sends (and receives) this much
+	switch op {
+	case "all_reduce":
+		moved *= 2 // a reduce-scatter, then an all-gather
+	case "broadcast":
+		moved = float64(n) // pipelined through the ring: n once
+	}
+	cost := p.InterconnectSeconds + moved/p.InterconnectBytesPerSec
+	start := max(s.interconnect, d.comp.clock)
+	s.interconnect = start + cost
+	s.busy.Interconnect += cost
+	return &event{t: s.interconnect, dev: d}
+}
+
 // Busy is the time each resource of a simulated step spent working: the
 // lower bound of a step that overlaps them perfectly is their maximum.
 type Busy struct {
@@ -325,14 +371,16 @@ type Busy struct {
 	ToDevice float64 `json:"to_device"`
 	ToHost   float64 `json:"to_host"`
 	Host     float64 `json:"host"`
+	// Interconnect is the collectives among ranks (SimulateCollective).
+	Interconnect float64 `json:"interconnect,omitempty"`
 }
 
-// Max is the largest of the four.
-func (b Busy) Max() float64 { return max(b.Compute, b.ToDevice, b.ToHost, b.Host) }
+// Max is the largest of the five.
+func (b Busy) Max() float64 { return max(b.Compute, b.ToDevice, b.ToHost, b.Host, b.Interconnect) }
 
 // Sub is b minus o, for the work of one step.
 func (b Busy) Sub(o Busy) Busy {
-	return Busy{b.Compute - o.Compute, b.ToDevice - o.ToDevice, b.ToHost - o.ToHost, b.Host - o.Host}
+	return Busy{b.Compute - o.Compute, b.ToDevice - o.ToDevice, b.ToHost - o.ToHost, b.Host - o.Host, b.Interconnect - o.Interconnect}
 }
 
 // Busy returns the work issued so far to each resource, in seconds.

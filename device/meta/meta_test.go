@@ -236,3 +236,60 @@ func TestBFloat16Cost(t *testing.T) {
 		t.Error("a negative matmul_bf16_flops was accepted")
 	}
 }
+
+// A collective takes the ring algorithm's time on the interconnect, one
+// after another, and compute waits for it only when it synchronizes; with
+// no interconnect rate, or one rank, it takes none. Validate refuses a
+// rate out of range.
+func TestSimulateCollective(t *testing.T) {
+	p := &meta.Profile{Name: "test", MatmulFLOPS: 1e12, MemoryBytesPerSec: 1e11, H2DBytesPerSec: 1e10,
+		D2HBytesPerSec: 5e9, DiskWriteBytesPerSec: 1e9, DiskReadBytesPerSec: 2e9,
+		InterconnectBytesPerSec: 1e10, InterconnectSeconds: 1e-5}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := meta.New(device.Options{}, p)
+	defer d.Close()
+	const n = 8e8 // bytes
+	ar := d.SimulateCollective("all_reduce", n, 4)
+	rs := d.SimulateCollective("reduce_scatter", n, 4)
+	bc := d.SimulateCollective("broadcast", n, 4)
+	wantAR := 1e-5 + 2*0.75*n/1e10
+	wantRS := wantAR + 1e-5 + 0.75*n/1e10
+	wantBC := wantRS + 1e-5 + n/1e10
+	for _, c := range []struct {
+		name string
+		ev   device.Event
+		want float64
+	}{{"all_reduce", ar, wantAR}, {"reduce_scatter", rs, wantRS}, {"broadcast", bc, wantBC}} {
+		if got, _ := d.EventTime(c.ev); abs(got-c.want) > 1e-12 {
+			t.Errorf("%s ends at %v s, want %v", c.name, got, c.want)
+		}
+	}
+	if d.Now() != 0 {
+		t.Errorf("compute moved to %v s before waiting", d.Now())
+	}
+	if b := d.Busy(); abs(b.Interconnect-wantBC) > 1e-12 || b.Max() != b.Interconnect {
+		t.Errorf("busy %+v, want interconnect %v the busiest", b, wantBC)
+	}
+	if err := bc.Synchronize(); err != nil || abs(d.Now()-wantBC) > 1e-12 {
+		t.Errorf("after waiting: %v s, want %v (%v)", d.Now(), wantBC, err)
+	}
+	if got, _ := d.EventTime(d.SimulateCollective("all_reduce", n, 1)); got != d.Now() {
+		t.Errorf("one rank's all-reduce ends at %v, want now (%v)", got, d.Now())
+	}
+	q := *p
+	q.InterconnectBytesPerSec = 0
+	free := meta.New(device.Options{}, &q)
+	defer free.Close()
+	if got, _ := free.EventTime(free.SimulateCollective("all_reduce", n, 8)); got != 0 || free.Busy().Interconnect != 0 {
+		t.Errorf("no interconnect rate: the all-reduce ends at %v", got)
+	}
+	for _, bad := range []meta.Profile{{InterconnectBytesPerSec: -1}, {InterconnectBytesPerSec: 1e20}, {InterconnectSeconds: 2}} {
+		r := *p
+		r.InterconnectBytesPerSec, r.InterconnectSeconds = bad.InterconnectBytesPerSec, bad.InterconnectSeconds
+		if err := r.Validate(); err == nil {
+			t.Errorf("Validate accepted interconnect %g B/s, %g s", r.InterconnectBytesPerSec, r.InterconnectSeconds)
+		}
+	}
+}

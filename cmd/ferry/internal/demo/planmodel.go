@@ -211,7 +211,7 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		return nil, fmt.Errorf("demo: parameters or gradients in host memory are not yet planned with several ranks")
 	}
 	if m.ranks > 1 {
-		if rk, err = m.rankStep(w.Parameters(), opt, inBackward); err != nil {
+		if rk, err = m.rankStep(dev, w.Parameters(), opt, inBackward); err != nil {
 			release()
 			return nil, err
 		}
@@ -264,11 +264,17 @@ type rankStep struct {
 	opt  optim.Optimizer
 }
 
-func (m planModel) rankStep(params []*ferry.Tensor, opt optim.Stepper, inBackward bool) (*rankStep, error) {
+func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim.Stepper, inBackward bool) (*rankStep, error) {
 	if inBackward {
 		return nil, fmt.Errorf("demo: a rank of %d cannot update inside backward (it averages the gradients first)", m.ranks)
 	}
-	comm := dist.Pretend(m.rank, m.ranks)
+	// On the meta device the collectives take the profile's interconnect
+	// time (meta.Device.SimulateCollective); elsewhere none.
+	var clock dist.CollectiveClock
+	if c, ok := dev.(dist.CollectiveClock); ok {
+		clock = c
+	}
+	comm := dist.PretendOn(m.rank, m.ranks, clock)
 	rk := &rankStep{opt: opt}
 	var owners []int
 	if m.shard == 2 {
