@@ -88,6 +88,9 @@ func (e unavailable) Is(target error) bool { return target == ErrUnavailable }
 // divides the sum by c.Size(): buf becomes the mean over ranks. The
 // returned event completes after the division.
 func AllReduceAverage(c Comm, buf []float32) device.Event {
+	if _, ok := c.(*pretend); ok {
+		return c.AllReduce(buf) // its values are fictitious: scaling them would only touch every page
+	}
 	return &scaleEvent{inner: c.AllReduce(buf), buf: buf, f: 1 / float32(c.Size())}
 }
 

@@ -68,6 +68,12 @@ func (r *run) save(step int, last bool) error {
 	if r.red != nil {
 		defer r.cfg.Comm.Barrier()
 		if r.rank > 0 {
+			// Every rank knows the checkpoint is pending: finish proves
+			// it (proveWeights) on all of them, a collective.
+			r.pending = 0
+			if !good {
+				r.pending = step
+			}
 			r.res.Checkpoint = r.ckpt.PathFor(step)
 			return nil
 		}

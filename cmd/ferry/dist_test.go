@@ -137,3 +137,52 @@ func TestTrainTextOnTwoMPIRanks(t *testing.T) {
 		t.Errorf("files: %v", ents)
 	}
 }
+
+// Under mpirun the optimizer's state may live in host memory: at ZeRO-1
+// each rank's share does, and the job trains to the losses of the state on
+// the device, bit for bit. A job stopped right after a checkpoint
+// (--stop-after at a --checkpoint-every step, whose checkpoint is proven
+// at the end, a collective) ends, where it once hung with only rank 0 in
+// the proof; resumed, it ends where the uninterrupted job did.
+func TestStateOnHostAcrossRanksStopsAndResumes(t *testing.T) {
+	_, bin := mpiFerry(t)
+	dir := t.TempDir()
+	data := corpus(t)
+	job := func(state, ck string, extra ...string) (float64, error) {
+		args := smallText(data, append([]string{"--steps", "6", "--zero", "1", "--optimizer-state", state,
+			"--checkpoint-dir", filepath.Join(dir, ck), "--checkpoint-every", "3", "--json",
+			"--collective-timeout", "20s"}, extra...)...) // a hang fails in seconds
+		out, stderr, took, err := mpiJob(t, dir, append([]string{"-np", "2", bin}, args...)...)
+		if err != nil {
+			return 0, fmt.Errorf("%v after %v: %s%s", err, took, out, stderr)
+		}
+		var sum struct {
+			Loss float64 `json:"final_train_loss"`
+		}
+		if err := json.Unmarshal([]byte(out), &sum); err != nil {
+			return 0, fmt.Errorf("summary: %v: %s", err, out)
+		}
+		return sum.Loss, nil
+	}
+	host, err := job("host", "host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	device, err := job("device", "device")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != device {
+		t.Errorf("final train loss %v with the state on the host, %v on the device", host, device)
+	}
+	if _, err := job("host", "stopped", "--stop-after", "3"); err != nil {
+		t.Fatalf("stopped after the step-3 checkpoint: %v", err)
+	}
+	resumed, err := job("host", "stopped", "--resume")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed != host {
+		t.Errorf("resumed from step 3: final train loss %v, uninterrupted %v", resumed, host)
+	}
+}

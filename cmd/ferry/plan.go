@@ -80,10 +80,13 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		jo := plan.JointOptions{OptimizerState: *optState, Gradients: *grads, Params: *params}
 		if *ranks > 1 {
-			if err := rankStateError(*ranks, fmt.Sprintf("--ranks %d", *ranks), *optState == "host", *grads == "host", *params == "host"); err != nil {
+			if err := rankStateError(*ranks, fmt.Sprintf("--ranks %d", *ranks), *grads == "host", *params == "host"); err != nil {
 				return err // the rule train shares (ranks.go)
 			}
-			jo = plan.JointOptions{OptimizerState: "device", Gradients: "device", Params: "device"}
+			// Each rank's share of the optimizer's state may live on the
+			// host (ZeRO-Offload's placement); gradients and parameters
+			// stay on the device.
+			jo = plan.JointOptions{OptimizerState: *optState, Gradients: "device", Params: "device"}
 		}
 		if *optState == "device" && (*grads == "host" || *params == "host") {
 			return fmt.Errorf("--gradients host and --parameters host need the optimizer's state on the host: drop --optimizer-state device")

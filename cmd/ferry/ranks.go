@@ -122,7 +122,7 @@ func (o *trainOptions) openComm(out io.Writer) (io.Writer, error) {
 		if o.policy != "" {
 			how += " (--policy " + o.policy + " planned them)"
 		}
-		if err := rankStateError(l.Size, how, o.optimizerState == "host", o.gradsOnHost, len(o.paramsOnHost) > 0); err != nil {
+		if err := rankStateError(l.Size, how, o.gradsOnHost, len(o.paramsOnHost) > 0); err != nil {
 			return nil, err
 		}
 	}
@@ -226,11 +226,13 @@ func (o *trainOptions) runDirFor(task string) (dir string, made bool, err error)
 }
 
 // rankStateError is the rule ferry plan and ferry train share: with more
-// than one rank, the optimizer's state, the gradients and the parameters
-// stay in device memory, where ZeRO (--zero) shares them across ranks.
-// The planner places them in host memory for one process only, and so
-// does the Trainer. how names the ranks ("--ranks 4", "mpirun -np 4").
-func rankStateError(ranks int, how string, stateOnHost, gradsOnHost, paramsOnHost bool) error {
+// than one rank, the gradients and the parameters stay in device memory,
+// where ZeRO (--zero) shares them across ranks; the optimizer's state may
+// be in host memory (each rank's share of it at ZeRO 1 and 2: where
+// ZeRO-Offload puts it). The planner and the Trainer stream gradients and
+// parameters through host memory for one process only. how names the
+// ranks ("--ranks 4", "mpirun -np 4").
+func rankStateError(ranks int, how string, gradsOnHost, paramsOnHost bool) error {
 	if ranks <= 1 {
 		return nil
 	}
@@ -238,7 +240,7 @@ func rankStateError(ranks int, how string, stateOnHost, gradsOnHost, paramsOnHos
 	for _, f := range []struct {
 		on   bool
 		flag string
-	}{{stateOnHost, "--optimizer-state host"}, {gradsOnHost, "--gradients host"}, {paramsOnHost, "--parameters host"}} {
+	}{{gradsOnHost, "--gradients host"}, {paramsOnHost, "--parameters host"}} {
 		if f.on {
 			host = append(host, f.flag)
 		}
@@ -246,8 +248,8 @@ func rankStateError(ranks int, how string, stateOnHost, gradsOnHost, paramsOnHos
 	if len(host) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s with %s: host memory for the optimizer's state, gradients or parameters is planned and trained in one process; "+
-		"across ranks, ZeRO (--zero 1 or 2) shares the state instead", strings.Join(host, ", "), how)
+	return fmt.Errorf("%s with %s: gradients and parameters in host memory are planned and trained in one process; "+
+		"across ranks, ZeRO (--zero 1 or 2) shares them, and --optimizer-state host puts each rank's share of the optimizer's state in host memory", strings.Join(host, ", "), how)
 }
 
 // rankFlagError names the flags behind a *train.RankMismatchError
