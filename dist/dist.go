@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 
+	"ferry"
 	"ferry/device"
 )
 
@@ -88,10 +89,18 @@ func (e unavailable) Is(target error) bool { return target == ErrUnavailable }
 // divides the sum by c.Size(): buf becomes the mean over ranks. The
 // returned event completes after the division.
 func AllReduceAverage(c Comm, buf []float32) device.Event {
+	return averaged(c, c.AllReduce(buf), buf)
+}
+
+// averaged is inner, a collective of c that sums into buf, followed by
+// buf's division by the ranks, once it completes. A pretend
+// communicator's values are fictitious: dividing them would only touch
+// every page of buf, so they are left as they are.
+func averaged(c Comm, inner device.Event, buf []float32) device.Event {
 	if _, ok := c.(*pretend); ok {
-		return c.AllReduce(buf) // its values are fictitious: scaling them would only touch every page
+		return inner
 	}
-	return &scaleEvent{inner: c.AllReduce(buf), buf: buf, f: 1 / float32(c.Size())}
+	return &scaleEvent{inner: inner, buf: buf, f: 1 / float32(c.Size())}
 }
 
 // scaleEvent multiplies buf by f once the inner event has completed without
@@ -161,4 +170,41 @@ func CheckRoot(root, size int) error {
 		return fmt.Errorf("dist: broadcast: root %d is not a rank of a group of %d", root, size)
 	}
 	return nil
+}
+
+// buffers hands out the host buffers of a reducer's or scatterer's
+// buckets. Parameters on a device that holds no values (the meta device,
+// where ferry plan replays a rank's step) have no gradient values to
+// reduce, so their buckets share one buffer, as large as the largest:
+// a plan of a model of many gigabytes does not allocate (and the
+// kernel fault in) gigabytes of host memory for buckets whose contents
+// nobody reads.
+type buffers struct {
+	shared bool
+	buf    []float32
+}
+
+func newBuffers(params []*ferry.Tensor) *buffers {
+	return &buffers{shared: len(params) > 0 && !device.HasData(params[0].Device())}
+}
+
+// get is a buffer of n float32s: fresh, or the shared one. Once every
+// buffer has been got, final gives each its final backing.
+func (b *buffers) get(n int) []float32 {
+	if !b.shared {
+		return make([]float32, n)
+	}
+	if n > len(b.buf) {
+		b.buf = make([]float32, n) // the smaller ones before move here in final
+	}
+	return b.buf[:n]
+}
+
+// final is s (a buffer get returned) on the shared buffer as it ends up,
+// the largest: s itself where nothing is shared.
+func (b *buffers) final(s []float32) []float32 {
+	if !b.shared {
+		return s
+	}
+	return b.buf[:len(s)]
 }

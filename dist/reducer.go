@@ -120,13 +120,17 @@ func NewGradientReducer(c Comm, params []*ferry.Tensor, opts ReducerOptions) (*G
 		cur.params = append(cur.params, i)
 		curBytes += int64(n) * 4
 	}
+	bufs := newBuffers(r.params)
 	for _, b := range r.buckets {
 		n := 0
 		for _, i := range b.params {
 			n += r.params[i].Numel()
 		}
-		b.buf = make([]float32, n)
+		b.buf = bufs.get(n)
 		b.pending = len(b.params)
+	}
+	for _, b := range r.buckets {
+		b.buf = bufs.final(b.buf)
 	}
 	r.stats.Buckets = len(r.buckets)
 	return r, nil

@@ -113,6 +113,7 @@ func NewGradientScatterer(c Comm, params []*ferry.Tensor, opts ReducerOptions) (
 	groups, owner, blocks := scatterLayout(s.params, n, capBytes)
 	s.owner = owner
 	s.slots = make([]scatterSlot, len(s.params))
+	bufs, recvs := newBuffers(s.params), newBuffers(s.params) // sends, receives
 	for bi, g := range groups {
 		b := &scatterBucket{params: g, block: blocks[bi]}
 		s.buckets = append(s.buckets, b)
@@ -130,7 +131,7 @@ func NewGradientScatterer(c Comm, params []*ferry.Tensor, opts ReducerOptions) (
 				s.slots[i] = scatterSlot{bucket: bi, off: acc}
 				acc += s.params[i].Numel()
 			}
-			b.send = make([]float32, total)
+			b.send = bufs.get(total)
 			s.stats.BucketsAllReduced++
 		} else {
 			for r := range off {
@@ -141,11 +142,17 @@ func NewGradientScatterer(c Comm, params []*ferry.Tensor, opts ReducerOptions) (
 				s.slots[i] = scatterSlot{bucket: bi, off: off[r]}
 				off[r] += s.params[i].Numel()
 			}
-			b.send = make([]float32, n*b.block)
-			b.recv = make([]float32, b.block)
+			b.send = bufs.get(n * b.block)
+			b.recv = recvs.get(b.block)
 			s.stats.PaddingBytes += int64(n*b.block-total) * 4
 		}
 		b.pending = len(b.params)
+	}
+	for _, b := range s.buckets {
+		b.send = bufs.final(b.send)
+		if b.recv != nil {
+			b.recv = recvs.final(b.recv)
+		}
 	}
 	s.stats.Buckets = len(s.buckets)
 	return s, nil
@@ -308,7 +315,7 @@ func (s *GradientScatterer) startReady() {
 		if b.allReduce {
 			b.ev = AllReduceAverage(s.c, b.send)
 		} else {
-			b.ev = &scaleEvent{inner: s.c.ReduceScatter(b.send, b.recv), buf: b.recv, f: 1 / float32(s.c.Size())}
+			b.ev = averaged(s.c, s.c.ReduceScatter(b.send, b.recv), b.recv)
 		}
 		s.stats.BytesSent += int64(len(b.send)) * 4
 		s.next++
