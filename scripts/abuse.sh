@@ -578,6 +578,22 @@ if command -v mpirun >/dev/null 2>&1; then
   elif grep -q 'rank 1 of 2: .*missing.txt.*ending the job' "$work/err" && [ $ms -le 10000 ]; then what=clear-error; else what=unexpected-error; fi
   count[$what]=$(( ${count[$what]:-0} + 1 ))
   printf '%-16s rc=%-3s %5d ms: rank 1 of 2 given a missing --data\n' "$what" "$rc" "$ms"
+  # A stop right after a checkpoint (proven at the end, a collective on
+  # every rank: only rank 0 took part once, and the job hung), then a
+  # resume from it, with each rank's share of the optimizer's state on the
+  # host.
+  rm -rf "$rk"
+  t0=$(now_ms)
+  # (--eval-every 1000: no evaluation proves the checkpoint of step 3.)
+  RS=("${R[@]}" --eval-every 1000 --checkpoint-every 3 --zero 1 --optimizer-state host --collective-timeout 20s)
+  timeout 60 "${MPI[@]}" -np 2 "$bin" "${RS[@]}" --stop-after 3 >"$work/out" 2>"$work/err"; rc=$?
+  if [ $rc -eq 0 ]; then
+    timeout 60 "${MPI[@]}" -np 2 "$bin" "${RS[@]}" --resume >"$work/out" 2>"$work/err"; rc=$?
+  fi
+  ms=$(( $(now_ms) - t0 ))
+  if [ $rc -eq 124 ] || [ $ms -gt 19000 ]; then what=hang; elif [ $rc -ne 0 ]; then what=unexpected-error; else what=ok; fi
+  count[$what]=$(( ${count[$what]:-0} + 1 ))
+  printf '%-16s rc=%-3s %5d ms: 2 ranks stopped right after a checkpoint (--stop-after 3 --checkpoint-every 3), then resumed\n' "$what" "$rc" "$ms"
   # kill -9 of a rank, and a rank that hangs, mid-run.
   for how in KILL STOP; do
     rm -rf "$rk"
