@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Plan quality (issue 36's must-show): for each model, profile and budget
+# (100, 60, 35 and 15 % of the model's unlimited peak), the predicted step
+# over its busiest resource (step_over_bound), and the planning time. One
+# line each; a ratio above 1.15 is marked. Usage:
+#   bash bench/plan_quality.sh [ferry binary]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${1:-}
+if [ -z "$bin" ]; then
+	bin=$(mktemp -d)/ferry
+	go build -o "$bin" ./cmd/ferry
+fi
+gpt="--model gpt --seq 1024 --vocab 50257"
+models=(
+	"origin|"
+	"GPT-2 124M b1|$gpt --layers 12 --heads 12 --embd 768 --batch 1"
+	"GPT-2 124M b4|$gpt --layers 12 --heads 12 --embd 768 --batch 4"
+	"GPT-2 355M b1|$gpt --layers 24 --heads 16 --embd 1024 --batch 1"
+	"GPT-2 355M b4|$gpt --layers 24 --heads 16 --embd 1024 --batch 4"
+	"GPT-2 XL b1|$gpt --layers 48 --heads 25 --embd 1600 --batch 1"
+	"GPT-2 XL b4|$gpt --layers 48 --heads 25 --embd 1600 --batch 4"
+	"TinyLlama b2|--model llama --batch 2"
+	"Llama-2-7B b1 bf16|--model llama --layers 32 --heads 32 --kv-heads 32 --embd 4096 --hidden 11008 --vocab 32000 --seq 4096 --batch 1 --precision bf16"
+)
+printf '%-20s %-11s %5s %-10s %-6s %-8s %-8s %s\n' model profile "%" budget fits ratio seconds copies
+for m in "${models[@]}"; do
+	name=${m%%|*} args=${m#*|}
+	for prof in h100-pcie5 h200-pcie5; do
+		# shellcheck disable=SC2086
+		peak=$("$bin" plan $args --profile "$prof" --budget 1000TiB --json 2>/dev/null |
+			python3 -c 'import json,sys; print(json.load(sys.stdin)["unlimited"]["peak_bytes"])')
+		for pct in 100 60 35 15; do
+			budget=$((peak * pct / 100))
+			t0=$(date +%s.%N)
+			# shellcheck disable=SC2086
+			out=$("$bin" plan $args --profile "$prof" --budget "$budget" --json 2>/dev/null || true)
+			secs=$(echo "$(date +%s.%N) - $t0" | bc)
+			echo "$out" | python3 -c '
+import json, sys
+name, prof, pct, budget, secs = sys.argv[1:6]
+try:
+    p = json.load(sys.stdin)
+except Exception:
+    print("%-20s %-11s %5s %-10s error" % (name, prof, pct, budget)); sys.exit()
+pr = p.get("predicted") or {}
+r = pr.get("step_over_bound") or (pr.get("step_seconds", 0) / pr["bound_seconds"] if pr.get("bound_seconds") else 0)
+mark = " *" if p.get("fits") and r > 1.15 else ""
+print("%-20s %-11s %5s %-10.3g %-6s %-8s %-8.2f %s%s" % (name, prof, pct, float(budget) / 2**30, p.get("fits"),
+      ("%.3f" % r) if p.get("fits") else "-", float(secs), p.get("copies_in_flight", ""), mark))
+' "$name" "$prof" "$pct" "$budget" "$secs"
+		done
+	done
+done
