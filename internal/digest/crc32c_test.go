@@ -83,26 +83,5 @@ func FuzzCRC32C(f *testing.F) {
 // BenchmarkCRC32C times CRC-32C from 64 bytes to 1 MiB: ours with and
 // without the CRC32 instruction, and hash/crc32's.
 func BenchmarkCRC32C(b *testing.B) {
-	for _, size := range []struct {
-		name string
-		n    int
-	}{{"64B", 64}, {"1KiB", 1 << 10}, {"64KiB", 64 << 10}, {"1MiB", 1 << 20}} {
-		buf := randomBytes(rand.New(rand.NewSource(6)), size.n, 0)
-		run := func(name string, f func([]byte) uint32) {
-			b.Run(name+"/"+size.name, func(b *testing.B) {
-				b.SetBytes(int64(size.n))
-				for b.Loop() {
-					f(buf)
-				}
-			})
-		}
-		saved := useSSE42
-		if saved {
-			run("ours-sse42", CRC32C)
-		}
-		useSSE42 = false
-		run("ours-generic", CRC32C)
-		useSSE42 = saved
-		run("stdlib", func(b []byte) uint32 { return crc32.Checksum(b, castagnoliTable) })
-	}
+	benchPaths(b, 6, &useSSE42, "sse42", CRC32C, func(b []byte) uint32 { return crc32.Checksum(b, castagnoliTable) })
 }

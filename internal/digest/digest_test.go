@@ -59,3 +59,32 @@ func TestHex(t *testing.T) {
 		}
 	}
 }
+
+// benchPaths times ours (with the assembly behind *use, named asm, where
+// this machine runs it, then the portable code) and the standard
+// library's std, at sizes from one block to 1 MiB, leaving *use as it
+// was.
+func benchPaths[T any](b *testing.B, seed int64, use *bool, asm string, ours, std func([]byte) T) {
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"64B", 64}, {"1KiB", 1 << 10}, {"64KiB", 64 << 10}, {"1MiB", 1 << 20}} {
+		buf := randomBytes(rand.New(rand.NewSource(seed)), size.n, 0)
+		run := func(name string, f func([]byte) T) {
+			b.Run(name+"/"+size.name, func(b *testing.B) {
+				b.SetBytes(int64(size.n))
+				for b.Loop() {
+					f(buf)
+				}
+			})
+		}
+		saved := *use
+		if saved {
+			run("ours-"+asm, ours)
+		}
+		*use = false
+		run("ours-generic", ours)
+		*use = saved
+		run("stdlib", std)
+	}
+}

@@ -174,26 +174,5 @@ func FuzzSHA256(f *testing.F) {
 // BenchmarkSHA256 times SHA-256 over sizes from one block to 1 MiB: ours
 // with and without the SHA extensions, and crypto/sha256's.
 func BenchmarkSHA256(b *testing.B) {
-	for _, size := range []struct {
-		name string
-		n    int
-	}{{"64B", 64}, {"1KiB", 1 << 10}, {"64KiB", 64 << 10}, {"1MiB", 1 << 20}} {
-		buf := randomBytes(rand.New(rand.NewSource(3)), size.n, 0)
-		run := func(name string, f func([]byte) [32]byte) {
-			b.Run(name+"/"+size.name, func(b *testing.B) {
-				b.SetBytes(int64(size.n))
-				for b.Loop() {
-					f(buf)
-				}
-			})
-		}
-		saved := useSHANI
-		if saved {
-			run("ours-shani", SHA256)
-		}
-		useSHANI = false
-		run("ours-generic", SHA256)
-		useSHANI = saved
-		run("stdlib", sha256.Sum256)
-	}
+	benchPaths(b, 3, &useSHANI, "shani", SHA256, sha256.Sum256)
 }
