@@ -93,14 +93,6 @@ func (o *trainOptions) checkOutputs() error {
 	return nil
 }
 
-// worldSize is the number of ranks c spans: 1 without one.
-func worldSize(c dist.Comm) int {
-	if c == nil {
-		return 1
-	}
-	return c.Size()
-}
-
 // checkWorld warns, in one line each, of the flags that apply to
 // data-parallel ranks alone when this process runs alone (set: the flags
 // given): they do nothing here. A warning, not an error, so that one
@@ -478,7 +470,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 			}
 		}
 		mem.Mode, mem.Policy = offload.PolicyMode, pol
-		if ranks := worldSize(o.comm); pol.Ranks > 0 && (pol.Ranks != ranks || pol.Zero != o.zero) {
+		if ranks := sum.WorldSize; pol.Ranks > 0 && (pol.Ranks != ranks || pol.Zero != o.zero) {
 			return nil, fmt.Errorf("--policy %s is one rank of %d at ZeRO stage %d (ferry plan --ranks %d --zero %d), and this run is %d at stage %d: "+
 				"run it under mpirun -np %d with --zero %d, or plan again for this run", o.policy, pol.Ranks, pol.Zero, pol.Ranks, pol.Zero,
 				ranks, o.zero, pol.Ranks, pol.Zero)
