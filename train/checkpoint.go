@@ -747,8 +747,7 @@ func (c *Checkpointer) sweep() {
 
 // sumLine is trainer.sha256's content for trainer.json's bytes b.
 func sumLine(b []byte) string {
-	h := digest.SHA256(b)
-	return digest.Hex(h[:]) + "  " + metaFile + "\n"
+	return hexSHA256(b) + "  " + metaFile + "\n"
 }
 
 // checkMetaSum checks trainer.json's bytes b against trainer.sha256.
@@ -762,8 +761,7 @@ func checkMetaSum(ctx context.Context, path string, b []byte) error {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	want, _, _ := strings.Cut(strings.TrimSpace(string(s)), " ")
-	h := digest.SHA256(b)
-	got := digest.Hex(h[:])
+	got := hexSHA256(b)
 	if want != got {
 		return fmt.Errorf("checkpoint %s: %s and %s do not match: one of them was changed after it was written "+
 			"(the SHA-256 of %s is %.12s…, %s records %q); restore it, or resume from another checkpoint",
