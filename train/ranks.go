@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -14,7 +13,6 @@ import (
 
 	"ferry/dist"
 	"ferry/internal/digest"
-	"ferry/internal/fsx"
 	"ferry/optim"
 )
 
@@ -267,16 +265,11 @@ func exeDigest() string {
 	if err != nil {
 		return "?"
 	}
-	f, err := fsx.Open(context.Background(), p, -1)
+	sum, err := sumFile(context.Background(), p, -1)
 	if err != nil {
 		return "?"
 	}
-	defer f.Close()
-	h := digest.NewSHA256()
-	if _, err := io.Copy(h, f); err != nil {
-		return "?"
-	}
-	return digest.Hex(h.Sum(nil))[:16]
+	return sum.SHA256[:16]
 }
 
 // agreeRanks checks that every rank has this rank's rankIdentity (Note
