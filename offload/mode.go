@@ -155,9 +155,7 @@ func NewMemory(dev device.Device, s Setup) (*Memory, error) {
 			return nil, fmt.Errorf("offload: mode policy needs a policy (ferry plan writes one)")
 		}
 		cfg.Policy = s.Policy.Place
-		if s.Policy.CopiesInFlight > 0 {
-			cfg.MaxInFlight = s.Policy.CopiesInFlight
-		}
+		cfg.MaxInFlight = s.Policy.InFlight(cfg.MaxInFlight)
 		m.segs = s.Policy.SegmentHooks()
 		m.inBwd = m.inBwd || s.Policy.OptimizerInBackward
 		s.ParamsOnHost = s.Policy.ParametersOnHost

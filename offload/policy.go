@@ -279,6 +279,15 @@ func LoadPolicy(path string) (*Policy, error) {
 	return p, nil
 }
 
+// InFlight is the copies off the device in flight a run of the policy
+// uses (Config.MaxInFlight): the count it records, else def.
+func (p *Policy) InFlight(def int) int {
+	if p.CopiesInFlight > 0 {
+		return p.CopiesInFlight
+	}
+	return def
+}
+
 // MaxCopiesInFlight bounds a policy's copies_in_flight: the planner
 // chooses among counts up to it, and a larger one is a damaged file.
 const MaxCopiesInFlight = 64

@@ -942,9 +942,7 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 	}
 	defer step.Release()
 	oc.Policy = policy.Place
-	if policy.CopiesInFlight > 0 {
-		oc.MaxInFlight = policy.CopiesInFlight
-	}
+	oc.MaxInFlight = policy.InFlight(oc.MaxInFlight)
 	// The meta device simulates the disk tier: no file is written, so the
 	// system's temporary directory serves without making one of our own.
 	oc.DiskDir = os.TempDir()

@@ -166,8 +166,8 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		if set["max-in-flight"] {
 			cfg.Offload.MaxInFlight = *inFlight
-		} else if pol != nil && pol.CopiesInFlight > 0 {
-			cfg.Offload.MaxInFlight = pol.CopiesInFlight // what the plan assumed
+		} else if pol != nil {
+			cfg.Offload.MaxInFlight = pol.InFlight(cfg.Offload.MaxInFlight) // what the plan assumed
 		}
 		if set["lookahead"] {
 			cfg.Offload.Lookahead = *lookahead

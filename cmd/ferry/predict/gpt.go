@@ -61,9 +61,7 @@ func runGPT(p *meta.Profile, g nn.GPTConfig, batch, rounds, steps int, frac floa
 		if mode == demo.Policy {
 			pol := pl.Policy()
 			m.Policy, m.Segments, m.OptimizerInBackward = pol.Place, pol.SegmentHooks(), pol.OptimizerInBackward
-			if pol.CopiesInFlight > 0 {
-				m.Offload.MaxInFlight = pol.CopiesInFlight
-			}
+			m.Offload.MaxInFlight = pol.InFlight(m.Offload.MaxInFlight)
 		}
 		return m
 	}
