@@ -509,11 +509,16 @@ var copiesInFlight = []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32}
 // withCopiesInFlight replays the chosen plan best with each count of
 // copiesInFlight and returns the fastest that fits (the lower peak
 // between equals; best itself where none is better), setting pl.inFlight
-// to its count, which the policy then records. The placements stay the
+// to its count, which the policy then records (a plan that moves no
+// saved tensor off the device keeps the default without replaying). The placements stay the
 // search's, chosen at the default count: the count is chosen for them,
 // not jointly with them.
 func (pl *planner) withCopiesInFlight(best *replayed) (*replayed, error) {
 	chosen, n := best, pl.opts.Offload.MaxInFlight
+	if c := pl.problem(best.ib, 0, 0).counts(best.choice); c.Host+c.Disk == 0 {
+		pl.inFlight = n // nothing leaves the device: every count replays alike
+		return best, nil
+	}
 	for _, k := range copiesInFlight {
 		if k == pl.opts.Offload.MaxInFlight {
 			continue
