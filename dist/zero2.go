@@ -483,17 +483,11 @@ func (s *ShardedOptimizer) ClipGradNorm(maxNorm float64) (float64, error) {
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return norm, fmt.Errorf("dist: ClipGradNorm: the gradients' norm is %v", norm)
 	}
-	coef := maxNorm / (norm + 1e-6)
-	if coef >= 1 {
-		return norm, nil
-	}
-	err = ferry.Catch(func() error {
-		for i, p := range s.params {
-			if g := p.Grad(); g != nil && s.owner[i] == s.c.Rank() {
-				g.ScaleInPlace(float32(coef))
-			}
+	var owned []*ferry.Tensor
+	for i, p := range s.params {
+		if s.owner[i] == s.c.Rank() {
+			owned = append(owned, p)
 		}
-		return nil
-	})
-	return norm, err
+	}
+	return norm, scaleGrads(owned, maxNorm, norm)
 }

@@ -1,0 +1,829 @@
+package dist
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"ferry"
+	"ferry/device"
+)
+
+// ShardGrain is the granule of a ZeRO-3 shard, in elements: every rank's
+// share of a parameter is a multiple of it (the last rank's may be
+// shorter, or empty). It is a multiple of every block-wise optimizer's
+// block in package optim (AdamW8bit quantises 256 elements at a time),
+// so that a shard's optimizer state is exactly its part of the whole
+// parameter's: blocks never straddle two ranks.
+const ShardGrain = 256
+
+// FullShardOptions configure a FullShard. The zero value asks for the
+// defaults.
+type FullShardOptions struct {
+	// Prefetch is how many parameter uses ahead of the current one a
+	// gather starts, following the previous step's order of uses (the
+	// first step gathers each parameter when it is used). 0 means 2;
+	// negative means none.
+	Prefetch int
+}
+
+// FullShard is ZeRO stage 3 on a Comm (PyTorch's FSDP, DeepSpeed's
+// ZeRO-3): every parameter is split evenly by elements across the ranks,
+// each rank keeping one contiguous shard of it (Shards), and a
+// parameter's whole values exist on a rank only around its uses.
+//
+// Parameters are paged (ferry.Pager): while sharded, a parameter's
+// storage is paged out, and an op that uses it brings it back by an
+// all-gather of the ranks' shards, started ahead of use where the last
+// step's order of uses says it comes next (Prefetch); the tape's record
+// hook (Attach) frees it once the ops of forward that use it are
+// recorded, and GradReady once its gradient is complete in backward. So a
+// rank holds its shards, plus the few parameters in use or prefetched.
+//
+// In backward, a gradient leaves the device as soon as it is complete:
+// it is reduce-scattered, each rank receiving the mean over ranks of its
+// shard's part (GradReady starts the collectives in a fixed order, the
+// parameters' in reverse, so that every rank issues them alike), and
+// Wait writes each part into its shard's Grad. The optimizer steps only
+// the shards (Optimizer): its state is this rank's part alone.
+//
+// Nothing changes a bit against unsharded data parallelism on two ranks
+// or on NewGroup's (a reduce-scatter sums as an all-reduce does there):
+// the gathered values are the shards' bits, an update is elementwise
+// (every optimizer of package optim: shards are multiples of ShardGrain,
+// so block-wise state splits at block boundaries), and the gradients'
+// norm for clipping (ClipGradNorm) is computed on each whole gradient,
+// gathered one at a time, as optim.GradNorm does.
+//
+// Every rank must run the same ops in the same order (the same model on
+// batches of one shape), since every gather is a collective. With
+// gradient accumulation, the gradients of the micro-batches before the
+// last add up whole on each rank, as without sharding (PyTorch's
+// no_sync), and are reduce-scattered once, at the last (SetReduce).
+//
+// Lifecycle: NewFullShard leaves the parameters whole. Broadcast (whole)
+// puts one rank's values everywhere; Shard splits them and frees the
+// whole values; Unshard (a collective) gathers every parameter back for
+// good, for what reads whole parameters (an evaluation, a checkpoint, a
+// sample); Shard again splits them anew from their values then. Per
+// step, on every rank: BeginStep; forward with Attach(tape); SetReduce,
+// backward with GradReady; Wait; the optimizer (Optimizer) steps; EndStep.
+//
+// A FullShard is used from the goroutine that trains.
+type FullShard struct {
+	c        Comm
+	prefetch int
+	params   []*fsParam // deduplicated, in order
+	byTensor map[*ferry.Tensor]*fsParam
+	byStore  map[any]*fsParam
+	sharded  bool
+	closed   bool
+
+	// The order of uses: the previous step's (order) and this step's so
+	// far (uses); pos is where in order the last use was found.
+	order, uses []*fsParam
+	pos         int
+	stepping    bool
+
+	// Reduce-scatters: reduce says whether this backward makes them;
+	// rsNext counts the parameters, in reverse order, whose reduce-scatter
+	// has started; stepErr is the first error of the step, for Wait.
+	reduce  bool
+	rsNext  int
+	stepErr error
+
+	shared bool        // parameters on a device without values: one host buffer for all (one)
+	one    []float32
+	pool   [][]float32 // free host buffers
+	stats  FullShardStats
+}
+
+// fsParam is one parameter storage and this rank's shard of it.
+type fsParam struct {
+	i      int
+	p      *ferry.Tensor
+	n, per int // elements; elements per rank (per × ranks ≥ n)
+	lo, hi int // this rank's elements, [lo, hi)
+	shard  *ferry.Tensor
+	// resident: p's storage holds a device block (gathered or whole);
+	// used: an op has used it since; version: p's version then.
+	resident, used bool
+	version        uint32
+	// A gather in flight: its event and buffers.
+	gather     device.Event
+	send, recv []float32
+	// This backward: the gradient is complete (ready), its
+	// reduce-scatter's event and buffers.
+	ready          bool
+	rs             device.Event
+	rsSend, rsRecv []float32
+}
+
+// FullShardStats count a FullShard's communication.
+type FullShardStats struct {
+	Gathers        int           // all-gathers of parameters, all steps
+	Prefetched     int           // of which started ahead of use
+	BytesGathered  int64         // received, all steps
+	ReduceScatters int           // of gradients, all steps
+	BytesScattered int64         // sent, all steps
+	StallTime      time.Duration // waiting for gathers at use
+	WaitTime       time.Duration // waiting for reduce-scatters in Wait
+}
+
+// NewFullShard prepares ZeRO-3 for params (float32 parameters on one
+// device that require grad, in the same order on every rank; repeats are
+// dropped): each gets a shard tensor of its share on this rank. The
+// parameters stay whole until Shard.
+func NewFullShard(c Comm, params []*ferry.Tensor, opts FullShardOptions) (*FullShard, error) {
+	f := &FullShard{c: c, prefetch: opts.Prefetch, byTensor: map[*ferry.Tensor]*fsParam{}, byStore: map[any]*fsParam{}}
+	if f.prefetch == 0 {
+		f.prefetch = 2
+	}
+	f.prefetch = max(f.prefetch, 0)
+	size, rank := c.Size(), c.Rank()
+	var dev device.Device
+	for _, p := range params {
+		if _, dup := f.byTensor[p]; dup {
+			continue
+		}
+		i := len(f.params)
+		switch {
+		case p.DType() != device.Float32:
+			return nil, fmt.Errorf("dist: NewFullShard: parameter %d (%q) is %s; parameters are sharded as float32", i, p.Name(), p.DType())
+		case !p.RequiresGrad():
+			return nil, fmt.Errorf("dist: NewFullShard: parameter %d (%q) does not require grad", i, p.Name())
+		case dev != nil && p.Device() != dev:
+			return nil, fmt.Errorf("dist: NewFullShard: parameter %d (%q) is on %s, the others on %s", i, p.Name(), p.Device().Name(), dev.Name())
+		case p.Pager() != nil:
+			return nil, fmt.Errorf("dist: NewFullShard: parameter %d (%q) already has a pager (host memory?): ZeRO-3 shards parameters that live on the device", i, p.Name())
+		case !p.IsContiguous() || p.StorageBytes() != p.Bytes():
+			return nil, fmt.Errorf("dist: NewFullShard: parameter %d (%q) is a view of a larger storage; shard whole parameters", i, p.Name())
+		case f.byStore[p.Storage()] != nil:
+			return nil, fmt.Errorf("dist: NewFullShard: parameters %d and %d (%q) share a storage under two handles; list a tied weight by one handle", f.byStore[p.Storage()].i, i, p.Name())
+		}
+		dev = p.Device()
+		n := p.Numel()
+		per := (n + size - 1) / size
+		per = (per + ShardGrain - 1) / ShardGrain * ShardGrain
+		lo, hi := min(rank*per, n), min((rank+1)*per, n)
+		fp := &fsParam{i: i, p: p, n: n, per: per, lo: lo, hi: hi, resident: true}
+		f.params = append(f.params, fp)
+		f.byTensor[p] = fp
+		f.byStore[p.Storage()] = fp
+	}
+	f.shared = dev != nil && !device.HasData(dev)
+	err := ferry.Catch(func() error {
+		for _, fp := range f.params {
+			if fp.hi > fp.lo {
+				fp.shard = ferry.ZerosAs(dev, device.Parameter, fp.hi-fp.lo).SetName(fp.p.Name()).RequireGrad()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		f.releaseShards()
+		return nil, err
+	}
+	return f, nil
+}
+
+// Comm is the communicator the parameters are sharded over.
+func (f *FullShard) Comm() Comm { return f.c }
+
+// Params are the parameters, deduplicated, in order.
+func (f *FullShard) Params() []*ferry.Tensor {
+	out := make([]*ferry.Tensor, len(f.params))
+	for i, fp := range f.params {
+		out[i] = fp.p
+	}
+	return out
+}
+
+// Shards are this rank's shard tensors, in the parameters' order, named
+// as their parameters (a parameter whose share on this rank is empty has
+// none): what the optimizer updates (Optimizer).
+func (f *FullShard) Shards() []*ferry.Tensor {
+	var out []*ferry.Tensor
+	for _, fp := range f.params {
+		if fp.shard != nil {
+			out = append(out, fp.shard)
+		}
+	}
+	return out
+}
+
+// ShardOf is p's shard on this rank and its elements' range in p, or nil
+// (p is not sharded here, or this rank's share of it is empty).
+func (f *FullShard) ShardOf(p *ferry.Tensor) (shard *ferry.Tensor, lo, hi int) {
+	fp := f.byTensor[p]
+	if fp == nil {
+		return nil, 0, 0
+	}
+	return fp.shard, fp.lo, fp.hi
+}
+
+// Sharded reports whether the parameters are sharded (between Shard and
+// Unshard).
+func (f *FullShard) Sharded() bool { return f.sharded }
+
+// Stats returns the communication counters.
+func (f *FullShard) Stats() FullShardStats { return f.stats }
+
+// ShardBytes is the bytes of parameters this rank keeps while sharded.
+func (f *FullShard) ShardBytes() int64 {
+	var b int64
+	for _, fp := range f.params {
+		b += 4 * int64(fp.hi-fp.lo)
+	}
+	return b
+}
+
+// buffer is a host buffer of n float32s from the pool (its contents are
+// stale); put gives one back. On a device without values every buffer
+// is one shared buffer (nobody reads what collectives leave there), so
+// that a plan of a large model does not fault in gigabytes of host
+// memory.
+func (f *FullShard) buffer(n int) []float32 {
+	if f.shared {
+		if n > len(f.one) {
+			f.one = make([]float32, n)
+		}
+		return f.one[:n]
+	}
+	for i, b := range f.pool {
+		if cap(b) >= n {
+			f.pool = slices.Delete(f.pool, i, i+1)
+			return b[:n]
+		}
+	}
+	return make([]float32, n)
+}
+
+func (f *FullShard) put(b []float32) {
+	if b != nil && !f.shared {
+		f.pool = append(f.pool, b[:0])
+	}
+}
+
+// Broadcast copies root's parameter values to every rank. The parameters
+// must be whole (before Shard, or after Unshard). A collective.
+func (f *FullShard) Broadcast(root int) error {
+	if f.sharded {
+		return errors.New("dist: FullShard.Broadcast: the parameters are sharded; broadcast before Shard")
+	}
+	return ferry.Catch(func() error {
+		for _, fp := range f.params {
+			if fp.n == 0 {
+				continue
+			}
+			buf := f.buffer(fp.n)
+			if err := fp.p.Device().Kernels().Download(f32bytes(buf), fp.p.View()); err != nil {
+				return err
+			}
+			if err := f.c.Broadcast(buf, root).Synchronize(); err != nil {
+				return err
+			}
+			err := upload(fp.p, buf, "dist.broadcast_parameters")
+			f.put(buf)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Shard splits the whole parameters: each rank copies its share of each
+// into its shard, and the parameters' device memory is freed. No
+// communication: every rank must hold the same values (Broadcast).
+func (f *FullShard) Shard() error {
+	if f.closed {
+		return errors.New("dist: FullShard.Shard: closed")
+	}
+	if f.sharded {
+		return nil
+	}
+	err := ferry.Catch(func() error {
+		for _, fp := range f.params {
+			if err := f.toShard(fp); err != nil {
+				return err
+			}
+			if fp.p.Pager() == nil {
+				fp.p.SetPager(f)
+			}
+			f.release(fp)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	f.sharded = true
+	return nil
+}
+
+// toShard copies this rank's share of fp's whole values into its shard.
+func (f *FullShard) toShard(fp *fsParam) error {
+	if fp.shard == nil {
+		return nil
+	}
+	buf := f.buffer(fp.n)
+	defer f.put(buf)
+	if err := fp.p.Device().Kernels().Download(f32bytes(buf), fp.p.View()); err != nil {
+		return err
+	}
+	return upload(fp.shard, buf[fp.lo:fp.hi], "dist.shard_parameters")
+}
+
+// release frees fp's device copy; one changed in place since it came
+// (an op outside training wrote it) is copied back into the shard first.
+func (f *FullShard) release(fp *fsParam) {
+	if !fp.resident {
+		return
+	}
+	if fp.p.Version() != fp.version {
+		if err := f.toShard(fp); err != nil {
+			panic(err)
+		}
+	}
+	if fp.n > 0 {
+		fp.p.PageOut()
+	}
+	fp.resident, fp.used = false, false
+}
+
+// Unshard gathers every parameter back to stay whole, until the next
+// Shard. A collective.
+func (f *FullShard) Unshard() error {
+	if !f.sharded {
+		return nil
+	}
+	err := ferry.Catch(func() error {
+		stepping := f.stepping
+		f.stepping = false // no prefetch, no order
+		defer func() { f.stepping = stepping }()
+		for _, fp := range f.params {
+			if !fp.resident {
+				if err := f.PageIn(fp.p); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	f.sharded = false
+	return nil
+}
+
+// startGather starts the all-gather of fp's shards; prefetched says it
+// is ahead of use.
+func (f *FullShard) startGather(fp *fsParam, prefetched bool) {
+	size := f.c.Size()
+	fp.send, fp.recv = f.buffer(fp.per), f.buffer(size*fp.per)
+	k := fp.hi - fp.lo
+	if fp.shard != nil && !f.shared {
+		if err := fp.shard.Device().Kernels().Download(f32bytes(fp.send[:k]), fp.shard.View()); err != nil {
+			panic(err)
+		}
+	}
+	clear(fp.send[k:])
+	fp.gather = f.c.AllGather(fp.send, fp.recv)
+	f.stats.Gathers++
+	f.stats.BytesGathered += 4 * int64(len(fp.recv))
+	if prefetched {
+		f.stats.Prefetched++
+	}
+}
+
+// PageIn brings t's storage back, gathered from the ranks' shards: the
+// gather a prefetch started, or one started now. (ferry.Pager.)
+func (f *FullShard) PageIn(t *ferry.Tensor) error {
+	fp := f.byStore[t.Storage()]
+	if fp == nil {
+		return errors.New("dist: FullShard: a storage it does not hold")
+	}
+	if fp.resident {
+		return nil
+	}
+	if fp.gather == nil {
+		f.startGather(fp, false)
+	}
+	if !fp.gather.Done() {
+		start := time.Now()
+		err := fp.gather.Synchronize()
+		f.stats.StallTime += time.Since(start)
+		if err != nil {
+			f.dropGather(fp)
+			return err
+		}
+	} else if err := fp.gather.Synchronize(); err != nil {
+		f.dropGather(fp)
+		return err
+	}
+	dev := fp.p.Device()
+	b, err := dev.Allocator().Alloc(fp.p.PagedBytes(), device.Parameter)
+	if err != nil {
+		f.dropGather(fp)
+		return err
+	}
+	fp.p.InstallBlock(b)
+	err = ferry.Catch(func() error {
+		if f.shared {
+			return nil
+		}
+		return dev.Kernels().Upload(fp.p.View(), f32bytes(fp.recv[:fp.n]))
+	})
+	f.dropGather(fp)
+	if err != nil {
+		fp.p.PageOut()
+		return err
+	}
+	fp.resident, fp.used = true, false
+	fp.version = fp.p.Version()
+	f.noteUse(fp)
+	return nil
+}
+
+func (f *FullShard) dropGather(fp *fsParam) {
+	f.put(fp.send)
+	f.put(fp.recv)
+	fp.send, fp.recv, fp.gather = nil, nil, nil
+}
+
+// noteUse records a use of fp in this step's order and starts the
+// gathers of the next Prefetch uses the previous step made after it. The
+// decision depends on the order of uses alone, the same on every rank,
+// so every rank starts the same gathers at the same point.
+func (f *FullShard) noteUse(fp *fsParam) {
+	if !f.stepping {
+		return
+	}
+	if n := len(f.uses); n == 0 || f.uses[n-1] != fp {
+		f.uses = append(f.uses, fp)
+	}
+	i := f.pos
+	for i < len(f.order) && f.order[i] != fp {
+		i++
+	}
+	if i == len(f.order) {
+		return // not where the previous step had it: no guess
+	}
+	f.pos = i + 1
+	for j := f.pos; j < len(f.order) && j < f.pos+f.prefetch; j++ {
+		if next := f.order[j]; !next.resident && next.gather == nil {
+			f.startGather(next, true)
+		}
+	}
+}
+
+// Attach sets tape's record hook, which frees a gathered parameter once
+// the ops of forward that use it are recorded.
+func (f *FullShard) Attach(tape *ferry.Tape) { tape.SetRecordHook(f.recorded) }
+
+func (f *FullShard) recorded(op string, inputs []*ferry.Tensor) {
+	if !f.sharded {
+		return
+	}
+	for _, in := range inputs {
+		if in == nil {
+			continue
+		}
+		if fp := f.byStore[in.Storage()]; fp != nil && op != "input" {
+			fp.used = true
+		}
+	}
+	for _, fp := range f.params {
+		if !fp.resident || !fp.used || usedBy(fp.p, inputs) {
+			continue
+		}
+		f.release(fp)
+	}
+}
+
+func usedBy(p *ferry.Tensor, inputs []*ferry.Tensor) bool {
+	for _, in := range inputs {
+		if in != nil && in.Storage() == p.Storage() {
+			return true
+		}
+	}
+	return false
+}
+
+// BeginStep starts a step: the last step's order of uses is the one to
+// prefetch by, and the first uses' gathers start.
+func (f *FullShard) BeginStep() error {
+	if !f.sharded {
+		return errors.New("dist: FullShard.BeginStep: the parameters are not sharded (Shard)")
+	}
+	if len(f.uses) > 0 {
+		f.order, f.uses = f.uses, f.order[:0]
+	}
+	f.pos, f.stepping = 0, true
+	for j := 0; j < len(f.order) && j < f.prefetch; j++ {
+		if next := f.order[j]; !next.resident && next.gather == nil {
+			f.startGather(next, true)
+		}
+	}
+	return nil
+}
+
+// SetReduce says whether the next backward reduce-scatters the gradients
+// (the last micro-batch of a step) or leaves them to accumulate whole.
+func (f *FullShard) SetReduce(reduce bool) { f.reduce = reduce }
+
+// GradReady is backward's hook (ferry.BackwardOptions.GradReady): p's
+// gradient is complete. p's gathered copy is freed, and, when this
+// backward reduces, p's gradient is packed and the reduce-scatters whose
+// turn has come start. Leaves that are not the FullShard's are ignored;
+// an error is kept for Wait.
+func (f *FullShard) GradReady(p *ferry.Tensor) {
+	fp := f.byTensor[p]
+	if fp == nil {
+		return
+	}
+	if err := ferry.Catch(func() error { f.release(fp); return nil }); err != nil {
+		f.noteErr(err)
+	}
+	if !f.reduce {
+		return
+	}
+	if fp.ready {
+		f.noteErr(fmt.Errorf("dist: FullShard: the gradient of parameter %d (%q) was reported twice in one step: call Wait after each reducing backward", fp.i, p.Name()))
+		return
+	}
+	if err := f.pack(fp); err != nil {
+		f.noteErr(err)
+	}
+	f.startReady()
+}
+
+func (f *FullShard) noteErr(err error) {
+	if f.stepErr == nil {
+		f.stepErr = err
+	}
+}
+
+// pack copies fp's whole gradient (zeros if it has none) into its send
+// buffer, padded to ranks × per, and frees the gradient.
+func (f *FullShard) pack(fp *fsParam) error {
+	fp.ready = true
+	fp.rsSend = f.buffer(f.c.Size() * fp.per)
+	clear(fp.rsSend[fp.n:])
+	g := fp.p.Grad()
+	if g == nil {
+		clear(fp.rsSend[:fp.n])
+		return nil
+	}
+	defer fp.p.SetGrad(nil)
+	if g.Numel() != fp.n || g.DType() != device.Float32 {
+		clear(fp.rsSend[:fp.n])
+		return fmt.Errorf("dist: FullShard: parameter %d (%q) has a gradient of shape %v %s, want %v float32", fp.i, fp.p.Name(), g.Shape(), g.DType(), fp.p.Shape())
+	}
+	if f.shared {
+		return nil
+	}
+	return ferry.Catch(func() error { return g.Device().Kernels().Download(f32bytes(fp.rsSend[:fp.n]), g.View()) })
+}
+
+// startReady starts, in reverse parameter order, every reduce-scatter
+// whose gradient is packed.
+func (f *FullShard) startReady() {
+	for f.rsNext < len(f.params) {
+		fp := f.params[len(f.params)-1-f.rsNext]
+		if !fp.ready {
+			return
+		}
+		fp.rsRecv = f.buffer(fp.per)
+		fp.rs = averaged(f.c, f.c.ReduceScatter(fp.rsSend, fp.rsRecv), fp.rsRecv)
+		f.stats.ReduceScatters++
+		f.stats.BytesScattered += 4 * int64(len(fp.rsSend))
+		f.rsNext++
+	}
+}
+
+// Wait finishes the step's reduction: it packs the gradients backward
+// did not report (zeros for a parameter without one), starts the
+// remaining reduce-scatters, waits for them all and writes each rank's
+// part of the mean gradient into its shard's Grad. The gathered
+// parameters are freed. Every rank calls it once per step; it returns
+// the step's first error, and is ready for the next step either way.
+func (f *FullShard) Wait() error {
+	err := f.stepErr
+	if !f.reduce && err == nil {
+		err = errors.New("dist: FullShard.Wait: the step's last backward did not reduce (SetReduce(true) before it)")
+	}
+	for _, fp := range f.params {
+		if !fp.ready {
+			if e := f.pack(fp); e != nil && err == nil {
+				err = e
+			}
+		}
+	}
+	f.startReady()
+	t0 := time.Now()
+	for _, fp := range f.params {
+		if e := fp.rs.Synchronize(); e != nil && err == nil {
+			err = e
+		}
+	}
+	f.stats.WaitTime += time.Since(t0)
+	if err == nil {
+		err = ferry.Catch(func() error {
+			for _, fp := range f.params {
+				if fp.shard == nil {
+					continue
+				}
+				g := fp.shard.Grad()
+				if g == nil {
+					g = ferry.ZerosAs(fp.shard.Device(), device.Gradient, fp.hi-fp.lo)
+					fp.shard.SetGrad(g)
+				}
+				if f.shared {
+					continue
+				}
+				if err := upload(g, fp.rsRecv[:fp.hi-fp.lo], "dist.reduce_scatter_gradients"); err != nil {
+					return fmt.Errorf("dist: FullShard: writing the gradient of parameter %d (%q): %w", fp.i, fp.p.Name(), err)
+				}
+			}
+			return nil
+		})
+	}
+	for _, fp := range f.params {
+		f.put(fp.rsSend)
+		f.put(fp.rsRecv)
+		fp.rsSend, fp.rsRecv, fp.rs, fp.ready = nil, nil, nil, false
+	}
+	f.rsNext, f.stepErr, f.reduce = 0, nil, false
+	if perr := f.releaseAll(); err == nil {
+		err = perr
+	}
+	return err
+}
+
+// releaseAll frees every gathered parameter (sharded only).
+func (f *FullShard) releaseAll() error {
+	if !f.sharded {
+		return nil
+	}
+	return ferry.Catch(func() error {
+		for _, fp := range f.params {
+			if fp.gather != nil {
+				_ = fp.gather.Synchronize() // a prefetch no use came for
+				f.dropGather(fp)
+			}
+			f.release(fp)
+		}
+		return nil
+	})
+}
+
+// EndStep ends a step after the optimizer's: no gathered parameter stays.
+func (f *FullShard) EndStep() error {
+	f.stepping = false
+	return f.releaseAll()
+}
+
+// CheckParameters is GradientReducer.CheckParameters' counterpart, with
+// nothing to compare: under ZeRO-3 no rank holds what another holds (each
+// shard is one rank's alone), so it checks only that the ranks agree on
+// the shards' layout, through an all-gather of the count of elements
+// this rank holds per parameter. A collective.
+func (f *FullShard) CheckParameters() error {
+	mine := []float32{float32(len(f.params)), float32(f.ShardBytes() / 4 % (1 << 24))}
+	all := make([]float32, 2*f.c.Size())
+	if err := f.c.AllGather(mine, all).Synchronize(); err != nil {
+		return err
+	}
+	for r := 1; r < f.c.Size(); r++ {
+		if all[2*r] != all[0] {
+			return fmt.Errorf("dist: ranks shard different models: rank 0 has %v parameters, rank %d has %v", all[0], r, all[2*r])
+		}
+	}
+	return nil
+}
+
+// GradNorm is optim.GradNorm of the parameters' mean gradients, bit for
+// bit, computed from the shards: each parameter's gradient is gathered
+// whole, one at a time, and its float32 sum of squares computed as
+// optim.GradNorm does; every rank gets the same norm. A collective, after
+// Wait.
+func (f *FullShard) GradNorm() (float64, error) {
+	var sumSq float64
+	err := ferry.Catch(func() error {
+		size := f.c.Size()
+		for _, fp := range f.params {
+			if fp.n == 0 {
+				continue
+			}
+			send, recv := f.buffer(fp.per), f.buffer(size*fp.per)
+			k := fp.hi - fp.lo
+			if fp.shard != nil && !f.shared {
+				if err := fp.shard.Device().Kernels().Download(f32bytes(send[:k]), fp.shard.Grad().View()); err != nil {
+					return err
+				}
+			}
+			clear(send[k:])
+			err := f.c.AllGather(send, recv).Synchronize()
+			if err == nil {
+				g := ferry.ZerosAs(fp.p.Device(), device.Gradient, fp.p.Shape()...)
+				if !f.shared {
+					err = upload(g, recv[:fp.n], "dist.gather_gradient")
+				}
+				if err == nil {
+					sq := ferry.Square(g)
+					s := ferry.Sum(sq)
+					if device.HasData(s.Device()) {
+						sumSq += float64(s.Item())
+					}
+					sq.Release()
+					s.Release()
+				}
+				g.Release()
+			}
+			f.put(send)
+			f.put(recv)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return math.Sqrt(sumSq), err
+}
+
+// ClipGradNorm is optim.ClipGradNorm over the shards' gradients: the norm
+// is GradNorm's (the whole gradients'), and each shard's gradient is
+// scaled by the coefficient ClipGradNorm applies, elementwise, so the
+// result is its bits on the whole gradients. A collective, after Wait.
+func (f *FullShard) ClipGradNorm(maxNorm float64) (float64, error) {
+	if !(maxNorm > 0) || math.IsInf(maxNorm, 1) {
+		return 0, fmt.Errorf("dist: ClipGradNorm: max norm must be positive and finite, got %v", maxNorm)
+	}
+	norm, err := f.GradNorm()
+	if err != nil {
+		return norm, err
+	}
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return norm, fmt.Errorf("dist: ClipGradNorm: the gradients' norm is %v", norm)
+	}
+	var grads []*ferry.Tensor
+	for _, fp := range f.params {
+		if fp.shard != nil && fp.shard.Grad() != nil {
+			grads = append(grads, fp.shard)
+		}
+	}
+	return norm, scaleGrads(grads, maxNorm, norm)
+}
+
+// Close gives the parameters back whole (a collective when they are
+// sharded) and frees the shards; the optimizer over them must be released
+// first. Closing twice does nothing.
+func (f *FullShard) Close() error {
+	if f.closed {
+		return nil
+	}
+	if err := f.Unshard(); err != nil {
+		return err
+	}
+	f.closed = true
+	for _, fp := range f.params {
+		if fp.p.Pager() == f {
+			fp.p.SetPager(nil)
+		}
+	}
+	f.releaseShards()
+	return nil
+}
+
+func (f *FullShard) releaseShards() {
+	for _, fp := range f.params {
+		if fp.shard != nil {
+			fp.shard.SetGrad(nil)
+			fp.shard.Release()
+			fp.shard = nil
+		}
+	}
+}
+
+// scaleGrads scales the gradients of params by the coefficient
+// optim.ClipGradNorm applies for maxNorm at norm (none when it is 1 or
+// more), in place.
+func scaleGrads(params []*ferry.Tensor, maxNorm, norm float64) error {
+	coef := maxNorm / (norm + 1e-6)
+	if coef >= 1 {
+		return nil
+	}
+	return ferry.Catch(func() error {
+		for _, p := range params {
+			if g := p.Grad(); g != nil {
+				g.ScaleInPlace(float32(coef))
+			}
+		}
+		return nil
+	})
+}
