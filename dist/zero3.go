@@ -94,7 +94,7 @@ type FullShard struct {
 	rsNext  int
 	stepErr error
 
-	shared bool        // parameters on a device without values: one host buffer for all (one)
+	shared bool // parameters on a device without values: one host buffer for all (one)
 	one    []float32
 	pool   [][]float32 // free host buffers
 	stats  FullShardStats
