@@ -104,8 +104,16 @@ type Config struct {
 	// each rank keeps only its parameters' averaged gradients, and Clip
 	// uses a norm all-reduced over ranks). The Optimizer must be an
 	// optim.Stepper whose state is made at a parameter's first update
-	// (every optimizer of package optim). Results equal Shard 0's bit for bit; checkpoints hold
-	// the whole state (gathered to rank 0) and load at any rank count.
+	// (every optimizer of package optim). 3 shards the parameters too
+	// (dist.FullShard, ZeRO-3, FSDP): each parameter split by elements
+	// across ranks, gathered around its uses, its gradient reduce-scattered;
+	// the Trainer then builds the Optimizer anew over the shards from its
+	// registration (optim.New with its name, learning rate,
+	// hyperparameters and state placement), so the Optimizer must be one
+	// registered with package optim, and the one given is never stepped.
+	// Results equal Shard 0's bit for bit; checkpoints hold the whole
+	// parameters and state (gathered to rank 0) and load at any rank
+	// count and stage.
 	Shard int
 	// Precision is the element type of the model's matrix products in
 	// forward (ferry.Tape.Autocast): device.Float32 (the zero value) or
@@ -171,8 +179,8 @@ func (c *Config) check(dev device.Device) error {
 	if c.Optimizer == nil {
 		return configErr("Optimizer", "none given")
 	}
-	if c.Shard < 0 || c.Shard > 2 {
-		return configErr("Shard", "must be 0 (none), 1 (optimizer state) or 2 (and gradients), got %d", c.Shard)
+	if c.Shard < 0 || c.Shard > 3 {
+		return configErr("Shard", "must be 0 (none), 1 (optimizer state), 2 (and gradients) or 3 (and parameters), got %d", c.Shard)
 	}
 	if !(c.Clip >= 0) || math.IsInf(c.Clip, 0) {
 		return configErr("Clip", "must be a finite number ≥ 0, got %v", c.Clip)

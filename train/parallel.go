@@ -1,6 +1,8 @@
 package train
 
 import (
+	"fmt"
+
 	"ferry"
 	"ferry/dist"
 	"ferry/nn"
@@ -40,6 +42,9 @@ func (t *Trainer) setupParallel() error {
 	params := t.task.Model().Parameters()
 	opts := dist.ReducerOptions{BucketBytes: cfg.BucketBytes}
 	var owners []int
+	if cfg.Shard == 3 {
+		return t.setupFullShard(params)
+	}
 	if cfg.Shard == 2 {
 		sc, err := dist.NewGradientScatterer(cfg.Comm, params, opts)
 		if err != nil {
@@ -67,6 +72,80 @@ func (t *Trainer) setupParallel() error {
 	return nil
 }
 
+// setupFullShard makes ZeRO-3: the FullShard over params (also the
+// Trainer's reducer) and the optimizer over its shards, built anew from
+// Config.Optimizer's registration with its learning rate,
+// hyperparameters and state placement.
+func (t *Trainer) setupFullShard(params []*ferry.Tensor) error {
+	cfg := t.cfg
+	given := cfg.Optimizer
+	if _, err := optim.Lookup(given.Name()); err != nil {
+		return configErr("Shard", "ZeRO-3 builds the optimizer over each rank's shards from its registration; %T (%q) is not registered with package optim: %v", given, given.Name(), err)
+	}
+	hyper := map[string]float64{"lr": given.LR()}
+	for k, v := range given.Hyper() {
+		switch v := v.(type) {
+		case float32:
+			hyper[k] = float64(v)
+		case float64:
+			hyper[k] = v
+		case int:
+			hyper[k] = float64(v)
+		case bool:
+			hyper[k] = 0
+			if v {
+				hyper[k] = 1
+			}
+		default:
+			return configErr("Shard", "ZeRO-3 rebuilds %s over the shards, and cannot read its hyperparameter %s (%T)", given.Name(), k, v)
+		}
+	}
+	var opts []optim.Option
+	if h, ok := given.(optim.HostPlaced); ok && h.StateOnHost() {
+		opts = append(opts, optim.OnHost())
+	}
+	fs, err := dist.NewFullShard(cfg.Comm, params, dist.FullShardOptions{})
+	if err != nil {
+		return configErr("Shard", "%v", err)
+	}
+	inner, err := optim.New(given.Name(), fs.Shards(), hyper, opts...)
+	if err == nil {
+		st, ok := inner.(optim.Stepper)
+		if !ok {
+			err = fmt.Errorf("%s is not an optim.Stepper", given.Name())
+		} else {
+			t.fullOpt, err = fs.Optimizer(st)
+		}
+		if err != nil {
+			inner.Release()
+		}
+	}
+	if err != nil {
+		fs.Close()
+		return configErr("Shard", "%v", err)
+	}
+	t.full, t.red = fs, fs
+	return nil
+}
+
+// whole runs f with the parameters whole under ZeRO-3 (gathered, a
+// collective every rank makes at the same point), and sharded again
+// after: for what reads whole parameters outside a step (an evaluation,
+// a checkpoint, the proof of the weights).
+func (t *Trainer) whole(f func() error) error {
+	if t.full == nil || !t.full.Sharded() {
+		return f()
+	}
+	if err := t.full.Unshard(); err != nil {
+		return err
+	}
+	err := f()
+	if serr := t.full.Shard(); err == nil {
+		err = serr
+	}
+	return err
+}
+
 // batch is this rank's micro-batch micro of step.
 func (t *Trainer) batch(step, micro int) (x, y *ferry.Tensor, items int, err error) {
 	if t.red == nil {
@@ -91,7 +170,13 @@ func (t *Trainer) broadcastWeights() error {
 	if t.red == nil {
 		return nil
 	}
-	return t.red.Broadcast(0)
+	if err := t.red.Broadcast(0); err != nil {
+		return err
+	}
+	if t.full != nil {
+		return t.full.Shard()
+	}
+	return nil
 }
 
 // agreeStop is whether any rank stops before step: every rank stops at
@@ -136,6 +221,13 @@ func (t *Trainer) reduceStep(step int, loss float64, items int64) (float64, int6
 // holds: the optimizer's own, or, sharded, the whole state gathered to
 // rank 0 (every rank sends its shard; release frees the gathered copy).
 func (t *Trainer) checkpointState() (st optim.Stateful, release func(), err error) {
+	if t.fullOpt != nil {
+		gathered, release, err := t.fullOpt.GatherState(0)
+		if err != nil {
+			return nil, nil, err
+		}
+		return gatheredState{t.fullOpt, gathered}, release, nil
+	}
 	if t.shard == nil {
 		return t.cfg.Optimizer.(optim.Stateful), func() {}, nil
 	}

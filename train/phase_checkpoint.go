@@ -50,6 +50,11 @@ func (r *run) save(step int, last bool) error {
 	if r.ckpt == nil {
 		return nil
 	}
+	return r.whole(func() error { return r.saveWhole(step, last) }) // ZeRO-3: saved whole
+}
+
+// saveWhole is save on whole parameters.
+func (r *run) saveWhole(step int, last bool) error {
 	if err := r.settle(); err != nil {
 		return err
 	}
@@ -132,7 +137,15 @@ func (r *run) proveWeights(step int) error {
 // memory mode's hooks that must see every op (parameters streamed from
 // host memory); what it brought to the device is settled back. It is 0
 // on the meta device, which holds no values.
-func (r *run) forwardLoss(step int) (float64, error) {
+func (r *run) forwardLoss(step int) (loss float64, err error) {
+	err = r.whole(func() error { // ZeRO-3: on whole parameters
+		loss, err = r.forwardLossWhole(step)
+		return err
+	})
+	return loss, err
+}
+
+func (r *run) forwardLossWhole(step int) (float64, error) {
 	x, y, _, err := r.batch(step, 0)
 	if err != nil {
 		return 0, err

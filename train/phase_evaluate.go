@@ -37,10 +37,15 @@ func (r *run) evaluate(step int) ([]Metric, error) {
 	if ta, ok := r.task.(TapeAttacher); ok {
 		ta.AttachTapes(r.mem.Attach)
 	}
-	ms, err := r.evaluateTask(ev) // on several ranks, this rank's share (evalshard.go)
-	if err == nil {
-		err = r.settle()
-	}
+	var ms []Metric
+	err := r.whole(func() error { // ZeRO-3: evaluated on whole parameters
+		var err error
+		ms, err = r.evaluateTask(ev) // on several ranks, this rank's share (evalshard.go)
+		if err == nil {
+			err = r.settle()
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("evaluation at step %d: %w", step, err)
 	}

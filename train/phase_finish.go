@@ -16,6 +16,13 @@ func (r *run) finish() (*Result, error) {
 	if err := r.settle(); err != nil {
 		return nil, fmt.Errorf("step %d: %w", res.Steps, err)
 	}
+	if r.full != nil {
+		// ZeRO-3: the run ends with whole parameters, the model's again
+		// (a sample, an export, the caller's use).
+		if err := r.full.Unshard(); err != nil {
+			return nil, fmt.Errorf("step %d: gathering the parameters: %w", res.Steps, err)
+		}
+	}
 	if h := r.cfg.Hooks; h.Done != nil {
 		h.Done()
 	}

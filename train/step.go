@@ -22,6 +22,11 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 	if err := t.mem.BeginStep(); err != nil {
 		return 0, 0, err
 	}
+	if t.full != nil {
+		if err := t.full.BeginStep(); err != nil {
+			return 0, 0, err
+		}
+	}
 	for micro := 0; micro < t.cfg.Accum; micro++ {
 		l, n, err := t.micro(model, step, micro)
 		if err != nil {
@@ -37,6 +42,11 @@ func (t *Trainer) step(step int) (loss float64, items int64, err error) {
 	}
 	if err := t.mem.EndStep(); err != nil {
 		return 0, 0, err
+	}
+	if t.full != nil {
+		if err := t.full.EndStep(); err != nil {
+			return 0, 0, err
+		}
 	}
 	if h.StepEnd != nil {
 		h.StepEnd(step)
@@ -69,11 +79,18 @@ func (t *Trainer) micro(model nn.Module, step, micro int) (loss float64, items i
 			}
 			return t.backwardUpdating(step, scaled)
 		}
-		if t.red != nil && micro == accum-1 {
+		switch {
+		case t.full != nil:
+			// Every backward frees each gathered parameter as its
+			// gradient completes; the last micro-batch's also
+			// reduce-scatters the gradients.
+			t.full.SetReduce(micro == accum-1)
+			err = scaled.BackwardWith(ferry.BackwardOptions{GradReady: t.full.GradReady})
+		case t.red != nil && micro == accum-1:
 			// The buckets' all-reduces start as backward completes
 			// them, overlapping the rest of backward.
 			err = scaled.BackwardWith(ferry.BackwardOptions{GradReady: t.red.GradReady})
-		} else {
+		default:
 			err = t.mem.Backward(scaled, ferry.BackwardOptions{})
 		}
 		if err != nil {
@@ -99,6 +116,9 @@ func (t *Trainer) micro(model nn.Module, step, micro int) (loss float64, items i
 func (t *Trainer) forward(tape *ferry.Tape, step, micro int, x, y *ferry.Tensor) *ferry.Tensor {
 	h := t.cfg.Hooks
 	xin := tape.Input(x)
+	if t.full != nil {
+		t.full.Attach(tape) // gathered parameters leave after their ops
+	}
 	if h.ForwardStart != nil {
 		h.ForwardStart(step, micro)
 	}
@@ -196,8 +216,11 @@ func (t *Trainer) update(model nn.Module, step int) error {
 // checkpoint refuses non-finite weights, so the last good one stays.)
 func (t *Trainer) clip(params []*ferry.Tensor) error {
 	clip := optim.ClipGradNorm
-	if t.shard != nil && t.cfg.Shard == 2 { // each rank holds its own gradients only
+	switch {
+	case t.shard != nil && t.cfg.Shard == 2: // each rank holds its own gradients only
 		clip = func(_ []*ferry.Tensor, max float64) (float64, error) { return t.shard.ClipGradNorm(max) }
+	case t.full != nil: // each rank holds its shards' gradients
+		clip = func(_ []*ferry.Tensor, max float64) (float64, error) { return t.full.ClipGradNorm(max) }
 	}
 	norm, err := clip(params, t.cfg.Clip)
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {

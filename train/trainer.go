@@ -26,7 +26,11 @@ type Trainer struct {
 	// shard is the sharded optimizer (Config.Shard > 0 on several
 	// ranks), wrapping Config.Optimizer; nil otherwise.
 	shard *dist.ShardedOptimizer
-	rank  int
+	// full is ZeRO-3 (Config.Shard 3 on several ranks), also t.red, and
+	// fullOpt the optimizer over its shards; nil otherwise.
+	full    *dist.FullShard
+	fullOpt *dist.FullShardOptimizer
+	rank    int
 	// updates is the last step's in-backward updates: those that run
 	// beside the device (parameters and optimizer state in host memory)
 	// may still run during the next step, and report their errors once
@@ -140,8 +144,11 @@ func (t *Trainer) settle() error {
 
 // optimizer is the optimizer the Trainer steps: the sharded one if any.
 func (t *Trainer) optimizer() optim.Optimizer {
-	if t.shard != nil {
+	switch {
+	case t.shard != nil:
 		return t.shard
+	case t.fullOpt != nil:
+		return t.fullOpt
 	}
 	return t.cfg.Optimizer
 }
@@ -151,7 +158,17 @@ func (t *Trainer) Memory() *offload.Memory { return t.mem }
 
 // Close frees what the Trainer set up (the memory mode's buffers). The
 // task, model and optimizer stay the caller's.
-func (t *Trainer) Close() error { return t.mem.Close() }
+func (t *Trainer) Close() error {
+	err := t.mem.Close()
+	if t.full != nil && !t.full.Sharded() {
+		// Whole (a run that ended): the parameters stay the model's.
+		t.fullOpt.Release()
+		if cerr := t.full.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
 
 // ErrNonFinite is wrapped by the error of a step whose loss or gradients
 // are not finite. Such a step never reaches a checkpoint.

@@ -23,6 +23,10 @@ type zeroRun struct {
 	losses []float64
 	params [][]float32
 	res    *train.Result
+	// stepParams is the most parameter bytes on the device inside a
+	// step (evaluations and checkpoints, which ZeRO-3 runs on whole
+	// parameters, left out).
+	stepParams int64
 }
 
 // trainRanks trains the sharded MLP task on ranks in-process ranks
@@ -42,7 +46,7 @@ func trainRanksWith(t *testing.T, ranks int, cfg train.Config, newOpt func([]*fe
 			return zeroRun{}, err
 		}
 		defer dev.Close()
-		task := sharded{&traintest.MLP{Dev: dev, Layers: 3, Width: 16, Rows: 4, Seed: 7}}
+		task := sharded{&traintest.MLP{Dev: dev, Layers: 3, Width: 48, Rows: 4, Seed: 7}}
 		model := task.Model()
 		defer nn.Release(model)
 		opt, err := newOpt(model.Parameters())
@@ -53,7 +57,12 @@ func trainRanksWith(t *testing.T, ranks int, cfg train.Config, newOpt func([]*fe
 		c := cfg
 		c.Optimizer, c.Comm, c.BucketBytes, c.CheckEvery = opt, comm, 700, 1
 		var run zeroRun
-		c.Hooks = train.Hooks{Step: func(s train.StepInfo) { run.losses = append(run.losses, s.Loss) }}
+		alloc := dev.Allocator()
+		c.Hooks = train.Hooks{Step: func(s train.StepInfo) { run.losses = append(run.losses, s.Loss) },
+			StepStart: func(int) { alloc.ResetPeak() },
+			StepEnd: func(int) {
+				run.stepParams = max(run.stepParams, alloc.Stats().ByCategory[device.Parameter].Peak)
+			}}
 		tr, err := train.New(dev, task, c)
 		if err != nil {
 			return run, err
@@ -106,7 +115,7 @@ func TestShardedTrainingEqualsDataParallel(t *testing.T) {
 	ref := trainRanks(t, ranks, train.Config{Steps: steps, Clip: 0.05})
 	// Gradient accumulation: the reducer hooks the last micro-batch only.
 	refAccum := trainRanks(t, ranks, train.Config{Steps: steps, Clip: 0.05, Accum: 2})
-	for _, shard := range []int{1, 2} {
+	for _, shard := range []int{1, 2, 3} {
 		got := trainRanks(t, ranks, train.Config{Steps: steps, Clip: 0.05, Shard: shard, Accum: 2})
 		for r := range got {
 			if !sameBits(got[r].params, refAccum[r].params) {
@@ -126,6 +135,7 @@ func TestShardedTrainingEqualsDataParallel(t *testing.T) {
 		}
 		full := ref[0].res.PeakBytes["optimizer_state"]
 		fullGrad := ref[0].res.PeakBytes["gradient"]
+		fullParams := ref[0].res.PeakBytes["parameter"]
 		var sum int64
 		for r, run := range got {
 			st, g := run.res.PeakBytes["optimizer_state"], run.res.PeakBytes["gradient"]
@@ -134,8 +144,17 @@ func TestShardedTrainingEqualsDataParallel(t *testing.T) {
 			if st == 0 || st*2 >= full {
 				t.Errorf("shard %d, rank %d holds %d bytes of optimizer state, unsharded %d", shard, r, st, full)
 			}
-			if shard == 2 && g >= fullGrad {
-				t.Errorf("shard 2, rank %d: gradients peak at %d bytes, unsharded %d", r, g, fullGrad)
+			if shard >= 2 && g >= fullGrad {
+				t.Errorf("shard %d, rank %d: gradients peak at %d bytes, unsharded %d", shard, r, g, fullGrad)
+			}
+			if p := run.stepParams; shard == 3 {
+				t.Logf("shard 3, rank %d: parameters peak at %d bytes in a step (unsharded %d)", r, p, fullParams)
+				// A third of the parameters, plus the one gathered for
+				// the op under way (the largest is a 48×48 weight), plus
+				// the shards' rounding to 256 elements.
+				if largest := int64(48 * 48 * 4); p > fullParams/ranks+largest+int64(4*256*ranks) {
+					t.Errorf("shard 3, rank %d: parameters peak at %d bytes, unsharded %d", r, p, fullParams)
+				}
 			}
 		}
 		if sum != full {
@@ -156,7 +175,7 @@ func TestShardedTrainingEqualsDataParallel(t *testing.T) {
 // three ranks (another count) resume from it too.
 func TestShardedCheckpointsMoveAcrossRankCounts(t *testing.T) {
 	const steps = 4
-	for _, shard := range []int{1, 2} {
+	for _, shard := range []int{1, 2, 3} {
 		dir := t.TempDir()
 		unsharded := filepath.Join(dir, "unsharded")
 		ref := trainRanks(t, 2, train.Config{Steps: steps, CheckpointDir: unsharded, CheckpointEvery: 2})
@@ -172,7 +191,7 @@ func TestShardedCheckpointsMoveAcrossRankCounts(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer dev.Close()
-			task := &traintest.MLP{Dev: dev, Layers: 3, Width: 16, Rows: 4, Seed: 99}
+			task := &traintest.MLP{Dev: dev, Layers: 3, Width: 48, Rows: 4, Seed: 99}
 			model := task.Model()
 			opt := optim.NewAdamW(model.Parameters(), 1e-2)
 			c := &train.Checkpointer{Dir: filepath.Dir(path)}
@@ -264,10 +283,10 @@ func TestShardConfigRefused(t *testing.T) {
 	defer dev.Close()
 	task := &traintest.MLP{Dev: dev, Layers: 1, Width: 4, Rows: 2, Seed: 1}
 	opt := optim.NewAdamW(task.Model().Parameters(), 1e-2)
-	_, err = train.New(dev, task, train.Config{Steps: 1, Optimizer: opt, Shard: 3})
+	_, err = train.New(dev, task, train.Config{Steps: 1, Optimizer: opt, Shard: 4})
 	var ce *train.ConfigError
 	if !asConfigError(err, &ce) || ce.Field != "Shard" {
-		t.Fatalf("Shard 3: %v, want a ConfigError for Shard", err)
+		t.Fatalf("Shard 4: %v, want a ConfigError for Shard", err)
 	}
 	// An optimizer that cannot step one parameter cannot be sharded.
 	comms := dist.NewGroup(2)
@@ -324,7 +343,7 @@ func TestEveryOptimizerPlacedShardedResumed(t *testing.T) {
 			}
 			dir := t.TempDir()
 			ref := trainRanksWith(t, 2, train.Config{Steps: steps}, mk())
-			for _, shard := range []int{1, 2} {
+			for _, shard := range []int{1, 2, 3} {
 				ckpt := filepath.Join(dir, fmt.Sprint("zero", shard))
 				whole := trainRanksWith(t, 2, train.Config{Steps: steps, Shard: shard, CheckpointDir: ckpt, CheckpointEvery: 2}, mk())
 				if !sameBits(whole[0].params, ref[0].params) || !sameBits(whole[1].params, ref[0].params) {

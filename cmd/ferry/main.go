@@ -12,8 +12,8 @@
 //	ferry export       a trained language model as a Hugging Face directory
 //	ferry vet          ferry's static checks (go vet -vettool=$(which ferry) runs them too)
 //
-// Under mpirun -np N, ferry train trains data-parallel (--zero 1|2 shards
-// the optimizer state).
+// Under mpirun -np N, ferry train trains data-parallel (--zero 1|2|3
+// shards the optimizer state, the gradients, the parameters).
 //
 // Run `ferry <command> -h` for a command's flags.
 package main

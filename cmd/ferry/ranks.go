@@ -249,7 +249,7 @@ func rankStateError(ranks int, how string, gradsOnHost, paramsOnHost bool) error
 		return nil
 	}
 	return fmt.Errorf("%s with %s: gradients and parameters in host memory are planned and trained in one process; "+
-		"across ranks, ZeRO (--zero 1 or 2) shares them, and --optimizer-state host puts each rank's share of the optimizer's state in host memory", strings.Join(host, ", "), how)
+		"across ranks, ZeRO (--zero 2 or 3) shares them, and --optimizer-state host puts each rank's share of the optimizer's state in host memory", strings.Join(host, ", "), how)
 }
 
 // rankFlagError names the flags behind a *train.RankMismatchError

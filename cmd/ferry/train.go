@@ -102,7 +102,7 @@ func (o *trainOptions) checkWorld(set map[string]bool) {
 		return
 	}
 	if set["zero"] && o.zero > 0 {
-		warn("--zero %d shards the optimizer state across mpirun's ranks; this process runs alone, so it shards nothing", o.zero)
+		warn("--zero %d shards training state across mpirun's ranks; this process runs alone, so it shards nothing", o.zero)
 	}
 	if set["check-every"] {
 		warn("--check-every compares the ranks' parameters; this process runs alone, so there is nothing to compare")
@@ -150,7 +150,7 @@ func (o *trainOptions) register(fs *flag.FlagSet, lrScale float64, optimizer str
 	fs.IntVar(&o.keep, "keep", 3, "checkpoints to keep in --checkpoint-dir")
 	fs.BoolVar(&o.resume, "resume", false, "resume from the latest checkpoint in --checkpoint-dir")
 	fs.StringVar(&o.override, "override", "", "with --resume: settings that may differ from the checkpoint's, comma-separated (lr,steps,clip,…), recorded in the checkpoints written after")
-	fs.IntVar(&o.zero, "zero", 0, "under mpirun: shard the optimizer state across the ranks (1: ZeRO-1), and the gradients too (2: ZeRO-2)")
+	fs.IntVar(&o.zero, "zero", 0, "under mpirun: shard the optimizer state across the ranks (1: ZeRO-1), the gradients too (2: ZeRO-2), and the parameters too (3: ZeRO-3, FSDP)")
 	fs.IntVar(&o.checkEvery, "check-every", 0, "under mpirun: check every N steps that the ranks' parameters are bit-identical (0: at the end)")
 	fs.IntVar(&o.stopAfter, "stop-after", 0, "stop after this many steps of this run (the schedule still spans --steps), checkpointing if asked; resume later with --resume")
 	o.registerRanks(fs)
@@ -257,8 +257,8 @@ func (o *trainOptions) validate(set map[string]bool) error {
 	if err := finiteFlag("clip", o.clip); err != nil {
 		return err
 	}
-	if o.zero < 0 || o.zero > 2 {
-		return fmt.Errorf("--zero must be 0, 1 or 2, got %d", o.zero)
+	if o.zero < 0 || o.zero > 3 {
+		return fmt.Errorf("--zero must be 0, 1, 2 or 3, got %d", o.zero)
 	}
 	if o.override != "" && !o.resume {
 		return fmt.Errorf("--override applies to --resume")
