@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -184,5 +185,90 @@ func TestStateOnHostAcrossRanksStopsAndResumes(t *testing.T) {
 	}
 	if resumed != host {
 		t.Errorf("resumed from step 3: final train loss %v, uninterrupted %v", resumed, host)
+	}
+}
+
+// ZeRO-3 (--zero 3) on 2 MPI ranks trains exactly as ZeRO-0 at the same
+// ranks: the same losses at every step, the same validation loss, and a
+// byte-identical model file, for a GPT with dropout in fp32 and a Llama
+// in bf16, both clipping and accumulating 2 micro-batches. Against one
+// process at twice the batch, the GPT's losses are within 1e-5.
+func TestZeRO3OnTwoMPIRanks(t *testing.T) {
+	_, bin := mpiFerry(t)
+	dir := t.TempDir()
+	data := corpus(t)
+	type summary struct {
+		Val   float64 `json:"final_val_loss"`
+		Train float64 `json:"final_train_loss"`
+		Ckpt  string  `json:"checkpoint"`
+	}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{
+		{"gpt-fp32", []string{"--dropout", "0.1"}},
+		{"llama-bf16", []string{"--model", "llama", "--precision", "bf16"}},
+	} {
+		args := func(zero, batch, name string) []string {
+			a := []string{"train", "text", "--data", data, "--layers", "2", "--heads", "2", "--embd", "32", "--seq", "16",
+				"--batch", batch, "--val-batches", "2", "--sample", "0", "--steps", "6", "--clip", "1", "--accum", "2",
+				"--log", filepath.Join(dir, name+".jsonl"), "--checkpoint-dir", filepath.Join(dir, name), "--json",
+				"--collective-timeout", "30s"}
+			if zero != "" {
+				a = append(a, "--zero", zero)
+			}
+			return append(a, tc.extra...)
+		}
+		sums := map[string]summary{}
+		for _, zero := range []string{"0", "3"} {
+			name := tc.name + "-zero" + zero
+			out, stderr, took, err := mpiJob(t, dir, append([]string{"-np", "2", bin}, args(zero, "4", name)...)...)
+			if err != nil {
+				t.Fatalf("%s: %v after %v\n%s%s", name, err, took, out, stderr)
+			}
+			var s summary
+			if err := json.Unmarshal([]byte(out), &s); err != nil {
+				t.Fatalf("%s: %v: %s", name, err, out)
+			}
+			sums[zero] = s
+		}
+		z0, z3 := logLosses(t, filepath.Join(dir, tc.name+"-zero0.jsonl")), logLosses(t, filepath.Join(dir, tc.name+"-zero3.jsonl"))
+		if len(z0) != 6 || len(z3) != 6 {
+			t.Fatalf("%s: %d and %d logged losses, want 6", tc.name, len(z0), len(z3))
+		}
+		for step, l := range z0 {
+			if z3[step] != l {
+				t.Errorf("%s, step %d: loss %v at ZeRO-3, %v at ZeRO-0", tc.name, step, z3[step], l)
+			}
+		}
+		if sums["3"].Val != sums["0"].Val {
+			t.Errorf("%s: final val loss %v at ZeRO-3, %v at ZeRO-0", tc.name, sums["3"].Val, sums["0"].Val)
+		}
+		m0, err0 := os.ReadFile(filepath.Join(sums["0"].Ckpt, "model.safetensors"))
+		m3, err3 := os.ReadFile(filepath.Join(sums["3"].Ckpt, "model.safetensors"))
+		if err0 != nil || err3 != nil || !bytes.Equal(m0, m3) {
+			t.Errorf("%s: the models differ between ZeRO-0 and ZeRO-3 (%v, %v)", tc.name, err0, err3)
+		}
+		t.Logf("%s: final train loss %.7f, val %.7f at ZeRO-0 and ZeRO-3", tc.name, sums["3"].Train, sums["3"].Val)
+		if tc.name != "gpt-fp32" {
+			continue
+		}
+		out, errOut, code := runCLI(t, args("", "8", tc.name+"-one")...)
+		if code != 0 {
+			t.Fatalf("one process: %s", errOut)
+		}
+		var one summary
+		if err := json.Unmarshal([]byte(out), &one); err != nil {
+			t.Fatal(err)
+		}
+		single := logLosses(t, filepath.Join(dir, tc.name+"-one.jsonl"))
+		var worst float64
+		for step, l := range single {
+			worst = max(worst, math.Abs(z3[step]-l))
+		}
+		t.Logf("%s: largest loss difference between 2 ZeRO-3 ranks at batch 4 and 1 process at batch 8: %.3g; val %.7f and %.7f", tc.name, worst, sums["3"].Val, one.Val)
+		if worst > 1e-5 || math.Abs(one.Val-sums["3"].Val) > 1e-5 {
+			t.Errorf("%s: one process at twice the batch differs: losses by %v, val %v against %v", tc.name, worst, one.Val, sums["3"].Val)
+		}
 	}
 }
