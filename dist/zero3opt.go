@@ -75,7 +75,7 @@ func (o *FullShardOptimizer) split(fp *fsParam) ([][]slotPart, error) {
 				l := o.layout([]int{hi - lo})
 				if len(l.Slots) != len(whole.Slots) || l.Slots[k].DType != s.DType {
 					return nil, fmt.Errorf("dist: FullShard.Optimizer: %s keeps other state for a shard of %d elements than for the whole parameter %q of %d, "+
-						"so the state cannot be split by elements (an optimizer that quantises only large parameters: quantise all of them, or shard with ZeRO 1 or 2)", o.inner.Name(), hi-lo, fp.p.Name(), fp.n)
+						"so the state cannot be split by elements (an optimizer that quantises only large parameters: quantise all of them, as adamw8bit does with min_8bit_size=1, or shard with ZeRO 1 or 2)", o.inner.Name(), hi-lo, fp.p.Name(), fp.n)
 				}
 				n = int64(device.Numel(l.Slots[k].Shape)) * int64(s.DType.Size())
 			}

@@ -149,3 +149,36 @@ func checkLR(name string, lr float64) error {
 	}
 	return nil
 }
+
+// Like builds, over params, an optimizer of o's kind: the one registered
+// under o's name, with o's learning rate and hyperparameters, its state
+// where o keeps it (OnHost). ZeRO-3 steps each rank's shards of the
+// parameters with it (dist.FullShard). o must be registered.
+func Like(o Optimizer, params []*ferry.Tensor) (Optimizer, error) {
+	if _, err := Lookup(o.Name()); err != nil {
+		return nil, fmt.Errorf("%T (%q) is not a registered optimizer: %w", o, o.Name(), err)
+	}
+	h := map[string]float64{"lr": o.LR()}
+	for k, v := range o.Hyper() {
+		switch v := v.(type) {
+		case float32:
+			h[k] = float64(v)
+		case float64:
+			h[k] = v
+		case int:
+			h[k] = float64(v)
+		case bool:
+			h[k] = 0
+			if v {
+				h[k] = 1
+			}
+		default:
+			return nil, fmt.Errorf("%s's hyperparameter %s is a %T, not a number", o.Name(), k, v)
+		}
+	}
+	var opts []Option
+	if hp, ok := o.(HostPlaced); ok && hp.StateOnHost() {
+		opts = append(opts, OnHost())
+	}
+	return New(o.Name(), params, h, opts...)
+}

@@ -325,8 +325,8 @@ func makePlan(opts Options) (*Plan, error) {
 	default:
 		return nil, fmt.Errorf("plan: precision %q: want fp32 or bf16", opts.Precision)
 	}
-	if opts.Ranks < 0 || opts.Shard < 0 || opts.Shard > 2 || (opts.Shard > 0 && opts.Ranks < 2) {
-		return nil, fmt.Errorf("plan: %d ranks at ZeRO stage %d: stages 1 and 2 need 2 ranks or more, and there are only stages 0, 1, 2", opts.Ranks, opts.Shard)
+	if opts.Ranks < 0 || opts.Shard < 0 || opts.Shard > 3 || (opts.Shard > 0 && opts.Ranks < 2) {
+		return nil, fmt.Errorf("plan: %d ranks at ZeRO stage %d: stages 1 to 3 need 2 ranks or more, and there are only stages 0, 1, 2, 3", opts.Ranks, opts.Shard)
 	}
 	if opts.Ranks > 1 {
 		rm, ok := opts.Model.(RankModel)

@@ -78,41 +78,15 @@ func (t *Trainer) setupParallel() error {
 // hyperparameters and state placement.
 func (t *Trainer) setupFullShard(params []*ferry.Tensor) error {
 	cfg := t.cfg
-	given := cfg.Optimizer
-	if _, err := optim.Lookup(given.Name()); err != nil {
-		return configErr("Shard", "ZeRO-3 builds the optimizer over each rank's shards from its registration; %T (%q) is not registered with package optim: %v", given, given.Name(), err)
-	}
-	hyper := map[string]float64{"lr": given.LR()}
-	for k, v := range given.Hyper() {
-		switch v := v.(type) {
-		case float32:
-			hyper[k] = float64(v)
-		case float64:
-			hyper[k] = v
-		case int:
-			hyper[k] = float64(v)
-		case bool:
-			hyper[k] = 0
-			if v {
-				hyper[k] = 1
-			}
-		default:
-			return configErr("Shard", "ZeRO-3 rebuilds %s over the shards, and cannot read its hyperparameter %s (%T)", given.Name(), k, v)
-		}
-	}
-	var opts []optim.Option
-	if h, ok := given.(optim.HostPlaced); ok && h.StateOnHost() {
-		opts = append(opts, optim.OnHost())
-	}
 	fs, err := dist.NewFullShard(cfg.Comm, params, dist.FullShardOptions{})
 	if err != nil {
 		return configErr("Shard", "%v", err)
 	}
-	inner, err := optim.New(given.Name(), fs.Shards(), hyper, opts...)
+	inner, err := optim.Like(cfg.Optimizer, fs.Shards())
 	if err == nil {
 		st, ok := inner.(optim.Stepper)
 		if !ok {
-			err = fmt.Errorf("%s is not an optim.Stepper", given.Name())
+			err = fmt.Errorf("%s is not an optim.Stepper", cfg.Optimizer.Name())
 		} else {
 			t.fullOpt, err = fs.Optimizer(st)
 		}
@@ -122,7 +96,7 @@ func (t *Trainer) setupFullShard(params []*ferry.Tensor) error {
 	}
 	if err != nil {
 		fs.Close()
-		return configErr("Shard", "%v", err)
+		return configErr("Shard", "ZeRO-3 steps each rank's shards with an optimizer it builds like the one given: %v", err)
 	}
 	t.full, t.red = fs, fs
 	return nil

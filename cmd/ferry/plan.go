@@ -32,7 +32,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	precision := fs.String("precision", "fp32", precisionUsage)
 	optimizer := defineOptimizerFlag(fs, "")
 	inFlight := fs.String("copies-in-flight", "auto", "copies off the device in flight at once that the plan assumes (1 to 64), or auto: the planner chooses per plan; the policy records it")
-	zero := fs.String("zero", "auto", "with --ranks above 1, the ZeRO stage: 0 every rank holds the whole optimizer state and gradients, 1 its share of the optimizer state, 2 of the gradients too; or auto: the planner plans each and takes the fastest that fits (the policy records it)")
+	zero := fs.String("zero", "auto", "with --ranks above 1, the ZeRO stage: 0 every rank holds the whole optimizer state and gradients, 1 its share of the optimizer state, 2 of the gradients too, 3 of the parameters too (ZeRO-3); or auto: the planner plans each and takes the fastest that fits (the policy records it)")
 	return func(w io.Writer, asJSON bool) error {
 		if budget <= 0 {
 			return fmt.Errorf("--budget is required (for example --budget 20GiB)")
@@ -56,12 +56,12 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		switch *zero {
 		case "auto":
 			if *ranks > 1 {
-				stages = []int{0, 1, 2}
+				stages = []int{0, 1, 2, 3}
 			}
-		case "0", "1", "2":
+		case "0", "1", "2", "3":
 			stages = []int{int((*zero)[0] - '0')}
 		default:
-			return fmt.Errorf("--zero %q: want 0, 1, 2 or auto", *zero)
+			return fmt.Errorf("--zero %q: want 0, 1, 2, 3 or auto", *zero)
 		}
 		for _, v := range []struct{ flag, val string }{{"optimizer-state", *optState}, {"gradients", *grads}, {"parameters", *params}} {
 			if v.val != "device" && v.val != "host" && v.val != "auto" {

@@ -51,8 +51,12 @@ func (m planModel) ForRanks(ranks, shard int) (plan.Model, error) {
 		owners = dist.AssignOwners(params, ranks)
 	case 2:
 		owners = dist.ScatterOwners(params, ranks, 0)
+	case 3:
+		// Every parameter splits by elements: rank 0's shards are the
+		// largest (the last rank's may be shorter).
+		return planModel{cfg: m.cfg, ranks: ranks, shard: shard}, nil
 	default:
-		return nil, fmt.Errorf("demo: ZeRO stage %d (there are 0, 1 and 2)", shard)
+		return nil, fmt.Errorf("demo: ZeRO stage %d (there are 0, 1, 2 and 3)", shard)
 	}
 	bytes := make([]int64, ranks)
 	for i, p := range params {
@@ -215,12 +219,20 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 			release()
 			return nil, err
 		}
+		inner := release
+		release = func() { rk.release(); inner() }
 	}
 	// The last step's updates inside backward: with a streamer, they may
 	// run beside the device into the next step, and report their errors
 	// once the next backward has begun.
 	var updates *optim.InBackwardErr
 	run := func(tape *ferry.Tape) error {
+		if rk != nil && rk.full != nil {
+			if err := rk.full.BeginStep(); err != nil {
+				return err
+			}
+			rk.full.Attach(tape)
+		}
 		if stream != nil {
 			if err := stream.BeginStep(); err != nil {
 				return err
@@ -262,6 +274,7 @@ type rankStep struct {
 	hook func(*ferry.Tensor)
 	wait func() error
 	opt  optim.Optimizer
+	full *dist.FullShard // ZeRO-3
 }
 
 func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim.Stepper, inBackward bool) (*rankStep, error) {
@@ -276,6 +289,9 @@ func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim
 	}
 	comm := dist.PretendOn(m.rank, m.ranks, clock)
 	rk := &rankStep{opt: opt}
+	if m.shard == 3 {
+		return rk, rk.fullShard(comm, params, opt)
+	}
 	var owners []int
 	if m.shard == 2 {
 		sc, err := dist.NewGradientScatterer(comm, params, dist.ReducerOptions{})
@@ -300,7 +316,53 @@ func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim
 	return rk, nil
 }
 
+// fullShard sets rk up for ZeRO-3 as train.Trainer does: params sharded
+// (dist.FullShard), an optimizer like opt over the shards.
+func (rk *rankStep) fullShard(comm dist.Comm, params []*ferry.Tensor, opt optim.Optimizer) error {
+	fs, err := dist.NewFullShard(comm, params, dist.FullShardOptions{})
+	if err != nil {
+		return err
+	}
+	inner, err := optim.Like(opt, fs.Shards())
+	if err != nil {
+		fs.Close()
+		return err
+	}
+	st, ok := inner.(optim.Stepper)
+	var fo *dist.FullShardOptimizer
+	if !ok {
+		err = fmt.Errorf("demo: %s is not an optim.Stepper", inner.Name())
+	} else {
+		fo, err = fs.Optimizer(st)
+	}
+	if err == nil {
+		err = fs.Shard()
+	}
+	if err != nil {
+		inner.Release()
+		fs.Close()
+		return err
+	}
+	fs.SetReduce(true)
+	rk.full, rk.opt, rk.hook, rk.wait = fs, fo, fs.GradReady, fs.Wait
+	return nil
+}
+
+// release frees what fullShard made (the shards and their optimizer).
+func (rk *rankStep) release() {
+	if rk != nil && rk.full != nil {
+		rk.opt.Release()
+		if err := rk.full.Close(); err != nil {
+			panic(err)
+		}
+		rk.full = nil
+	}
+}
+
 func (rk *rankStep) backwardAndStep(l *ferry.Tensor) error {
+	if rk.full != nil {
+		rk.full.SetReduce(true)
+	}
 	if err := l.BackwardWith(ferry.BackwardOptions{GradReady: rk.hook}); err != nil {
 		return err
 	}
@@ -311,6 +373,9 @@ func (rk *rankStep) backwardAndStep(l *ferry.Tensor) error {
 		return err
 	}
 	rk.opt.ZeroGrad()
+	if rk.full != nil {
+		return rk.full.EndStep()
+	}
 	return nil
 }
 

@@ -158,3 +158,80 @@ func TestPlanPerRank(t *testing.T) {
 		t.Error("ZeRO-1 on one rank: no error")
 	}
 }
+
+// ZeRO-3's rank on the meta device, through the trainer's dist code: its
+// optimizer state is its shards' (AdamW: 8 bytes an element of rank 0's
+// shards, each a multiple of 256 elements of every parameter, to the
+// allocator's rounding of blocks),
+// and its parameters at the step's peak are its shards plus the
+// parameters gathered around the ops under way. The figures are logged
+// (go test -v -run TestFullShardMemoryOnMeta); GPT-2 124M's are skipped
+// with -short.
+func TestFullShardMemoryOnMeta(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sizes models.Sizes
+	}{
+		{"small GPT", models.Sizes{"vocab": 512, "seq": 64, "layers": 4, "heads": 4, "embd": 128, "batch": 4}},
+		{"GPT-2 124M", nil},
+	} {
+		cfg := demo.DefaultConfig("meta")
+		cfg.Family, _ = models.Lookup("gpt")
+		cfg.Sizes = tc.sizes
+		if tc.sizes == nil && testing.Short() {
+			continue
+		}
+		whole, wc, _ := rankPeaks(t, cfg, 1, 0)
+		t.Logf("%s, one process: peak %s; parameters %s, AdamW state %s, gradient category %s", tc.name, device.FormatBytes(whole),
+			device.FormatBytes(wc[device.Parameter]), device.FormatBytes(wc[device.OptimizerState]), device.FormatBytes(wc[device.Gradient]))
+		// The parameters' sizes, each once, and the largest.
+		sz := cfg.Sizes
+		if sz == nil {
+			sz = models.Defaults(cfg.Family, "meta")
+		}
+		w, err := cfg.Family.Workload(meta.New(device.Options{}, nil), sz, cfg.Seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sizes []int
+		var largest, trainable int64
+		seen := map[*ferry.Tensor]bool{}
+		for _, p := range w.Parameters() {
+			if !seen[p] {
+				seen[p] = true
+				sizes = append(sizes, p.Numel())
+				largest = max(largest, p.Bytes())
+				trainable += p.Bytes()
+			}
+		}
+		w.Release()
+		fixed := wc[device.Parameter] - trainable // tensors of the parameter category that are not trained (a causal mask)
+		for _, ranks := range []int{2, 4, 8} {
+			peak, c, name := rankPeaks(t, cfg, ranks, 3)
+			var shard, wantState int64 // rank 0's elements; AdamW's two moments of them, as allocated
+			for _, n := range sizes {
+				per := ((n+ranks-1)/ranks + 255) / 256 * 256
+				shard += int64(min(per, n))
+				wantState += 2 * device.RoundSize(4*int64(min(per, n)))
+			}
+			state, params, grad := c[device.OptimizerState], c[device.Parameter], c[device.Gradient]
+			gathered := params - fixed - 4*shard
+			t.Logf("  %s: peak %s (%.1f%% of one process); parameters %s = shards %s (1/%.2f) + gathered %s (%.2f × the largest); AdamW state %s (1/%.2f); gradient category %s",
+				name, device.FormatBytes(peak), 100*float64(peak)/float64(whole), device.FormatBytes(params), device.FormatBytes(4*shard),
+				float64(trainable)/float64(4*shard), device.FormatBytes(gathered), float64(gathered)/float64(largest),
+				device.FormatBytes(state), float64(wc[device.OptimizerState])/float64(state), device.FormatBytes(grad))
+			// At least the shards' moments; GPT-2's peak of the category
+			// is up to 1.3% above them (6 MiB at 2 ranks), not yet
+			// explained.
+			if state < wantState || state > wantState+wantState/50 {
+				t.Errorf("%s: %d bytes of AdamW state, want two moments of rank 0's %d shard elements, %d as allocated", name, state, shard, wantState)
+			}
+			if gathered < 0 || gathered > 2*largest {
+				t.Errorf("%s: %d parameter bytes beyond the shards, want at most twice the largest parameter's %d", name, gathered, largest)
+			}
+			if peak >= whole {
+				t.Errorf("%s: peak %d, one process %d", name, peak, whole)
+			}
+		}
+	}
+}
