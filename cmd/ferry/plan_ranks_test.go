@@ -66,7 +66,7 @@ func TestPlanRanks(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &auto); err != nil {
 		t.Fatal(err)
 	}
-	if len(auto.StagesTried) != 3 || !auto.Fits {
+	if len(auto.StagesTried) != 4 || !auto.Fits {
 		t.Fatalf("--zero auto tried %+v, fits %v", auto.StagesTried, auto.Fits)
 	}
 	for i, s := range auto.StagesTried {
