@@ -87,7 +87,7 @@ func TestPlanRanks(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string
-	}{{[]string{"--ranks", "0"}, "--ranks must be"}, {[]string{"--ranks", "2", "--zero", "3"}, `--zero "3": want 0, 1, 2 or auto`}} {
+	}{{[]string{"--ranks", "0"}, "--ranks must be"}, {[]string{"--ranks", "2", "--zero", "4"}, `--zero "4": want 0, 1, 2, 3 or auto`}} {
 		_, errOut, code := runCLI(t, append(append([]string{}, gpt...), c.args...)...)
 		if code == 0 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, %q", c.args, code, errOut)
