@@ -114,6 +114,9 @@ type fsParam struct {
 	// A gather in flight: its event and buffers.
 	gather     device.Event
 	send, recv []float32
+	// host is the whole values in host memory, between GatherHost and
+	// DropHost on the root (HostData).
+	host *ferry.Tensor
 	// This backward: the gradient is complete (ready), its
 	// reduce-scatter's event and buffers.
 	ready          bool
@@ -686,6 +689,74 @@ func (f *FullShard) releaseAll() error {
 func (f *FullShard) EndStep() error {
 	f.stepping = false
 	return f.releaseAll()
+}
+
+// Settle frees the parameters gathered outside a step (an evaluation's
+// forwards on tapes without the record hook keep theirs until then).
+func (f *FullShard) Settle() error { return f.releaseAll() }
+
+// GatherHost gathers every parameter's whole values into host memory on
+// root, where Float32s then reads them without bringing the parameters
+// to the device (HostData, ferry.HostReader): for a checkpoint that rank
+// root writes while the parameters stay sharded. A collective (every
+// rank sends its shards; only root keeps the values), undone by
+// DropHost. On a device without values it does nothing.
+func (f *FullShard) GatherHost(root int) error {
+	if err := CheckRoot(root, f.c.Size()); err != nil {
+		return err
+	}
+	if f.shared {
+		return nil
+	}
+	err := ferry.Catch(func() error {
+		size := f.c.Size()
+		for _, fp := range f.params {
+			if fp.n == 0 || fp.resident {
+				continue // a resident parameter is read where it is
+			}
+			send, recv := f.buffer(fp.per), f.buffer(size*fp.per)
+			k := fp.hi - fp.lo
+			if fp.shard != nil {
+				if err := fp.shard.Device().Kernels().Download(f32bytes(send[:k]), fp.shard.View()); err != nil {
+					return err
+				}
+			}
+			clear(send[k:])
+			err := f.c.AllGather(send, recv).Synchronize()
+			if err == nil && f.c.Rank() == root {
+				fp.host = ferry.FromFloat32s(fp.p.Device().Host(), recv[:fp.n], fp.p.Shape()...)
+			}
+			f.put(send)
+			f.put(recv)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		f.DropHost()
+	}
+	return err
+}
+
+// DropHost frees what GatherHost gathered.
+func (f *FullShard) DropHost() {
+	for _, fp := range f.params {
+		if fp.host != nil {
+			fp.host.Release()
+			fp.host = nil
+		}
+	}
+}
+
+// HostData is the whole values of t's parameter in host memory, between
+// GatherHost and DropHost on the root; nil otherwise. (ferry.HostReader.)
+func (f *FullShard) HostData(t *ferry.Tensor) *ferry.Tensor {
+	if fp := f.byStore[t.Storage()]; fp != nil {
+		return fp.host
+	}
+	return nil
 }
 
 // CheckParameters is GradientReducer.CheckParameters' counterpart, with

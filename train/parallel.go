@@ -102,22 +102,39 @@ func (t *Trainer) setupFullShard(params []*ferry.Tensor) error {
 	return nil
 }
 
-// whole runs f with the parameters whole under ZeRO-3 (gathered, a
-// collective every rank makes at the same point), and sharded again
-// after: for what reads whole parameters outside a step (an evaluation,
-// a checkpoint, the proof of the weights).
-func (t *Trainer) whole(f func() error) error {
+// onHost runs f, under ZeRO-3, with every parameter's whole values
+// gathered into rank 0's host memory (dist.FullShard.GatherHost, a
+// collective): a checkpoint that rank 0 writes reads them there, and
+// the parameters stay sharded on the device.
+func (t *Trainer) onHost(f func() error) error {
 	if t.full == nil || !t.full.Sharded() {
 		return f()
 	}
-	if err := t.full.Unshard(); err != nil {
+	if err := t.full.GatherHost(0); err != nil {
 		return err
 	}
-	err := f()
-	if serr := t.full.Shard(); err == nil {
-		err = serr
+	defer t.full.DropHost()
+	return f()
+}
+
+// attach is what the tapes of an evaluation, or of the proof of the
+// weights, get: under ZeRO-3 the FullShard's record hook, which frees a
+// gathered parameter after its ops; else the memory mode's.
+func (t *Trainer) attach(tape *ferry.Tape) {
+	if t.full != nil {
+		t.full.Attach(tape)
+		return
 	}
-	return err
+	t.mem.Attach(tape)
+}
+
+// settleGathered frees, under ZeRO-3, the parameters gathered outside a
+// step (by an evaluation).
+func (t *Trainer) settleGathered() error {
+	if t.full == nil {
+		return nil
+	}
+	return t.full.Settle()
 }
 
 // batch is this rank's micro-batch micro of step.

@@ -8,6 +8,7 @@ import (
 	"ferry"
 	"ferry/device"
 	"ferry/nn"
+	"ferry/optim"
 )
 
 // A checkpoint is good once a finite loss has been computed on its
@@ -50,11 +51,6 @@ func (r *run) save(step int, last bool) error {
 	if r.ckpt == nil {
 		return nil
 	}
-	return r.whole(func() error { return r.saveWhole(step, last) }) // ZeRO-3: saved whole
-}
-
-// saveWhole is save on whole parameters.
-func (r *run) saveWhole(step int, last bool) error {
 	if err := r.settle(); err != nil {
 		return err
 	}
@@ -70,6 +66,12 @@ func (r *run) saveWhole(step int, last bool) error {
 		return err
 	}
 	defer release()
+	return r.onHost(func() error { return r.write(step, good, st) }) // ZeRO-3: the parameters gathered into rank 0's host memory
+}
+
+// write is save's second half, on every rank: rank 0 writes the
+// checkpoint of step with the optimizer state st (good: proven).
+func (r *run) write(step int, good bool, st optim.Stateful) error {
 	if r.red != nil {
 		defer r.cfg.Comm.Barrier()
 		if r.rank > 0 {
@@ -137,15 +139,7 @@ func (r *run) proveWeights(step int) error {
 // memory mode's hooks that must see every op (parameters streamed from
 // host memory); what it brought to the device is settled back. It is 0
 // on the meta device, which holds no values.
-func (r *run) forwardLoss(step int) (loss float64, err error) {
-	err = r.whole(func() error { // ZeRO-3: on whole parameters
-		loss, err = r.forwardLossWhole(step)
-		return err
-	})
-	return loss, err
-}
-
-func (r *run) forwardLossWhole(step int) (float64, error) {
+func (r *run) forwardLoss(step int) (float64, error) {
 	x, y, _, err := r.batch(step, 0)
 	if err != nil {
 		return 0, err
@@ -156,7 +150,7 @@ func (r *run) forwardLossWhole(step int) (float64, error) {
 	defer nn.SetTraining(r.model, true)
 	var loss float64
 	err = ferry.Step(func(tape *ferry.Tape) error {
-		r.mem.Attach(tape)
+		r.attach(tape) // ZeRO-3: every rank runs this forward, gathering
 		var l *ferry.Tensor
 		tape.NoGrad(func() {
 			var out *ferry.Tensor
@@ -169,6 +163,9 @@ func (r *run) forwardLossWhole(step int) (float64, error) {
 		}
 		return nil
 	})
+	if serr := r.settleGathered(); err == nil {
+		err = serr
+	}
 	if serr := r.settle(); err == nil {
 		err = serr
 	}

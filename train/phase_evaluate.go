@@ -35,17 +35,18 @@ func (r *run) evaluate(step int) ([]Metric, error) {
 	nn.SetTraining(r.model, false)
 	defer nn.SetTraining(r.model, true)
 	if ta, ok := r.task.(TapeAttacher); ok {
-		ta.AttachTapes(r.mem.Attach)
+		ta.AttachTapes(r.attach)
 	}
-	var ms []Metric
-	err := r.whole(func() error { // ZeRO-3: evaluated on whole parameters
-		var err error
-		ms, err = r.evaluateTask(ev) // on several ranks, this rank's share (evalshard.go)
-		if err == nil {
-			err = r.settle()
-		}
-		return err
-	})
+	// Under ZeRO-3 the forwards gather each parameter as they use it: on
+	// tapes with the hook (a TapeAttacher) every rank must run the same
+	// forwards, as a ShardEvaluator's shares of one process's batches do.
+	ms, err := r.evaluateTask(ev) // on several ranks, this rank's share (evalshard.go)
+	if serr := r.settleGathered(); err == nil {
+		err = serr
+	}
+	if err == nil {
+		err = r.settle()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("evaluation at step %d: %w", step, err)
 	}

@@ -16,13 +16,6 @@ func (r *run) finish() (*Result, error) {
 	if err := r.settle(); err != nil {
 		return nil, fmt.Errorf("step %d: %w", res.Steps, err)
 	}
-	if r.full != nil {
-		// ZeRO-3: the run ends with whole parameters, the model's again
-		// (a sample, an export, the caller's use).
-		if err := r.full.Unshard(); err != nil {
-			return nil, fmt.Errorf("step %d: gathering the parameters: %w", res.Steps, err)
-		}
-	}
 	if h := r.cfg.Hooks; h.Done != nil {
 		h.Done()
 	}
@@ -56,6 +49,14 @@ func (r *run) finish() (*Result, error) {
 	res.PeakTotalBytes = st.AllocatedBytes.Peak
 	if s, ok := r.mem.Stats(); ok {
 		res.Offload = &s
+	}
+	if r.full != nil {
+		// ZeRO-3: the run ends with whole parameters, the model's again
+		// (a sample, an export, the caller's use), gathered after the
+		// peaks above were read: they are the run's, sharded.
+		if err := r.full.Unshard(); err != nil {
+			return nil, fmt.Errorf("step %d: gathering the parameters: %w", res.Steps, err)
+		}
 	}
 	if r.cfg.Plots != nil {
 		files, err := r.cfg.Plots.Plot(r.plotData())
