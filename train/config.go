@@ -91,6 +91,14 @@ type Config struct {
 	// Run fails should end the job (dist.Abort), not Close: the others
 	// may be waiting for it in a collective.
 	Comm dist.Comm
+	// DeviceComm, with Comm, is a communicator of the same ranks whose
+	// collectives run on the device's memory and streams (NCCL:
+	// ferry/dist/nccl.OnDevice): the gradients are then averaged there
+	// (dist.DeviceReducer), never through host memory, while Comm still
+	// carries the run's small collectives (the stop flag, the loss, the
+	// settings' digest, evaluation sums). ZeRO-0 only: New refuses it
+	// with Shard above 0.
+	DeviceComm dist.DeviceComm
 	// BucketBytes sizes the reducer's buckets (0: dist's default, 25 MiB).
 	BucketBytes int64
 	// CheckEvery, with Comm, checks every CheckEvery steps (and at the

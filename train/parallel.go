@@ -42,6 +42,20 @@ func (t *Trainer) setupParallel() error {
 	params := t.task.Model().Parameters()
 	opts := dist.ReducerOptions{BucketBytes: cfg.BucketBytes}
 	var owners []int
+	if cfg.DeviceComm != nil {
+		switch {
+		case cfg.Shard > 0:
+			return configErr("DeviceComm", "the gradients' collectives on the device serve ZeRO-0; ZeRO %d still shards through Comm's host buffers: drop DeviceComm or use Shard 0", cfg.Shard)
+		case cfg.DeviceComm.Size() != cfg.Comm.Size() || cfg.DeviceComm.Rank() != cfg.Comm.Rank():
+			return configErr("DeviceComm", "rank %d of %d, and Comm is rank %d of %d: both must be the same ranks", cfg.DeviceComm.Rank(), cfg.DeviceComm.Size(), cfg.Comm.Rank(), cfg.Comm.Size())
+		}
+		red, err := dist.NewDeviceReducer(cfg.DeviceComm, t.dev, params, opts)
+		if err != nil {
+			return configErr("DeviceComm", "%v", err)
+		}
+		t.red, t.devRed = red, red
+		return nil
+	}
 	if cfg.Shard == 3 {
 		return t.setupFullShard(params)
 	}

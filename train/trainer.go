@@ -30,6 +30,9 @@ type Trainer struct {
 	// fullOpt the optimizer over its shards; nil otherwise.
 	full    *dist.FullShard
 	fullOpt *dist.FullShardOptimizer
+	// devRed is the reducer on the device (Config.DeviceComm), also
+	// t.red; nil otherwise. Close frees its buckets.
+	devRed *dist.DeviceReducer
 	rank    int
 	// updates is the last step's in-backward updates: those that run
 	// beside the device (parameters and optimizer state in host memory)
@@ -68,11 +71,12 @@ func New(dev device.Device, task Task, cfg Config) (_ *Trainer, err error) {
 	if t.mem, err = offload.NewMemory(dev, setup); err != nil {
 		return nil, &ConfigError{"Memory", err}
 	}
-	// The one cleanup: the memory mode is all that New sets up and must
-	// free (the data-parallel parts have nothing to close).
+	// The one cleanup: the memory mode, and the data-parallel parts
+	// that hold memory (device buckets, ZeRO-3's shards), are what New
+	// sets up and must free.
 	defer func() {
 		if err != nil {
-			t.mem.Close()
+			t.Close()
 		}
 	}()
 	if t.mem.OptimizerInBackward() {
@@ -160,6 +164,12 @@ func (t *Trainer) Memory() *offload.Memory { return t.mem }
 // task, model and optimizer stay the caller's.
 func (t *Trainer) Close() error {
 	err := t.mem.Close()
+	if t.devRed != nil {
+		if cerr := t.devRed.Close(); err == nil {
+			err = cerr
+		}
+		t.devRed = nil
+	}
 	if t.full != nil && !t.full.Sharded() {
 		// Whole (a run that ended): the parameters stay the model's.
 		t.fullOpt.Release()

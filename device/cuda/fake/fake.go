@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"ferry/device/cuda/cu"
@@ -42,6 +43,12 @@ type Options struct {
 	CopyDelay, KernelDelay time.Duration
 	// NoBLAS makes the driver behave as if cuBLAS were not installed.
 	NoBLAS bool
+	// HostAddresses makes a device allocation's address that of its Go
+	// memory (as a pinned one's is), so that a library reading device
+	// pointers as host addresses (the NCCL stand-in,
+	// dist/nccl/standin) works on this driver's memory. Addresses then
+	// have no gap between allocations to catch an overrun.
+	HostAddresses bool
 }
 
 // Driver is a fake cu.Driver.
@@ -341,5 +348,11 @@ func (c *Context) fault(err *cu.Error) {
 
 func (c *Context) newID() uintptr {
 	c.ids++
-	return 0x1000 + c.ids*16
+	return 0x1000 + lastID.Add(1)*16
 }
+
+// lastID numbers the handles of every context of the process, so that no
+// two contexts (two ranks' fake GPUs in one test) hand out the same
+// stream: a stand-in of a library that keys its work by stream (the NCCL
+// stand-in) tells them apart.
+var lastID atomic.Uintptr

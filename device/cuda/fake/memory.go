@@ -89,8 +89,12 @@ func (c *Context) MemAlloc(n int64) (cu.DevicePtr, error) {
 		return 0, errorOf("cuMemAlloc_v2", cu.ErrOutOfMemory, "")
 	}
 	a := newAlloc(n)
-	a.base = c.next
-	c.next += (uint64(n) + 2<<20) &^ 0xfff // a gap after each allocation
+	if c.drv.opts.HostAddresses {
+		a.base = uint64(uintptr(unsafe.Pointer(&a.words[0])))
+	} else {
+		a.base = c.next
+		c.next += (uint64(n) + 2<<20) &^ 0xfff // a gap after each allocation
+	}
 	c.used += n
 	c.insert(a)
 	return cu.DevicePtr(a.base), nil
