@@ -33,7 +33,7 @@ type Trainer struct {
 	// devRed is the reducer on the device (Config.DeviceComm), also
 	// t.red; nil otherwise. Close frees its buckets.
 	devRed *dist.DeviceReducer
-	rank    int
+	rank   int
 	// updates is the last step's in-backward updates: those that run
 	// beside the device (parameters and optimizer state in host memory)
 	// may still run during the next step, and report their errors once
