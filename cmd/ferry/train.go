@@ -366,6 +366,9 @@ type trainSummary struct {
 	Precision      string               `json:"precision"` // fp32 or bf16 (--precision)
 	Model          string               `json:"model"`
 	WorldSize      int                  `json:"world_size"`   // data-parallel ranks (mpirun -np N)
+	// Collectives is how the ranks average gradients: "nccl (device
+	// memory)" or "mpi (host memory)"; empty in one process.
+	Collectives string `json:"collectives,omitempty"`
 	Batch          int                  `json:"batch"`        // --batch: each rank's micro-batch
 	GlobalBatch    int                  `json:"global_batch"` // world_size × batch
 	ParameterCount int64                `json:"parameter_count"`
@@ -526,6 +529,20 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 			},
 			Done: func() { evals.flush(); p.done() },
 		},
+	}
+	if o.comm != nil && o.comm.Size() > 1 {
+		dc, closeDC, note, err := deviceComm(o.comm, dev, o.zero)
+		if err != nil {
+			return nil, err
+		}
+		defer closeDC()
+		if note != "" {
+			p.line("%s", note)
+		}
+		sum.Collectives = "mpi (host memory)"
+		if dc != nil {
+			cfg.DeviceComm, sum.Collectives = dc, "nccl (device memory)"
+		}
 	}
 	if o.plotDir != "" {
 		if _, ok := task.(train.Describer); !ok {

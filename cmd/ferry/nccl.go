@@ -1,0 +1,75 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"ferry/device"
+	"ferry/device/cuda"
+	"ferry/dist"
+	"ferry/dist/nccl"
+)
+
+// deviceComm gives a data-parallel run on CUDA devices NCCL: every rank
+// of c loads it, rank 0 makes the unique id, MPI carries it to the others
+// (nccl.ExchangeID), and each rank joins the clique on its device
+// (train.Config.DeviceComm: the gradients are then averaged on the
+// device, never through host memory). It is a collective over c on
+// every rank, whatever its device, so that no rank waits alone. It
+// returns nil, with a line for people saying why, where the run stays on
+// MPI's host path: a device that is not CUDA, ZeRO above 0 (its sharding
+// still goes through host buffers), or NCCL missing on some rank. close
+// destroys the communicator.
+func deviceComm(c dist.Comm, dev device.Device, zero int) (dc dist.DeviceComm, close func(), note string, err error) {
+	close = func() {}
+	gpu, isCUDA := dev.(*cuda.Device)
+	var loadErr error
+	if isCUDA && zero == 0 {
+		loadErr = nccl.Load()
+	}
+	// Each rank says whether it can: [not CUDA or ZeRO>0, NCCL missing].
+	flags := []float32{0, 0}
+	if !isCUDA || zero != 0 {
+		flags[0] = 1
+	} else if loadErr != nil {
+		flags[1] = 1
+	}
+	if err := c.AllReduce(flags).Synchronize(); err != nil {
+		return nil, close, "", fmt.Errorf("agreeing on NCCL: %w", err)
+	}
+	switch {
+	case flags[0] > 0 && isCUDA && zero != 0:
+		return nil, close, fmt.Sprintf("--zero %d: the gradients and shards travel through host memory and MPI (NCCL serves --zero 0 so far)", zero), nil
+	case flags[0] > 0:
+		return nil, close, "", nil // not every rank on CUDA: MPI's host path (the ranks' settings check names a device that differs)
+	case flags[1] > 0:
+		why := "on another rank"
+		if loadErr != nil {
+			why = loadErr.Error()
+		}
+		return nil, close, fmt.Sprintf("NCCL is unavailable (%s): the gradients are averaged through host memory and MPI; install NCCL (libnccl2) or set FERRY_LIBNCCL for collectives on the device", why), nil
+	}
+	var id nccl.UniqueID
+	var idErr error
+	if c.Rank() == 0 {
+		id, idErr = nccl.GetUniqueID()
+	}
+	if id, err = nccl.ExchangeID(c, id, idErr); err != nil {
+		return nil, close, "", err
+	}
+	var nc *nccl.Comm
+	// NCCL joins the clique on the device whose context is current on
+	// the calling thread.
+	err = gpu.Context().Do(func() error {
+		var err error
+		nc, err = nccl.InitRank(c.Size(), id, c.Rank())
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, dist.ErrUnavailable) {
+			return nil, close, "", err
+		}
+		return nil, close, "", fmt.Errorf("starting NCCL on %s: %w", dev.Name(), err)
+	}
+	return nccl.OnDevice(nc, gpu), func() { nc.Destroy() }, "", nil
+}
