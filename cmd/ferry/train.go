@@ -362,27 +362,27 @@ type trainSummary struct {
 	ParamsOnHost   []string `json:"parameters_on_host,omitempty"`
 	// HostState is what moved between the device and the parameters and
 	// gradients in host memory.
-	HostState      *offload.StreamStats `json:"host_state,omitempty"`
-	Precision      string               `json:"precision"` // fp32 or bf16 (--precision)
-	Model          string               `json:"model"`
-	WorldSize      int                  `json:"world_size"`   // data-parallel ranks (mpirun -np N)
+	HostState *offload.StreamStats `json:"host_state,omitempty"`
+	Precision string               `json:"precision"` // fp32 or bf16 (--precision)
+	Model     string               `json:"model"`
+	WorldSize int                  `json:"world_size"` // data-parallel ranks (mpirun -np N)
 	// Collectives is how the ranks average gradients: "nccl (device
 	// memory)" or "mpi (host memory)"; empty in one process.
-	Collectives string `json:"collectives,omitempty"`
-	Batch          int                  `json:"batch"`        // --batch: each rank's micro-batch
-	GlobalBatch    int                  `json:"global_batch"` // world_size × batch
-	ParameterCount int64                `json:"parameter_count"`
-	Steps          int                  `json:"steps"`     // the last step done
-	RunSteps       int                  `json:"run_steps"` // steps done by this run (fewer than steps when resumed)
-	ResumedFrom    int                  `json:"resumed_from_step,omitempty"`
-	Interrupted    bool                 `json:"interrupted"`
-	Stopped        bool                 `json:"stopped_early"` // --stop-after
-	WallSeconds    float64              `json:"wall_seconds"`
-	StepSeconds    float64              `json:"step_seconds"` // median
-	ItemsPerSecond float64              `json:"-"`
-	FinalTrainLoss float64              `json:"final_train_loss"`
-	SmoothedLoss   float64              `json:"smoothed_train_loss"`
-	Metrics        map[string]float64   `json:"-"` // task metrics, merged into the object
+	Collectives    string             `json:"collectives,omitempty"`
+	Batch          int                `json:"batch"`        // --batch: each rank's micro-batch
+	GlobalBatch    int                `json:"global_batch"` // world_size × batch
+	ParameterCount int64              `json:"parameter_count"`
+	Steps          int                `json:"steps"`     // the last step done
+	RunSteps       int                `json:"run_steps"` // steps done by this run (fewer than steps when resumed)
+	ResumedFrom    int                `json:"resumed_from_step,omitempty"`
+	Interrupted    bool               `json:"interrupted"`
+	Stopped        bool               `json:"stopped_early"` // --stop-after
+	WallSeconds    float64            `json:"wall_seconds"`
+	StepSeconds    float64            `json:"step_seconds"` // median
+	ItemsPerSecond float64            `json:"-"`
+	FinalTrainLoss float64            `json:"final_train_loss"`
+	SmoothedLoss   float64            `json:"smoothed_train_loss"`
+	Metrics        map[string]float64 `json:"-"` // task metrics, merged into the object
 	higher         map[string]bool
 	PeakBytes      map[string]int64 `json:"peak_bytes_by_category"`
 	PeakTotalBytes int64            `json:"peak_bytes"`
