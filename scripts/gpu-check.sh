@@ -30,6 +30,9 @@
 #     nccl          a single-rank NCCL clique through ferry's binding: every
 #                   collective checked on the GPU, a 64 MiB all-reduce timed
 #                   (libnccl from the loader, or PyTorch's nvidia wheel)
+#     zero3         a one-rank ZeRO-3 step (dist.FullShard: gathers,
+#                   reduce-scatters, the optimizer over shards) against the
+#                   unsharded step, bit for bit, on the GPU
 #   scripts/gpu-check.sh         both (build, then run)
 #
 # Outputs go to $OUT (default ./out/gpu-check): one file per step, steps.tsv
@@ -62,9 +65,9 @@ declare -A SHARE=(
   [conformance]=90
   [mlp-demo]=15 [mlp-demo-json]=40 [mlp-state-host]=10
   [gpt-demo-1]=45 [gpt-demo-2]=35 [gpt-bf16]=20
-  [torch-mlp]=45 [torch-gpt]=55 [torch-gpt-bf16]=15
+  [torch-mlp]=45 [torch-gpt]=50 [torch-gpt-bf16]=15
   [attention]=10 [torch-attention]=10
-  [bandwidth]=25 [launch]=10 [nccl-library]=5 [nccl]=10
+  [bandwidth]=25 [launch]=10 [nccl-library]=5 [nccl]=10 [zero3]=5
   [summary]=10
 )
 
@@ -153,6 +156,7 @@ run() {
     # Not under step: find_nccl exports FERRY_LIBNCCL into this shell.
     find_nccl "$(limit nccl-library)" >"$out/nccl-library.txt"
     step nccl "$bin/nccl.test" -test.run '^TestRealGPUSingleRank$' -test.v
+    step zero3 "$bin/nccl.test" -test.run '^TestRealGPUFullShardOneRank$' -test.v
   else
     printf '%s\t%d\t0\tskipped: no %s\n' nccl 0 "$bin/nccl.test" >>"$steps"
   fi
