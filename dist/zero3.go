@@ -27,6 +27,13 @@ type FullShardOptions struct {
 	// first step gathers each parameter when it is used). 0 means 2;
 	// negative means none.
 	Prefetch int
+	// Device, if set, is a communicator of the same ranks on the
+	// parameters' device (NCCL: ferry/dist/nccl.OnDevice): the gathers,
+	// reduce-scatters, the broadcast and the norm's gathers then run on
+	// device memory, on a side stream, never through host memory
+	// (zero3dev.go). The Comm still carries the rest (the step's failure
+	// flag, checkpoints' gathers, the layout check).
+	Device DeviceComm
 }
 
 // FullShard is ZeRO stage 3 on a Comm (PyTorch's FSDP, DeepSpeed's
@@ -94,6 +101,12 @@ type FullShard struct {
 	rsNext  int
 	stepErr error
 
+	// dc and side: the collectives on the device (FullShardOptions.Device)
+	// and their stream; nil for the host path.
+	dc   DeviceComm
+	side device.Stream
+	dev  device.Device
+
 	shared bool // parameters on a device without values: one host buffer for all (one)
 	one    []float32
 	pool   [][]float32 // free host buffers
@@ -111,9 +124,14 @@ type fsParam struct {
 	// used: an op has used it since; version: p's version then.
 	resident, used bool
 	version        uint32
-	// A gather in flight: its event and buffers.
+	// A gather in flight: its event and buffers (on the device path, the
+	// whole block it fills, on the side stream).
 	gather     device.Event
 	send, recv []float32
+	block      *device.Block
+	// dgrad is the whole gradient awaiting its reduce-scatter on the
+	// device path.
+	dgrad *ferry.Tensor
 	// host is the whole values in host memory, between GatherHost and
 	// DropHost on the root (HostData).
 	host *ferry.Tensor
@@ -177,6 +195,20 @@ func NewFullShard(c Comm, params []*ferry.Tensor, opts FullShardOptions) (*FullS
 		f.byStore[p.Storage()] = fp
 	}
 	f.shared = dev != nil && !device.HasData(dev)
+	f.dev = dev
+	if opts.Device != nil {
+		switch {
+		case opts.Device.Size() != size || opts.Device.Rank() != rank:
+			return nil, fmt.Errorf("dist: NewFullShard: the device communicator is rank %d of %d, the Comm rank %d of %d", opts.Device.Rank(), opts.Device.Size(), rank, size)
+		case dev == nil:
+			return nil, errors.New("dist: NewFullShard: no parameters to shard on the device communicator")
+		}
+		side, err := dev.NewStream("collectives")
+		if err != nil {
+			return nil, fmt.Errorf("dist: NewFullShard: %w", err)
+		}
+		f.dc, f.side = opts.Device, side
+	}
 	err := ferry.Catch(func() error {
 		for _, fp := range f.params {
 			if fp.hi > fp.lo {
@@ -275,6 +307,9 @@ func (f *FullShard) put(b []float32) {
 func (f *FullShard) Broadcast(root int) error {
 	if f.sharded {
 		return errors.New("dist: FullShard.Broadcast: the parameters are sharded; broadcast before Shard")
+	}
+	if f.dc != nil {
+		return f.broadcastDevice(root)
 	}
 	return ferry.Catch(func() error {
 		for _, fp := range f.params {
@@ -385,7 +420,10 @@ func (f *FullShard) Unshard() error {
 
 // startGather starts the all-gather of fp's shards; prefetched says it
 // is ahead of use.
-func (f *FullShard) startGather(fp *fsParam, prefetched bool) {
+func (f *FullShard) startGather(fp *fsParam, prefetched bool) error {
+	if f.dc != nil {
+		return f.startGatherDevice(fp, prefetched)
+	}
 	size := f.c.Size()
 	fp.send, fp.recv = f.buffer(fp.per), f.buffer(size*fp.per)
 	k := fp.hi - fp.lo
@@ -401,6 +439,7 @@ func (f *FullShard) startGather(fp *fsParam, prefetched bool) {
 	if prefetched {
 		f.stats.Prefetched++
 	}
+	return nil
 }
 
 // PageIn brings t's storage back, gathered from the ranks' shards: the
@@ -414,7 +453,12 @@ func (f *FullShard) PageIn(t *ferry.Tensor) error {
 		return nil
 	}
 	if fp.gather == nil {
-		f.startGather(fp, false)
+		if err := f.startGather(fp, false); err != nil {
+			return err
+		}
+	}
+	if f.dc != nil {
+		return f.installDevice(fp)
 	}
 	if !fp.gather.Done() {
 		start := time.Now()
@@ -448,13 +492,17 @@ func (f *FullShard) PageIn(t *ferry.Tensor) error {
 	}
 	fp.resident, fp.used = true, false
 	fp.version = fp.p.Version()
-	f.noteUse(fp)
-	return nil
+	return f.noteUse(fp)
 }
 
 func (f *FullShard) dropGather(fp *fsParam) {
 	f.put(fp.send)
 	f.put(fp.recv)
+	if fp.block != nil { // gathered on the device, never installed
+		f.dev.Compute().Wait(fp.gather)
+		f.dev.Allocator().Free(fp.block)
+		fp.block = nil
+	}
 	fp.send, fp.recv, fp.gather = nil, nil, nil
 }
 
@@ -462,9 +510,9 @@ func (f *FullShard) dropGather(fp *fsParam) {
 // gathers of the next Prefetch uses the previous step made after it. The
 // decision depends on the order of uses alone, the same on every rank,
 // so every rank starts the same gathers at the same point.
-func (f *FullShard) noteUse(fp *fsParam) {
+func (f *FullShard) noteUse(fp *fsParam) error {
 	if !f.stepping {
-		return
+		return nil
 	}
 	if n := len(f.uses); n == 0 || f.uses[n-1] != fp {
 		f.uses = append(f.uses, fp)
@@ -474,14 +522,20 @@ func (f *FullShard) noteUse(fp *fsParam) {
 		i++
 	}
 	if i == len(f.order) {
-		return // not where the previous step had it: no guess
+		return nil // not where the previous step had it: no guess
 	}
 	f.pos = i + 1
 	for j := f.pos; j < len(f.order) && j < f.pos+f.prefetch; j++ {
 		if next := f.order[j]; !next.resident && next.gather == nil {
-			f.startGather(next, true)
+			// A prefetch that cannot start fails the step, rather than
+			// leave this rank's collectives in another order than the
+			// others'.
+			if err := f.startGather(next, true); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
 }
 
 // Attach sets tape's record hook, which frees a gathered parameter once
@@ -529,7 +583,9 @@ func (f *FullShard) BeginStep() error {
 	f.pos, f.stepping = 0, true
 	for j := 0; j < len(f.order) && j < f.prefetch; j++ {
 		if next := f.order[j]; !next.resident && next.gather == nil {
-			f.startGather(next, true)
+			if err := f.startGather(next, true); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -574,6 +630,9 @@ func (f *FullShard) noteErr(err error) {
 // pack copies fp's whole gradient (zeros if it has none) into its send
 // buffer, padded to ranks × per, and frees the gradient.
 func (f *FullShard) pack(fp *fsParam) error {
+	if f.dc != nil {
+		return f.packDevice(fp)
+	}
 	fp.ready = true
 	fp.rsSend = f.buffer(f.c.Size() * fp.per)
 	clear(fp.rsSend[fp.n:])
@@ -600,6 +659,11 @@ func (f *FullShard) startReady() {
 		fp := f.params[len(f.params)-1-f.rsNext]
 		if !fp.ready {
 			return
+		}
+		if f.dc != nil {
+			f.reduceScatterDevice(fp)
+			f.rsNext++
+			continue
 		}
 		fp.rsRecv = f.buffer(fp.per)
 		fp.rs = averaged(f.c, f.c.ReduceScatter(fp.rsSend, fp.rsRecv), fp.rsRecv)
@@ -629,13 +693,21 @@ func (f *FullShard) Wait() error {
 	}
 	f.startReady()
 	t0 := time.Now()
+	if f.dc != nil {
+		if e := f.finishDevice(); e != nil && err == nil {
+			err = e
+		}
+	}
 	for _, fp := range f.params {
+		if fp.rs == nil {
+			continue
+		}
 		if e := fp.rs.Synchronize(); e != nil && err == nil {
 			err = e
 		}
 	}
 	f.stats.WaitTime += time.Since(t0)
-	if err == nil {
+	if err == nil && f.dc == nil {
 		err = ferry.Catch(func() error {
 			for _, fp := range f.params {
 				if fp.shard == nil {
@@ -784,6 +856,9 @@ func (f *FullShard) CheckParameters() error {
 // optim.GradNorm does; every rank gets the same norm. A collective, after
 // Wait.
 func (f *FullShard) GradNorm() (float64, error) {
+	if f.dc != nil {
+		return f.gradNormDevice()
+	}
 	var sumSq float64
 	err := ferry.Catch(func() error {
 		size := f.c.Size()
@@ -868,6 +943,9 @@ func (f *FullShard) Close() error {
 		}
 	}
 	f.releaseShards()
+	if f.side != nil {
+		return f.side.Synchronize()
+	}
 	return nil
 }
 

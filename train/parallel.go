@@ -44,10 +44,12 @@ func (t *Trainer) setupParallel() error {
 	var owners []int
 	if cfg.DeviceComm != nil {
 		switch {
-		case cfg.Shard > 0:
-			return configErr("DeviceComm", "the gradients' collectives on the device serve ZeRO-0; ZeRO %d still shards through Comm's host buffers: drop DeviceComm or use Shard 0", cfg.Shard)
+		case cfg.Shard == 1 || cfg.Shard == 2:
+			return configErr("DeviceComm", "the collectives on the device serve ZeRO 0 and 3; ZeRO %d still shards through Comm's host buffers: drop DeviceComm or use Shard 0 or 3", cfg.Shard)
 		case cfg.DeviceComm.Size() != cfg.Comm.Size() || cfg.DeviceComm.Rank() != cfg.Comm.Rank():
 			return configErr("DeviceComm", "rank %d of %d, and Comm is rank %d of %d: both must be the same ranks", cfg.DeviceComm.Rank(), cfg.DeviceComm.Size(), cfg.Comm.Rank(), cfg.Comm.Size())
+		case cfg.Shard == 3:
+			return t.setupFullShard(params)
 		}
 		red, err := dist.NewDeviceReducer(cfg.DeviceComm, t.dev, params, opts)
 		if err != nil {
@@ -92,7 +94,7 @@ func (t *Trainer) setupParallel() error {
 // hyperparameters and state placement.
 func (t *Trainer) setupFullShard(params []*ferry.Tensor) error {
 	cfg := t.cfg
-	fs, err := dist.NewFullShard(cfg.Comm, params, dist.FullShardOptions{})
+	fs, err := dist.NewFullShard(cfg.Comm, params, dist.FullShardOptions{Device: cfg.DeviceComm})
 	if err != nil {
 		return configErr("Shard", "%v", err)
 	}

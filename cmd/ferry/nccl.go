@@ -14,22 +14,24 @@ import (
 // of c loads it, rank 0 makes the unique id, MPI carries it to the others
 // (nccl.ExchangeID), and each rank joins the clique on its device
 // (train.Config.DeviceComm: the gradients are then averaged on the
-// device, never through host memory). It is a collective over c on
-// every rank, whatever its device, so that no rank waits alone. It
-// returns nil, with a line for people saying why, where the run stays on
-// MPI's host path: a device that is not CUDA, ZeRO above 0 (its sharding
-// still goes through host buffers), or NCCL missing on some rank. close
-// destroys the communicator.
+// device, never through host memory, and at --zero 3 so are ZeRO-3's
+// gathers). It is a collective over c on every rank, whatever its device,
+// so that no rank waits alone. It returns nil, with a line for people
+// saying why, where the run stays on MPI's host path: a device that is
+// not CUDA, ZeRO 1 or 2 (their sharding still goes through host
+// buffers), or NCCL missing on some rank. close destroys the
+// communicator.
 func deviceComm(c dist.Comm, dev device.Device, zero int) (dc dist.DeviceComm, close func(), note string, err error) {
 	close = func() {}
 	gpu, isCUDA := dev.(*cuda.Device)
 	var loadErr error
-	if isCUDA && zero == 0 {
+	onDevice := zero == 0 || zero == 3 // the stages whose collectives run on the device
+	if isCUDA && onDevice {
 		loadErr = nccl.Load()
 	}
-	// Each rank says whether it can: [not CUDA or ZeRO>0, NCCL missing].
+	// Each rank says whether it can: [not CUDA or ZeRO 1-2, NCCL missing].
 	flags := []float32{0, 0}
-	if !isCUDA || zero != 0 {
+	if !isCUDA || !onDevice {
 		flags[0] = 1
 	} else if loadErr != nil {
 		flags[1] = 1
@@ -38,8 +40,8 @@ func deviceComm(c dist.Comm, dev device.Device, zero int) (dc dist.DeviceComm, c
 		return nil, close, "", fmt.Errorf("agreeing on NCCL: %w", err)
 	}
 	switch {
-	case flags[0] > 0 && isCUDA && zero != 0:
-		return nil, close, fmt.Sprintf("--zero %d: the gradients and shards travel through host memory and MPI (NCCL serves --zero 0 so far)", zero), nil
+	case flags[0] > 0 && isCUDA && !onDevice:
+		return nil, close, fmt.Sprintf("--zero %d: the gradients and shards travel through host memory and MPI (NCCL serves --zero 0 and 3 so far)", zero), nil
 	case flags[0] > 0:
 		return nil, close, "", nil // not every rank on CUDA: MPI's host path (the ranks' settings check names a device that differs)
 	case flags[1] > 0:

@@ -41,7 +41,7 @@ func TestDeviceCommBootstrap(t *testing.T) {
 		gpu  bool
 		zero int
 		want string // in the note; "" with a communicator on the GPU
-	}{{"cpu", false, 0, "-"}, {"gpu zero 2", true, 2, "--zero 2"}, {"gpu", true, 0, ""}} {
+	}{{"cpu", false, 0, "-"}, {"gpu zero 2", true, 2, "--zero 2"}, {"gpu", true, 0, ""}, {"gpu zero 3", true, 3, ""}} {
 		comms := dist.NewGroup(size)
 		errs := make([]error, size)
 		done := make(chan int)

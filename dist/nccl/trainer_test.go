@@ -17,7 +17,8 @@ import (
 // averaged on the device through NCCL, the stand-in) trains to the losses
 // and parameters of the same ranks reducing through host memory over the
 // group, bit for bit, clipping and accumulating, with 0 stand-in
-// violations.
+// violations; so does ZeRO-3 (Shard 3), its gathers and reduce-scatters
+// on the device through NCCL or through the host.
 func TestTrainerOverNCCL(t *testing.T) {
 	l := setup(t)
 	const size = 2
@@ -25,7 +26,7 @@ func TestTrainerOverNCCL(t *testing.T) {
 		losses []float64
 		params [][]float32
 	}
-	run := func(withNCCL, onCPU bool) []outcome {
+	run := func(withNCCL, onCPU bool, shard int) []outcome {
 		comms := dist.NewGroup(size)
 		out := make([]outcome, size)
 		errs := ranks(size, func(r int) error {
@@ -53,7 +54,7 @@ func TestTrainerOverNCCL(t *testing.T) {
 			task := &traintest.MLP{Dev: dev, Layers: 3, Width: 32, Rows: 4, Seed: 7}
 			opt := optim.NewAdamW(task.Model().Parameters(), 1e-2)
 			defer opt.Release()
-			cfg := train.Config{Steps: 4, Accum: 2, Clip: 0.5, Optimizer: opt, Comm: comms[r], BucketBytes: 2000, CheckEvery: 1,
+			cfg := train.Config{Steps: 4, Accum: 2, Clip: 0.5, Optimizer: opt, Comm: comms[r], BucketBytes: 2000, CheckEvery: 1, Shard: shard,
 				Hooks: train.Hooks{Step: func(s train.StepInfo) { out[r].losses = append(out[r].losses, s.Loss) }}}
 			cfg.DeviceComm = dc
 			tr, err := train.New(dev, task, cfg)
@@ -74,7 +75,35 @@ func TestTrainerOverNCCL(t *testing.T) {
 		}
 		return out
 	}
-	host, dev, cpu := run(false, false), run(true, false), run(false, true)
+	host, dev, cpu := run(false, false, 0), run(true, false, 0), run(false, true, 0)
+	// ZeRO-3: its gathers and reduce-scatters on the device through
+	// NCCL, and through the host, train as ZeRO-0 does.
+	before := l.Counter("collectives")
+	z3nccl := run(true, false, 3)
+	// Per step and rank: a gather per parameter in forward and in
+	// backward, a reduce-scatter and the clip's gather each (6
+	// parameters): far more than ZeRO-0's few buckets.
+	if n := l.Counter("collectives") - before; n < 4*6*3 {
+		t.Fatalf("ZeRO-3 on NCCL posted %d collectives to the stand-in", n)
+	} else {
+		t.Logf("ZeRO-3 on NCCL: %d collectives posted in 4 steps of 2 ranks", n)
+	}
+	for _, z3 := range [][]outcome{z3nccl, run(false, false, 3)} {
+		for r := range size {
+			for i := range host[r].losses {
+				if z3[r].losses[i] != host[r].losses[i] {
+					t.Fatalf("ZeRO-3, rank %d, step %d: loss %v, ZeRO-0's %v", r, i+1, z3[r].losses[i], host[r].losses[i])
+				}
+			}
+			for i := range host[r].params {
+				for k := range host[r].params[i] {
+					if math.Float32bits(z3[r].params[i][k]) != math.Float32bits(host[r].params[i][k]) {
+						t.Fatalf("ZeRO-3, rank %d, parameter %d[%d]: %v, ZeRO-0's %v", r, i, k, z3[r].params[i][k], host[r].params[i][k])
+					}
+				}
+			}
+		}
+	}
 	if l.Counter("collectives") == 0 {
 		t.Fatal("no collective reached the stand-in")
 	}
