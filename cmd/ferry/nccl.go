@@ -3,12 +3,29 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"ferry/device"
 	"ferry/device/cuda"
 	"ferry/dist"
+	"ferry/dist/mpi"
 	"ferry/dist/nccl"
 )
+
+// rankDeviceName is the device a rank trains on. Under mpirun, "cuda"
+// without an index is the GPU of the rank's place on its machine
+// (OMPI_COMM_WORLD_LOCAL_RANK: rank 1 of a machine takes cuda:1), as a
+// PyTorch job takes LOCAL_RANK's: NCCL refuses two ranks on one GPU. An
+// index given (cuda:0) is kept, and so is every other name.
+func rankDeviceName(name string) string {
+	if name != "cuda" {
+		return name
+	}
+	if l, ok, err := mpi.Launched(); err == nil && ok && l.Size > 1 && l.LocalRank >= 0 {
+		return "cuda:" + strconv.Itoa(l.LocalRank)
+	}
+	return name
+}
 
 // deviceComm gives a data-parallel run on CUDA devices NCCL: every rank
 // of c loads it, rank 0 makes the unique id, MPI carries it to the others

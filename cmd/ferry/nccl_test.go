@@ -109,3 +109,19 @@ func TestDeviceCommBootstrap(t *testing.T) {
 		t.Fatalf("%d calls broke NCCL's API:\n%s", n, lib.Report())
 	}
 }
+
+// Under mpirun, --device cuda is the GPU of the rank's place on its
+// machine; an index given, and other devices, are kept.
+func TestRankDeviceName(t *testing.T) {
+	if got := rankDeviceName("cuda"); got != "cuda" {
+		t.Fatalf("outside mpirun: %q", got)
+	}
+	t.Setenv("OMPI_COMM_WORLD_RANK", "3")
+	t.Setenv("OMPI_COMM_WORLD_SIZE", "4")
+	t.Setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
+	for in, want := range map[string]string{"cuda": "cuda:1", "cuda:0": "cuda:0", "cpu": "cpu"} {
+		if got := rankDeviceName(in); got != want {
+			t.Errorf("rankDeviceName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

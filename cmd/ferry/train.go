@@ -123,7 +123,7 @@ var trainModes = func() []string {
 // lrScale times the optimizer's recipe's (optim.Registration).
 func (o *trainOptions) register(fs *flag.FlagSet, lrScale float64, optimizer string) {
 	o.lrScale = lrScale
-	fs.StringVar(&o.device, "device", "cpu", "device to train on: cpu or cuda[:N]")
+	fs.StringVar(&o.device, "device", "cpu", "device to train on: cpu or cuda[:N] (under mpirun, cuda is the GPU of the rank's place on its machine)")
 	fs.StringVar(&o.mode, "mode", string(offload.None), "memory mode: "+strings.Join(trainModes, ", "))
 	fs.BoolVar(&o.offload, "offload", false, "offload saved activations (the same as --mode offload)")
 	fs.StringVar(&o.policy, "policy", "", "policy file written by ferry plan --out (runs mode policy)")

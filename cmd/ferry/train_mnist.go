@@ -112,6 +112,7 @@ var trainDeviceOptions device.Options
 // openTrainDevice opens a device that holds values: training on meta
 // computes nothing.
 func openTrainDevice(name string) (device.Device, error) {
+	name = rankDeviceName(name)
 	if kind, _, err := device.ParseName(name); err == nil && kind == "meta" {
 		return nil, fmt.Errorf("--device meta records memory but computes no values, so it cannot train; " +
 			"use `ferry demo --device meta` or `ferry plan` to size a run, and --device cpu or cuda to train")
