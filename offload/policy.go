@@ -320,8 +320,8 @@ func ParsePolicy(b []byte) (*Policy, error) {
 	if p.SerialGradCopies && p.Gradients != "host" {
 		return nil, fmt.Errorf("serial_gradient_copies is for gradients in host memory; the policy's gradients are %q", p.Gradients)
 	}
-	if p.Ranks < 0 || p.Zero < 0 || p.Zero > 2 || p.Zero > 0 && p.Ranks < 2 {
-		return nil, fmt.Errorf("ranks %d at zero %d: want ranks 0 (one process) or at least 2, zero 0, 1 or 2 (1 and 2 with 2 ranks or more)", p.Ranks, p.Zero)
+	if p.Ranks < 0 || p.Zero < 0 || p.Zero > 3 || p.Zero > 0 && p.Ranks < 2 {
+		return nil, fmt.Errorf("ranks %d at zero %d: want ranks 0 (one process) or at least 2, zero 0 to 3 (1 to 3 with 2 ranks or more)", p.Ranks, p.Zero)
 	}
 	if p.CopiesInFlight < 0 || p.CopiesInFlight > MaxCopiesInFlight {
 		return nil, fmt.Errorf("copies_in_flight %d: want 0 (the default) to %d", p.CopiesInFlight, MaxCopiesInFlight)

@@ -113,6 +113,13 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			if pol, err = offload.LoadPolicy(*policy); err != nil {
 				return err
 			}
+			if pol.Ranks > 1 {
+				// The demo runs one process's step; a rank's differs (its
+				// share of the state, its collectives).
+				return fmt.Errorf("--policy %s plans one rank of %d at ZeRO-%d (ferry plan --ranks %d): ferry demo runs one process, "+
+					"whose step is another; ferry plan's prediction is the rank's replay on the meta device, and "+
+					"mpirun -np %d ferry train … --zero %d --policy %s runs it", *policy, pol.Ranks, pol.Zero, pol.Ranks, pol.Ranks, pol.Zero, *policy)
+			}
 			sizes.modelSet = set["model"]
 			if f, cfg.Sizes, err = sizes.fromPolicy(pol, *policy, f, cfg.Sizes); err != nil {
 				return err

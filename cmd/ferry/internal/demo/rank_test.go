@@ -8,6 +8,7 @@ import (
 	"ferry/device"
 	"ferry/device/meta"
 	"ferry/models"
+	"ferry/offload"
 	"ferry/plan"
 )
 
@@ -231,6 +232,48 @@ func TestFullShardMemoryOnMeta(t *testing.T) {
 			}
 			if peak >= whole {
 				t.Errorf("%s: peak %d, one process %d", name, peak, whole)
+			}
+		}
+	}
+}
+
+// Every rank's plan replays on meta to the byte: at each ZeRO stage, on 2
+// and 4 ranks, under a budget that makes the plan offload or recompute,
+// the written policy replayed on the rank's step (plan.Replay) peaks at
+// the predicted bytes and takes the predicted seconds.
+func TestRankPlansReplay(t *testing.T) {
+	cfg := demo.DefaultConfig("meta")
+	cfg.Family, _ = models.Lookup("gpt")
+	cfg.Sizes = models.Sizes{"vocab": 512, "seq": 64, "layers": 4, "heads": 4, "embd": 128, "batch": 4}
+	prof, err := plan.LoadProfile("h100-sxm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ranks := range []int{2, 4} {
+		for shard := 0; shard <= 3; shard++ {
+			opts := plan.Options{Model: demo.PlanModel(cfg), Budget: 1 << 40, Profile: prof, Ranks: ranks, Shard: shard}
+			free, err := plan.Make(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.Budget = free.Unlimited.PeakBytes * 3 / 4
+			p, err := plan.Make(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !p.Fits || p.KeepsEverything {
+				t.Fatalf("%d ranks, ZeRO-%d at %d bytes: fits %v, keeps everything %v", ranks, shard, opts.Budget, p.Fits, p.KeepsEverything)
+			}
+			m, err := demo.PlanModel(cfg).(plan.RankModel).ForRanks(ranks, shard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := plan.Replay(m, prof, p.Policy(), offload.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.PeakBytes != p.Predicted.PeakBytes || out.StepSeconds != p.Predicted.StepSeconds {
+				t.Errorf("%d ranks, ZeRO-%d: the policy replays at %d bytes, %v s; predicted %d, %v s", ranks, shard, out.PeakBytes, out.StepSeconds, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
 			}
 		}
 	}
