@@ -114,6 +114,21 @@ def nccl(out):
     return r
 
 
+def zero3(out):
+    """The one-rank ZeRO-3 step against the unsharded one: verdict and time."""
+    text = read(out, "zero3.txt")
+    if text is None:
+        return None
+    r = {"passed": bool(re.search(r"^--- PASS: TestRealGPUFullShardOneRank", text, re.M))}
+    m = re.search(r"one ZeRO-3 step of a 2-layer MLP on .*?: (\S+) \(median of 3\)", text)
+    if m:
+        r["step"] = m.group(1)
+    m = re.search(r"^\s*zero3_test\.go:\d+: (.*)$", text, re.M)
+    if not r["passed"] and m:
+        r["why"] = m.group(1)[:200]
+    return r
+
+
 def attention(out):
     """ferry's attention kernels and PyTorch's SDPA at the same shape: pass -> figures."""
     a = {}
@@ -307,6 +322,12 @@ def text(s):
         what = "passed" if n["passed"] else "FAILED" + (f": {n['why']}" if n.get("why") else "")
         fig = f"; 64 MiB all-reduce {n['allreduce_64mib']} ({n['allreduce_gbps']:.1f} GB/s, one rank)" if "allreduce_64mib" in n else ""
         L.append(f"nccl single rank: {what}; NCCL {n.get('version', '?')}{fig}")
+    z = s.get("zero3")
+    if z is None:
+        L.append("zero3: not run")
+    else:
+        what = "bit for bit the unsharded step" if z["passed"] else "FAILED" + (f": {z['why']}" if z.get("why") else "")
+        L.append(f"zero3 one rank: {what}" + (f"; step {z['step']}" if "step" in z else ""))
     for cfg in s["configs"]:
         L.append("")
         L.append(f"== {cfg['name']}: {cfg.get('description') or ''}".rstrip(": "))
@@ -363,7 +384,7 @@ def main():
     gpt_bf16["bf16_pair"] = bf16_pair(gpt_bf16, gpt, rows, "gpt-bf16", "torch-gpt-bf16")
     s = {"out": out, "budget_s": budget, "elapsed_s": elapsed, "steps": rows, "gpu": g,
          "cuda": doctor.get("cuda"), "cublas": (read(out, "cublas.txt") or "").strip(),
-         "conformance": conformance(out), "bandwidth": bw, "nccl": nccl(out), "attention": attention(out),
+         "conformance": conformance(out), "bandwidth": bw, "nccl": nccl(out), "zero3": zero3(out), "attention": attention(out),
          "configs": [config("mlp 40 x 4096, batch 1024", [read_json(out, "mlp-demo-json.txt")], read_json(out, "torch-mlp.json"), bw),
                      gpt, gpt_bf16]}
     with open(os.path.join(out, "summary.json"), "w") as f:

@@ -124,7 +124,7 @@ func (e *checkEnv) stepRows() map[string][3]string {
 }
 
 var allSteps = []string{"nvidia-smi", "doctor", "conformance", "mlp-demo", "mlp-demo-json", "mlp-state-host", "gpt-demo-1", "gpt-demo-2", "gpt-bf16",
-	"torch-mlp", "torch-gpt", "torch-gpt-bf16", "bandwidth", "launch", "attention", "torch-attention", "nccl"}
+	"torch-mlp", "torch-gpt", "torch-gpt-bf16", "bandwidth", "launch", "attention", "torch-attention", "nccl", "zero3"}
 
 func TestGPUCheckScriptWithStubs(t *testing.T) {
 	e := newCheckEnv(t)
