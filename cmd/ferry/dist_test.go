@@ -272,3 +272,42 @@ func TestZeRO3OnTwoMPIRanks(t *testing.T) {
 		}
 	}
 }
+
+// A ZeRO-3 rank's plan is what the rank runs: ferry plan --ranks 2 --zero
+// 3 writes a policy that offloads, and mpirun -np 2 ferry train --zero 3
+// --policy peaks at the predicted bytes exactly (every rank, on the CPU).
+func TestZeRO3PolicyPeakOnTwoMPIRanks(t *testing.T) {
+	_, bin := mpiFerry(t)
+	dir := t.TempDir()
+	data := corpus(t)
+	policy := filepath.Join(dir, "z3.json")
+	out, errOut, code := runCLI(t, "plan", "--model", "gpt", "--layers", "2", "--heads", "2", "--embd", "32", "--seq", "16", "--batch", "4",
+		"--vocab", "256", "--budget", "300KiB", "--ranks", "2", "--zero", "3", "--profile", "cpu", "--out", policy, "--json")
+	if code != 0 {
+		t.Fatalf("plan: %s", errOut)
+	}
+	var planned struct {
+		Predicted struct {
+			Peak int64 `json:"peak_bytes"`
+		} `json:"predicted"`
+	}
+	if err := json.Unmarshal([]byte(out), &planned); err != nil || planned.Predicted.Peak == 0 {
+		t.Fatalf("plan: %v: %s", err, out)
+	}
+	job, stderr, took, err := mpiJob(t, dir, "-np", "2", bin, "train", "text", "--data", data, "--layers", "2", "--heads", "2", "--embd", "32",
+		"--seq", "16", "--batch", "4", "--val-batches", "2", "--sample", "0", "--steps", "4", "--zero", "3", "--policy", policy, "--json",
+		"--collective-timeout", "30s")
+	if err != nil {
+		t.Fatalf("%v after %v: %s%s", err, took, job, stderr)
+	}
+	var ran struct {
+		Peak int64 `json:"peak_bytes"`
+	}
+	if err := json.Unmarshal([]byte(job), &ran); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ZeRO-3 rank of 2 under a 300 KiB policy: planned %d bytes, trained %d", planned.Predicted.Peak, ran.Peak)
+	if ran.Peak != planned.Predicted.Peak {
+		t.Errorf("the job peaked at %d bytes, the plan predicted %d", ran.Peak, planned.Predicted.Peak)
+	}
+}
