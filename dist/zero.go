@@ -67,6 +67,10 @@ type ShardOptions struct {
 	// in order) instead of AssignOwners': GradientScatterer.Owners for
 	// ZeRO-2, where the owner of a gradient must own its update.
 	Owners []int
+	// Device, if set, broadcasts the updated parameters on the device,
+	// each from its owner in place on a side stream (NCCL:
+	// ferry/dist/nccl.OnDevice), instead of through host buffers.
+	Device DeviceComm
 }
 
 // ShardedOptimizer is ZeRO stage 1 on a Comm: optimizer state split
@@ -95,6 +99,9 @@ type ShardedOptimizer struct {
 	chunks []shardChunk
 	buf    []float32
 	stats  ShardStats
+	// dc and side: the broadcasts on the device (ShardOptions.Device).
+	dc   DeviceComm
+	side device.Stream
 }
 
 // shardChunk is one broadcast: consecutive parameters of one owner.
@@ -170,8 +177,22 @@ func NewShardedOptimizer(c Comm, inner optim.Stepper, params []*ferry.Tensor, op
 			maxChunk = max(maxChunk, cur.n)
 		}
 	}
-	s.buf = make([]float32, maxChunk)
 	s.stats.Broadcasts = len(s.chunks)
+	if opts.Device != nil {
+		if len(s.params) == 0 {
+			return nil, fmt.Errorf("dist: NewShardedOptimizer: no parameters to broadcast on the device")
+		}
+		if opts.Device.Size() != c.Size() || opts.Device.Rank() != c.Rank() {
+			return nil, fmt.Errorf("dist: NewShardedOptimizer: the device communicator is rank %d of %d, the Comm rank %d of %d", opts.Device.Rank(), opts.Device.Size(), c.Rank(), c.Size())
+		}
+		side, err := s.params[0].Device().NewStream("collectives")
+		if err != nil {
+			return nil, fmt.Errorf("dist: NewShardedOptimizer: %w", err)
+		}
+		s.dc, s.side = opts.Device, side
+		return s, nil
+	}
+	s.buf = make([]float32, maxChunk)
 	return s, nil
 }
 
@@ -240,6 +261,9 @@ func (s *ShardedOptimizer) Sync() error {
 	if s.c.Size() == 1 {
 		return nil
 	}
+	if s.dc != nil {
+		return s.syncDevice()
+	}
 	return ferry.Catch(func() error {
 		me := s.c.Rank()
 		for _, ch := range s.chunks {
@@ -268,6 +292,37 @@ func (s *ShardedOptimizer) Sync() error {
 					return fmt.Errorf("dist: ShardedOptimizer: writing parameter %d (%q) from rank %d: %w", i, p.Name(), ch.owner, err)
 				}
 				off += p.Numel()
+			}
+		}
+		return nil
+	})
+}
+
+// syncDevice is Sync on the device: each parameter broadcast in place
+// from its owner through the DeviceComm on the side stream, which waits
+// for the update; the compute stream then waits for the broadcasts.
+func (s *ShardedOptimizer) syncDevice() error {
+	return ferry.Catch(func() error {
+		me := s.c.Rank()
+		for _, ch := range s.chunks {
+			for _, i := range ch.params {
+				p := s.params[i]
+				if p.Numel() == 0 {
+					continue
+				}
+				dev := p.Device()
+				p.View() // resident
+				s.side.Wait(dev.Compute().Record())
+				if err := s.dc.Broadcast(devSpan(p, 0, p.Numel()), p.Numel(), ch.owner, s.side); err != nil {
+					return fmt.Errorf("dist: ShardedOptimizer: broadcasting parameter %d (%q) from rank %d: %w", i, p.Name(), ch.owner, err)
+				}
+				dev.Compute().Wait(s.side.Record())
+				if ch.owner != me {
+					ferry.BumpVersion(p, "dist.sharded_step")
+				}
+			}
+			if ch.owner == me {
+				s.stats.BytesBroadcast += int64(ch.n) * 4
 			}
 		}
 		return nil

@@ -44,8 +44,8 @@ func (t *Trainer) setupParallel() error {
 	var owners []int
 	if cfg.DeviceComm != nil {
 		switch {
-		case cfg.Shard == 1 || cfg.Shard == 2:
-			return configErr("DeviceComm", "the collectives on the device serve ZeRO 0 and 3; ZeRO %d still shards through Comm's host buffers: drop DeviceComm or use Shard 0 or 3", cfg.Shard)
+		case cfg.Shard == 2:
+			return configErr("DeviceComm", "the collectives on the device serve ZeRO 0, 1 and 3; ZeRO-2's buckets still go through Comm's host buffers: drop DeviceComm or use Shard 0, 1 or 3")
 		case cfg.DeviceComm.Size() != cfg.Comm.Size() || cfg.DeviceComm.Rank() != cfg.Comm.Rank():
 			return configErr("DeviceComm", "rank %d of %d, and Comm is rank %d of %d: both must be the same ranks", cfg.DeviceComm.Rank(), cfg.DeviceComm.Size(), cfg.Comm.Rank(), cfg.Comm.Size())
 		case cfg.Shard == 3:
@@ -56,6 +56,9 @@ func (t *Trainer) setupParallel() error {
 			return configErr("DeviceComm", "%v", err)
 		}
 		t.red, t.devRed = red, red
+		if cfg.Shard == 1 {
+			return t.setupShardedOptimizer(params, nil)
+		}
 		return nil
 	}
 	if cfg.Shard == 3 {
@@ -75,16 +78,24 @@ func (t *Trainer) setupParallel() error {
 		t.red = red
 	}
 	if cfg.Shard > 0 {
-		st, ok := cfg.Optimizer.(optim.Stepper)
-		if !ok {
-			return configErr("Shard", "a sharded optimizer updates one parameter at a time, which needs an optim.Stepper; %T is not", cfg.Optimizer)
-		}
-		sh, err := dist.NewShardedOptimizer(cfg.Comm, st, params, dist.ShardOptions{BucketBytes: cfg.BucketBytes, Owners: owners})
-		if err != nil {
-			return err
-		}
-		t.shard = sh
+		return t.setupShardedOptimizer(params, owners)
 	}
+	return nil
+}
+
+// setupShardedOptimizer wraps Config.Optimizer for ZeRO 1 and 2 (owners:
+// the scatterer's, at 2), broadcasting on the device with DeviceComm.
+func (t *Trainer) setupShardedOptimizer(params []*ferry.Tensor, owners []int) error {
+	cfg := t.cfg
+	st, ok := cfg.Optimizer.(optim.Stepper)
+	if !ok {
+		return configErr("Shard", "a sharded optimizer updates one parameter at a time, which needs an optim.Stepper; %T is not", cfg.Optimizer)
+	}
+	sh, err := dist.NewShardedOptimizer(cfg.Comm, st, params, dist.ShardOptions{BucketBytes: cfg.BucketBytes, Owners: owners, Device: cfg.DeviceComm})
+	if err != nil {
+		return err
+	}
+	t.shard = sh
 	return nil
 }
 

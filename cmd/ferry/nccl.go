@@ -35,18 +35,18 @@ func rankDeviceName(name string) string {
 // gathers). It is a collective over c on every rank, whatever its device,
 // so that no rank waits alone. It returns nil, with a line for people
 // saying why, where the run stays on MPI's host path: a device that is
-// not CUDA, ZeRO 1 or 2 (their sharding still goes through host
-// buffers), or NCCL missing on some rank. close destroys the
+// not CUDA, ZeRO-2 (its buckets still go through host buffers), or NCCL
+// missing on some rank. close destroys the
 // communicator.
 func deviceComm(c dist.Comm, dev device.Device, zero int) (dc dist.DeviceComm, close func(), note string, err error) {
 	close = func() {}
 	gpu, isCUDA := dev.(*cuda.Device)
 	var loadErr error
-	onDevice := zero == 0 || zero == 3 // the stages whose collectives run on the device
+	onDevice := zero != 2 // the stages whose collectives run on the device
 	if isCUDA && onDevice {
 		loadErr = nccl.Load()
 	}
-	// Each rank says whether it can: [not CUDA or ZeRO 1-2, NCCL missing].
+	// Each rank says whether it can: [not CUDA or ZeRO-2, NCCL missing].
 	flags := []float32{0, 0}
 	if !isCUDA || !onDevice {
 		flags[0] = 1
@@ -58,7 +58,7 @@ func deviceComm(c dist.Comm, dev device.Device, zero int) (dc dist.DeviceComm, c
 	}
 	switch {
 	case flags[0] > 0 && isCUDA && !onDevice:
-		return nil, close, fmt.Sprintf("--zero %d: the gradients and shards travel through host memory and MPI (NCCL serves --zero 0 and 3 so far)", zero), nil
+		return nil, close, fmt.Sprintf("--zero %d: the gradients and shards travel through host memory and MPI (NCCL serves --zero 0, 1 and 3 so far)", zero), nil
 	case flags[0] > 0:
 		return nil, close, "", nil // not every rank on CUDA: MPI's host path (the ranks' settings check names a device that differs)
 	case flags[1] > 0:

@@ -17,8 +17,9 @@ import (
 // averaged on the device through NCCL, the stand-in) trains to the losses
 // and parameters of the same ranks reducing through host memory over the
 // group, bit for bit, clipping and accumulating, with 0 stand-in
-// violations; so does ZeRO-3 (Shard 3), its gathers and reduce-scatters
-// on the device through NCCL or through the host.
+// violations; so do ZeRO-3 (Shard 3), its gathers and reduce-scatters
+// on the device through NCCL or through the host, and ZeRO-1 (Shard 1)
+// with its owners' broadcasts on the device.
 func TestTrainerOverNCCL(t *testing.T) {
 	l := setup(t)
 	const size = 2
@@ -88,17 +89,18 @@ func TestTrainerOverNCCL(t *testing.T) {
 	} else {
 		t.Logf("ZeRO-3 on NCCL: %d collectives posted in 4 steps of 2 ranks", n)
 	}
-	for _, z3 := range [][]outcome{z3nccl, run(false, false, 3)} {
+	// ZeRO-1 with its broadcasts on the device too.
+	for which, z3 := range [][]outcome{z3nccl, run(false, false, 3), run(true, false, 1)} {
 		for r := range size {
 			for i := range host[r].losses {
 				if z3[r].losses[i] != host[r].losses[i] {
-					t.Fatalf("ZeRO-3, rank %d, step %d: loss %v, ZeRO-0's %v", r, i+1, z3[r].losses[i], host[r].losses[i])
+					t.Fatalf("sharded run %d, rank %d, step %d: loss %v, ZeRO-0's %v", which, r, i+1, z3[r].losses[i], host[r].losses[i])
 				}
 			}
 			for i := range host[r].params {
 				for k := range host[r].params[i] {
 					if math.Float32bits(z3[r].params[i][k]) != math.Float32bits(host[r].params[i][k]) {
-						t.Fatalf("ZeRO-3, rank %d, parameter %d[%d]: %v, ZeRO-0's %v", r, i, k, z3[r].params[i][k], host[r].params[i][k])
+						t.Fatalf("sharded run %d, rank %d, parameter %d[%d]: %v, ZeRO-0's %v", which, r, i, k, z3[r].params[i][k], host[r].params[i][k])
 					}
 				}
 			}
