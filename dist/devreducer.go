@@ -6,7 +6,6 @@ import (
 
 	"ferry"
 	"ferry/device"
-	"ferry/internal/digest"
 )
 
 // DeviceComm is a communicator whose collectives read and write device
@@ -90,20 +89,14 @@ func NewDeviceReducer(dc DeviceComm, dev device.Device, params []*ferry.Tensor, 
 		r.index[p] = len(r.params)
 		r.params = append(r.params, p)
 	}
-	r.slots = make([]slot, len(r.params))
-	var cur *devBucket
-	var curBytes int64
-	for i := len(r.params) - 1; i >= 0; i-- {
-		n := r.params[i].Numel()
-		if cur == nil || (curBytes > 0 && curBytes+int64(n)*4 > capBytes) {
-			cur = &devBucket{}
-			curBytes = 0
-			r.buckets = append(r.buckets, cur)
+	var members [][]int
+	r.slots, members = bucketLayout(r.params, capBytes)
+	for _, m := range members {
+		b := &devBucket{params: m}
+		for _, i := range m {
+			b.n += r.params[i].Numel()
 		}
-		r.slots[i] = slot{bucket: len(r.buckets) - 1, off: int(curBytes / 4)}
-		cur.params = append(cur.params, i)
-		cur.n += n
-		curBytes += int64(n) * 4
+		r.buckets = append(r.buckets, b)
 	}
 	side, err := dev.NewStream("collectives")
 	if err != nil {
@@ -127,12 +120,6 @@ func NewDeviceReducer(dc DeviceComm, dev device.Device, params []*ferry.Tensor, 
 
 // Stats returns the reducer's counters.
 func (r *DeviceReducer) Stats() ReducerStats { return r.stats }
-
-// span is n elements of t's storage from element off.
-func span(t *ferry.Tensor, off, n int) device.Span {
-	b, o := t.Block()
-	return device.Span{Block: b, Off: int64(o+off) * 4, Len: int64(n) * 4}
-}
 
 // GradReady is the ferry.BackwardOptions.GradReady hook: it copies p's
 // gradient into its bucket on the compute stream and starts, in order,
@@ -179,7 +166,7 @@ func (r *DeviceReducer) pack(i int) error {
 				i, p.Name(), g.Shape(), g.DType(), g.Device().Name(), p.Shape(), r.dev.Name())
 		}
 		g.View() // brings a paged gradient in; the copy reads its block
-		return r.dev.Copy(r.dev.Compute(), span(b.buf, s.off, p.Numel()), span(g, 0, p.Numel()))
+		return r.dev.Copy(r.dev.Compute(), devSpan(b.buf, s.off, p.Numel()), devSpan(g, 0, p.Numel()))
 	})
 }
 
@@ -190,7 +177,7 @@ func (r *DeviceReducer) startReady(atWait bool) {
 	for r.next < len(r.buckets) && r.buckets[r.next].pending == 0 {
 		b := r.buckets[r.next]
 		r.side.Wait(r.dev.Compute().Record())
-		if err := r.dc.AllReduce(span(b.buf, 0, b.n), b.n, r.side); err != nil {
+		if err := r.dc.AllReduce(devSpan(b.buf, 0, b.n), b.n, r.side); err != nil {
 			r.noteErr(err)
 		}
 		b.ev = r.side.Record()
@@ -246,7 +233,7 @@ func (r *DeviceReducer) Wait() error {
 					p.SetGrad(g)
 				}
 				g.View()
-				if err := r.dev.Copy(comp, span(g, 0, p.Numel()), span(r.buckets[s.bucket].buf, s.off, p.Numel())); err != nil {
+				if err := r.dev.Copy(comp, devSpan(g, 0, p.Numel()), devSpan(r.buckets[s.bucket].buf, s.off, p.Numel())); err != nil {
 					return fmt.Errorf("dist: DeviceReducer: writing the gradient of parameter %d (%q): %w", i, p.Name(), err)
 				}
 				ferry.BumpVersion(g, "dist.reduce_gradients")
@@ -281,12 +268,12 @@ func (r *DeviceReducer) Broadcast(root int) error {
 					continue
 				}
 				p.View()
-				if err := r.dev.Copy(comp, span(b.buf, s.off, p.Numel()), span(p, 0, p.Numel())); err != nil {
+				if err := r.dev.Copy(comp, devSpan(b.buf, s.off, p.Numel()), devSpan(p, 0, p.Numel())); err != nil {
 					return err
 				}
 			}
 			r.side.Wait(comp.Record())
-			if err := r.dc.Broadcast(span(b.buf, 0, b.n), b.n, root, r.side); err != nil {
+			if err := r.dc.Broadcast(devSpan(b.buf, 0, b.n), b.n, root, r.side); err != nil {
 				return err
 			}
 			comp.Wait(r.side.Record())
@@ -295,7 +282,7 @@ func (r *DeviceReducer) Broadcast(root int) error {
 				if p.Numel() == 0 {
 					continue
 				}
-				if err := r.dev.Copy(comp, span(p, 0, p.Numel()), span(b.buf, s.off, p.Numel())); err != nil {
+				if err := r.dev.Copy(comp, devSpan(p, 0, p.Numel()), devSpan(b.buf, s.off, p.Numel())); err != nil {
 					return err
 				}
 				ferry.BumpVersion(p, "dist.broadcast_parameters")
@@ -309,27 +296,18 @@ func (r *DeviceReducer) Broadcast(root int) error {
 // DeviceComm: each parameter's FNV-1a hash, all-gathered on the device.
 // Every rank gets the same answer. Call it on every rank, outside a step.
 func (r *DeviceReducer) CheckParameters() error {
-	const words = 4
-	mine := make([]float32, words*len(r.params))
+	mine, err := paramHashes(r.params)
+	if err != nil || len(mine) == 0 {
+		return err
+	}
 	var all []float32
-	err := ferry.Catch(func() error {
-		for i, p := range r.params {
-			h := digest.NewFNV64a()
-			h.Write(f32bytes(p.Float32s()))
-			v := h.Sum64()
-			for k := range words {
-				mine[words*i+k] = float32(uint16(v >> (16 * k)))
-			}
-		}
-		if len(mine) == 0 {
-			return nil
-		}
+	err = ferry.Catch(func() error {
 		send := ferry.FromFloat32s(r.dev, mine, len(mine))
 		defer send.Release()
 		recv := ferry.ZerosAs(r.dev, device.Gradient, len(mine)*r.dc.Size())
 		defer recv.Release()
 		r.side.Wait(r.dev.Compute().Record())
-		if err := r.dc.AllGather(span(send, 0, len(mine)), span(recv, 0, recv.Numel()), len(mine), r.side); err != nil {
+		if err := r.dc.AllGather(devSpan(send, 0, len(mine)), devSpan(recv, 0, recv.Numel()), len(mine), r.side); err != nil {
 			return err
 		}
 		r.dev.Compute().Wait(r.side.Record())
@@ -339,21 +317,7 @@ func (r *DeviceReducer) CheckParameters() error {
 	if err != nil {
 		return err
 	}
-	for i, p := range r.params {
-		var bad []int
-		for rank := 1; rank < r.dc.Size(); rank++ {
-			for k := range words {
-				if all[rank*len(mine)+words*i+k] != all[words*i+k] {
-					bad = append(bad, rank)
-					break
-				}
-			}
-		}
-		if len(bad) > 0 {
-			return fmt.Errorf("dist: parameters differ across ranks: parameter %d (%q, shape %v) on rank(s) %v is not bit-identical to rank 0's", i, p.Name(), p.Shape(), bad)
-		}
-	}
-	return nil
+	return compareHashes(r.params, all, r.dc.Size())
 }
 
 // Close waits for the collectives in flight and frees the buckets.

@@ -106,19 +106,10 @@ func NewGradientReducer(c Comm, params []*ferry.Tensor, opts ReducerOptions) (*G
 		r.index[p] = len(r.params)
 		r.params = append(r.params, p)
 	}
-	r.slots = make([]slot, len(r.params))
-	var cur *bucket
-	var curBytes int64
-	for i := len(r.params) - 1; i >= 0; i-- {
-		n := r.params[i].Numel()
-		if cur == nil || (curBytes > 0 && curBytes+int64(n)*4 > capBytes) {
-			cur = &bucket{}
-			curBytes = 0
-			r.buckets = append(r.buckets, cur)
-		}
-		r.slots[i] = slot{bucket: len(r.buckets) - 1, off: int(curBytes / 4)}
-		cur.params = append(cur.params, i)
-		curBytes += int64(n) * 4
+	var members [][]int
+	r.slots, members = bucketLayout(r.params, capBytes)
+	for _, m := range members {
+		r.buckets = append(r.buckets, &bucket{params: m})
 	}
 	bufs := newBuffers(r.params)
 	for _, b := range r.buckets {
@@ -134,6 +125,26 @@ func NewGradientReducer(c Comm, params []*ferry.Tensor, opts ReducerOptions) (*G
 	}
 	r.stats.Buckets = len(r.buckets)
 	return r, nil
+}
+
+// bucketLayout packs params into buckets of at most capBytes (a larger
+// parameter alone), in reverse order, since backward completes the last
+// layers' gradients first: each parameter's slot (its bucket and offset
+// in elements) and each bucket's parameters, in packing order.
+func bucketLayout(params []*ferry.Tensor, capBytes int64) (slots []slot, buckets [][]int) {
+	slots = make([]slot, len(params))
+	var curBytes int64
+	for i := len(params) - 1; i >= 0; i-- {
+		n := params[i].Numel()
+		if len(buckets) == 0 || (curBytes > 0 && curBytes+int64(n)*4 > capBytes) {
+			buckets = append(buckets, nil)
+			curBytes = 0
+		}
+		slots[i] = slot{bucket: len(buckets) - 1, off: int(curBytes / 4)}
+		buckets[len(buckets)-1] = append(buckets[len(buckets)-1], i)
+		curBytes += int64(n) * 4
+	}
+	return slots, buckets
 }
 
 // Comm is the communicator the reducer reduces over.
@@ -325,19 +336,7 @@ func (r *GradientReducer) Broadcast(root int) error {
 // first parameter that differs and the ranks that disagree with rank 0.
 // Call it on every rank, outside a step.
 func (r *GradientReducer) CheckParameters() error {
-	const words = 4 // a 64-bit hash as four 16-bit integers, exact in float32
-	mine := make([]float32, words*len(r.params))
-	err := ferry.Catch(func() error {
-		for i, p := range r.params {
-			h := digest.NewFNV64a()
-			h.Write(f32bytes(p.Float32s()))
-			v := h.Sum64()
-			for k := range words {
-				mine[words*i+k] = float32(uint16(v >> (16 * k)))
-			}
-		}
-		return nil
-	})
+	mine, err := paramHashes(r.params)
 	if err != nil {
 		return err
 	}
@@ -345,11 +344,41 @@ func (r *GradientReducer) CheckParameters() error {
 	if err := r.c.AllGather(mine, all).Synchronize(); err != nil {
 		return err
 	}
-	for i, p := range r.params {
+	return compareHashes(r.params, all, r.c.Size())
+}
+
+// hashWords is how many float32s carry a parameter's 64-bit hash: four
+// 16-bit integers, each exact in float32.
+const hashWords = 4
+
+// paramHashes is each parameter's FNV-1a hash over its float32 bits, as
+// hashWords float32s a parameter.
+func paramHashes(params []*ferry.Tensor) ([]float32, error) {
+	mine := make([]float32, hashWords*len(params))
+	err := ferry.Catch(func() error {
+		for i, p := range params {
+			h := digest.NewFNV64a()
+			h.Write(f32bytes(p.Float32s()))
+			v := h.Sum64()
+			for k := range hashWords {
+				mine[hashWords*i+k] = float32(uint16(v >> (16 * k)))
+			}
+		}
+		return nil
+	})
+	return mine, err
+}
+
+// compareHashes checks every rank's hashes (all: paramHashes of each rank,
+// in rank order) against rank 0's and names the first parameter that
+// differs and the ranks that disagree.
+func compareHashes(params []*ferry.Tensor, all []float32, ranks int) error {
+	per := hashWords * len(params)
+	for i, p := range params {
 		var bad []int
-		for rank := 1; rank < r.c.Size(); rank++ {
-			for k := range words {
-				if all[rank*len(mine)+words*i+k] != all[words*i+k] {
+		for rank := 1; rank < ranks; rank++ {
+			for k := range hashWords {
+				if all[rank*per+hashWords*i+k] != all[hashWords*i+k] {
 					bad = append(bad, rank)
 					break
 				}

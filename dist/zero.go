@@ -226,32 +226,44 @@ func (s *ShardedOptimizer) Step() error {
 			break
 		}
 	}
-	if s.c.Size() > 1 {
-		flag := make([]float32, s.c.Size())
-		if stepErr != nil {
-			flag[s.c.Rank()] = 1
-		}
-		if err := s.c.AllReduce(flag).Synchronize(); err != nil {
-			if stepErr != nil {
-				return stepErr
-			}
-			return err
-		}
-		if stepErr != nil {
-			return stepErr
-		}
-		for r, f := range flag {
-			if f != 0 {
-				return fmt.Errorf("dist: ShardedOptimizer: the optimizer step failed on rank %d; no parameter was broadcast", r)
-			}
-		}
-	} else if stepErr != nil {
-		return stepErr
+	if err := agreeStep(s.c, stepErr, "dist: ShardedOptimizer: the optimizer step failed on rank %d; no parameter was broadcast"); err != nil {
+		return err
 	}
 	if err := s.Sync(); err != nil {
 		return err
 	}
 	s.stats.Steps++
+	return nil
+}
+
+// agreeStep is every rank's verdict on a step that may have failed on
+// some (stepErr: this rank's failure): one all-reduce of a flag per rank,
+// so that a rank whose update fails fails the step everywhere instead of
+// hanging the others in the next collective. It returns this rank's
+// error, or else one made from failed (a format with the failed rank's
+// number) when another rank failed. A collective.
+func agreeStep(c Comm, stepErr error, failed string) error {
+	if c.Size() == 1 {
+		return stepErr
+	}
+	flag := make([]float32, c.Size())
+	if stepErr != nil {
+		flag[c.Rank()] = 1
+	}
+	if err := c.AllReduce(flag).Synchronize(); err != nil {
+		if stepErr != nil {
+			return stepErr
+		}
+		return err
+	}
+	if stepErr != nil {
+		return stepErr
+	}
+	for r, v := range flag {
+		if v != 0 {
+			return fmt.Errorf(failed, r)
+		}
+	}
 	return nil
 }
 

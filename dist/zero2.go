@@ -473,21 +473,11 @@ func (s *ShardedOptimizer) GradNorm() (float64, error) {
 // its own gradients. It equals optim.ClipGradNorm on the whole gradient
 // bit for bit. A collective; a non-finite norm is an error on every rank.
 func (s *ShardedOptimizer) ClipGradNorm(maxNorm float64) (float64, error) {
-	if !(maxNorm > 0) || math.IsInf(maxNorm, 1) {
-		return 0, fmt.Errorf("dist: ClipGradNorm: max norm must be positive and finite, got %v", maxNorm)
-	}
-	norm, err := s.GradNorm()
-	if err != nil {
-		return norm, err
-	}
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return norm, fmt.Errorf("dist: ClipGradNorm: the gradients' norm is %v", norm)
-	}
 	var owned []*ferry.Tensor
 	for i, p := range s.params {
 		if s.owner[i] == s.c.Rank() {
 			owned = append(owned, p)
 		}
 	}
-	return norm, scaleGrads(owned, maxNorm, norm)
+	return clipGrads(maxNorm, s.GradNorm, owned)
 }

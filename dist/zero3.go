@@ -907,23 +907,13 @@ func (f *FullShard) GradNorm() (float64, error) {
 // scaled by the coefficient ClipGradNorm applies, elementwise, so the
 // result is its bits on the whole gradients. A collective, after Wait.
 func (f *FullShard) ClipGradNorm(maxNorm float64) (float64, error) {
-	if !(maxNorm > 0) || math.IsInf(maxNorm, 1) {
-		return 0, fmt.Errorf("dist: ClipGradNorm: max norm must be positive and finite, got %v", maxNorm)
-	}
-	norm, err := f.GradNorm()
-	if err != nil {
-		return norm, err
-	}
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return norm, fmt.Errorf("dist: ClipGradNorm: the gradients' norm is %v", norm)
-	}
 	var grads []*ferry.Tensor
 	for _, fp := range f.params {
 		if fp.shard != nil && fp.shard.Grad() != nil {
 			grads = append(grads, fp.shard)
 		}
 	}
-	return norm, scaleGrads(grads, maxNorm, norm)
+	return clipGrads(maxNorm, f.GradNorm, grads)
 }
 
 // Close gives the parameters back whole (a collective when they are
@@ -957,6 +947,24 @@ func (f *FullShard) releaseShards() {
 			fp.shard = nil
 		}
 	}
+}
+
+// clipGrads is optim.ClipGradNorm for gradients sharded across ranks:
+// norm (a collective) is the whole gradients' norm, and the gradients of
+// params, this rank's, are scaled by ClipGradNorm's coefficient. A
+// non-finite norm is an error on every rank alike.
+func clipGrads(maxNorm float64, norm func() (float64, error), params []*ferry.Tensor) (float64, error) {
+	if !(maxNorm > 0) || math.IsInf(maxNorm, 1) {
+		return 0, fmt.Errorf("dist: ClipGradNorm: max norm must be positive and finite, got %v", maxNorm)
+	}
+	n, err := norm()
+	if err != nil {
+		return n, err
+	}
+	if math.IsNaN(n) || math.IsInf(n, 0) {
+		return n, fmt.Errorf("dist: ClipGradNorm: the gradients' norm is %v", n)
+	}
+	return n, scaleGrads(params, maxNorm, n)
 }
 
 // scaleGrads scales the gradients of params by the coefficient

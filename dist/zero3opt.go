@@ -135,30 +135,7 @@ func (o *FullShardOptimizer) StateBytes() int64 {
 // FullShard.Wait). It is a collective: if the update fails on any rank,
 // every rank returns an error, so the ranks stay matched.
 func (o *FullShardOptimizer) Step() error {
-	stepErr := o.inner.Step()
-	c := o.f.c
-	if c.Size() == 1 {
-		return stepErr
-	}
-	flag := make([]float32, c.Size())
-	if stepErr != nil {
-		flag[c.Rank()] = 1
-	}
-	if err := c.AllReduce(flag).Synchronize(); err != nil {
-		if stepErr != nil {
-			return stepErr
-		}
-		return err
-	}
-	if stepErr != nil {
-		return stepErr
-	}
-	for r, v := range flag {
-		if v != 0 {
-			return fmt.Errorf("dist: FullShardOptimizer: the optimizer step failed on rank %d", r)
-		}
-	}
-	return nil
+	return agreeStep(o.f.c, o.inner.Step(), "dist: FullShardOptimizer: the optimizer step failed on rank %d")
 }
 
 // State is this rank's part of the state, keyed by the parameters' names
