@@ -21,6 +21,11 @@ type ReducerOptions struct {
 	// (a parameter larger than it gets a bucket of its own); 0 means
 	// DefaultBucketBytes.
 	BucketBytes int64
+	// Device, for a GradientScatterer, is a communicator of the same ranks
+	// on the parameters' device (NCCL): its buckets then live on the
+	// device and are reduced there, on a side stream. (A GradientReducer
+	// refuses it: NewDeviceReducer is that reducer on the device.)
+	Device DeviceComm
 }
 
 // GradientReducer averages the gradients of a set of parameters over the
@@ -91,6 +96,9 @@ func NewGradientReducer(c Comm, params []*ferry.Tensor, opts ReducerOptions) (*G
 	}
 	if capBytes < 0 {
 		return nil, fmt.Errorf("dist: NewGradientReducer: BucketBytes %d is negative", capBytes)
+	}
+	if opts.Device != nil {
+		return nil, fmt.Errorf("dist: NewGradientReducer: ReducerOptions.Device is for a GradientScatterer; NewDeviceReducer reduces on the device")
 	}
 	r := &GradientReducer{c: c, index: map[*ferry.Tensor]int{}}
 	for _, p := range params {

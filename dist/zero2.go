@@ -57,6 +57,11 @@ type GradientScatterer struct {
 	next    int
 	stepErr error
 	stats   ScattererStats
+	// dc, side, dev: the buckets on the device (ReducerOptions.Device),
+	// reduced on the side stream; nil for the host path.
+	dc   DeviceComm
+	side device.Stream
+	dev  device.Device
 }
 
 type scatterSlot struct {
@@ -72,6 +77,8 @@ type scatterBucket struct {
 	recv      []float32 // block (reduce-scatter); nil when all-reduced
 	pending   int
 	ev        device.Event
+	// dsend and drecv are send and recv on the device (ReducerOptions.Device).
+	dsend, drecv *ferry.Tensor
 }
 
 // ScattererStats describe the steps a GradientScatterer has reduced.
@@ -155,7 +162,39 @@ func NewGradientScatterer(c Comm, params []*ferry.Tensor, opts ReducerOptions) (
 		}
 	}
 	s.stats.Buckets = len(s.buckets)
+	if opts.Device != nil {
+		if err := s.onDevice(opts.Device); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
+}
+
+// onDevice moves the buckets to the parameters' device, each send and
+// recv a device tensor of the host buffer's size, reduced through dc.
+func (s *GradientScatterer) onDevice(dc DeviceComm) error {
+	if len(s.params) == 0 {
+		return fmt.Errorf("dist: NewGradientScatterer: no parameters to reduce on the device")
+	}
+	if dc.Size() != s.c.Size() || dc.Rank() != s.c.Rank() {
+		return fmt.Errorf("dist: NewGradientScatterer: the device communicator is rank %d of %d, the Comm rank %d of %d", dc.Rank(), dc.Size(), s.c.Rank(), s.c.Size())
+	}
+	dev := s.params[0].Device()
+	side, err := dev.NewStream("collectives")
+	if err != nil {
+		return fmt.Errorf("dist: NewGradientScatterer: %w", err)
+	}
+	s.dc, s.side, s.dev = dc, side, dev
+	return ferry.Catch(func() error {
+		for _, b := range s.buckets {
+			b.dsend = ferry.ZerosAs(dev, device.Gradient, max(len(b.send), 1))
+			if b.recv != nil {
+				b.drecv = ferry.ZerosAs(dev, device.Gradient, max(len(b.recv), 1))
+			}
+			b.send, b.recv = nil, nil
+		}
+		return nil
+	})
 }
 
 // ScatterOwners is the owning rank of each of params (deduplicated, in
@@ -291,11 +330,14 @@ func (s *GradientScatterer) pack(i int) error {
 	b := s.buckets[sl.bucket]
 	sl.packed = true
 	b.pending--
-	dst := b.send[sl.off : sl.off+p.Numel()]
 	g := p.Grad()
 	if s.owner[i] != s.c.Rank() {
 		defer p.SetGrad(nil) // another rank's: off the device now
 	}
+	if s.dc != nil {
+		return s.packDevice(i, b, g)
+	}
+	dst := b.send[sl.off : sl.off+p.Numel()]
 	if g == nil {
 		clear(dst)
 		return nil
@@ -312,6 +354,11 @@ func (s *GradientScatterer) pack(i int) error {
 func (s *GradientScatterer) startReady() {
 	for s.next < len(s.buckets) && s.buckets[s.next].pending == 0 {
 		b := s.buckets[s.next]
+		if s.dc != nil {
+			s.startDevice(b)
+			s.next++
+			continue
+		}
 		if b.allReduce {
 			b.ev = AllReduceAverage(s.c, b.send)
 		} else {
@@ -338,12 +385,16 @@ func (s *GradientScatterer) Wait() error {
 	s.startReady()
 	t0 := time.Now()
 	for _, b := range s.buckets {
-		if e := b.ev.Synchronize(); e != nil && err == nil {
+		if s.dc != nil {
+			s.dev.Compute().Wait(b.ev)
+		} else if e := b.ev.Synchronize(); e != nil && err == nil {
 			err = e
 		}
 	}
 	s.stats.WaitTime += time.Since(t0)
-	if err == nil {
+	if err == nil && s.dc != nil {
+		err = s.unpackOwnedDevice()
+	} else if err == nil {
 		err = s.unpackOwned()
 	}
 	for i := range s.slots {
@@ -390,6 +441,9 @@ func (s *GradientScatterer) unpackOwned() error {
 // bucket, through the send buffers). Call it on every rank, outside a
 // step.
 func (s *GradientScatterer) Broadcast(root int) error {
+	if s.dc != nil {
+		return broadcastOnDevice(s.dc, s.side, s.params, root)
+	}
 	return ferry.Catch(func() error {
 		for _, b := range s.buckets {
 			buf := b.send

@@ -214,24 +214,7 @@ func (f *FullShard) gradNormDevice() (float64, error) {
 // broadcastDevice is Broadcast on the device: each whole parameter from
 // root, in place, on the side stream.
 func (f *FullShard) broadcastDevice(root int) error {
-	if err := CheckRoot(root, f.c.Size()); err != nil {
-		return err
-	}
-	return ferry.Catch(func() error {
-		for _, fp := range f.params {
-			if fp.n == 0 {
-				continue
-			}
-			fp.p.View() // resident
-			f.side.Wait(f.dev.Compute().Record())
-			if err := f.dc.Broadcast(devSpan(fp.p, 0, fp.n), fp.n, root, f.side); err != nil {
-				return err
-			}
-			f.dev.Compute().Wait(f.side.Record())
-			ferry.BumpVersion(fp.p, "dist.broadcast_parameters")
-		}
-		return f.dev.Compute().Synchronize()
-	})
+	return broadcastOnDevice(f.dc, f.side, f.Params(), root)
 }
 
 // rowMajor is the contiguous strides of shape.

@@ -96,10 +96,10 @@ type Config struct {
 	// ferry/dist/nccl.OnDevice): the gradients are then averaged there
 	// (dist.DeviceReducer), never through host memory, while Comm still
 	// carries the run's small collectives (the stop flag, the loss, the
-	// settings' digest, evaluation sums). At Shard 1 the owners'
-	// broadcasts run through it (dist.ShardOptions.Device), at Shard 3
-	// ZeRO-3's gathers and reduce-scatters (dist.FullShardOptions.Device);
-	// New refuses it at Shard 2.
+	// settings' digest, evaluation sums). At Shard 1 and 2 the owners'
+	// broadcasts run through it (dist.ShardOptions.Device), and at 2 the
+	// scatterer's buckets (dist.ReducerOptions.Device); at Shard 3
+	// ZeRO-3's gathers and reduce-scatters (dist.FullShardOptions.Device).
 	DeviceComm dist.DeviceComm
 	// BucketBytes sizes the reducer's buckets (0: dist's default, 25 MiB).
 	BucketBytes int64

@@ -44,12 +44,17 @@ func (t *Trainer) setupParallel() error {
 	var owners []int
 	if cfg.DeviceComm != nil {
 		switch {
-		case cfg.Shard == 2:
-			return configErr("DeviceComm", "the collectives on the device serve ZeRO 0, 1 and 3; ZeRO-2's buckets still go through Comm's host buffers: drop DeviceComm or use Shard 0, 1 or 3")
 		case cfg.DeviceComm.Size() != cfg.Comm.Size() || cfg.DeviceComm.Rank() != cfg.Comm.Rank():
 			return configErr("DeviceComm", "rank %d of %d, and Comm is rank %d of %d: both must be the same ranks", cfg.DeviceComm.Rank(), cfg.DeviceComm.Size(), cfg.Comm.Rank(), cfg.Comm.Size())
 		case cfg.Shard == 3:
 			return t.setupFullShard(params)
+		case cfg.Shard == 2:
+			sc, err := dist.NewGradientScatterer(cfg.Comm, params, dist.ReducerOptions{BucketBytes: cfg.BucketBytes, Device: cfg.DeviceComm})
+			if err != nil {
+				return configErr("DeviceComm", "%v", err)
+			}
+			t.red = sc
+			return t.setupShardedOptimizer(params, sc.Owners())
 		}
 		red, err := dist.NewDeviceReducer(cfg.DeviceComm, t.dev, params, opts)
 		if err != nil {

@@ -30,25 +30,22 @@ func rankDeviceName(name string) string {
 // deviceComm gives a data-parallel run on CUDA devices NCCL: every rank
 // of c loads it, rank 0 makes the unique id, MPI carries it to the others
 // (nccl.ExchangeID), and each rank joins the clique on its device
-// (train.Config.DeviceComm: the gradients are then averaged on the
-// device, never through host memory, and at --zero 3 so are ZeRO-3's
-// gathers). It is a collective over c on every rank, whatever its device,
-// so that no rank waits alone. It returns nil, with a line for people
-// saying why, where the run stays on MPI's host path: a device that is
-// not CUDA, ZeRO-2 (its buckets still go through host buffers), or NCCL
-// missing on some rank. close destroys the
+// (train.Config.DeviceComm: every stage's collectives then run on the
+// device, never through host memory). It is a collective over c on every rank, whatever its device,
+// so that no rank waits alone, at every ZeRO stage. It returns nil where
+// the run stays on MPI's host path: a device that is not CUDA (no line),
+// or NCCL missing on some rank (with a line for people saying why). close destroys the
 // communicator.
-func deviceComm(c dist.Comm, dev device.Device, zero int) (dc dist.DeviceComm, close func(), note string, err error) {
+func deviceComm(c dist.Comm, dev device.Device) (dc dist.DeviceComm, close func(), note string, err error) {
 	close = func() {}
 	gpu, isCUDA := dev.(*cuda.Device)
 	var loadErr error
-	onDevice := zero != 2 // the stages whose collectives run on the device
-	if isCUDA && onDevice {
+	if isCUDA {
 		loadErr = nccl.Load()
 	}
-	// Each rank says whether it can: [not CUDA or ZeRO-2, NCCL missing].
+	// Each rank says whether it can: [not CUDA, NCCL missing].
 	flags := []float32{0, 0}
-	if !isCUDA || !onDevice {
+	if !isCUDA {
 		flags[0] = 1
 	} else if loadErr != nil {
 		flags[1] = 1
@@ -57,8 +54,6 @@ func deviceComm(c dist.Comm, dev device.Device, zero int) (dc dist.DeviceComm, c
 		return nil, close, "", fmt.Errorf("agreeing on NCCL: %w", err)
 	}
 	switch {
-	case flags[0] > 0 && isCUDA && !onDevice:
-		return nil, close, fmt.Sprintf("--zero %d: the gradients and shards travel through host memory and MPI (NCCL serves --zero 0, 1 and 3 so far)", zero), nil
 	case flags[0] > 0:
 		return nil, close, "", nil // not every rank on CUDA: MPI's host path (the ranks' settings check names a device that differs)
 	case flags[1] > 0:

@@ -531,7 +531,7 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		},
 	}
 	if o.comm != nil && o.comm.Size() > 1 {
-		dc, closeDC, note, err := deviceComm(o.comm, dev, o.zero)
+		dc, closeDC, note, err := deviceComm(o.comm, dev)
 		if err != nil {
 			return nil, err
 		}

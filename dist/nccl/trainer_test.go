@@ -18,8 +18,9 @@ import (
 // and parameters of the same ranks reducing through host memory over the
 // group, bit for bit, clipping and accumulating, with 0 stand-in
 // violations; so do ZeRO-3 (Shard 3), its gathers and reduce-scatters
-// on the device through NCCL or through the host, and ZeRO-1 (Shard 1)
-// with its owners' broadcasts on the device.
+// on the device through NCCL or through the host, ZeRO-1 (Shard 1) with
+// its owners' broadcasts on the device, and ZeRO-2 (Shard 2) with its
+// reduce-scatter buckets there too.
 func TestTrainerOverNCCL(t *testing.T) {
 	l := setup(t)
 	const size = 2
@@ -53,9 +54,16 @@ func TestTrainerOverNCCL(t *testing.T) {
 				}
 			}
 			task := &traintest.MLP{Dev: dev, Layers: 3, Width: 32, Rows: 4, Seed: 7}
+			// Small buckets (several all-reduces), and at ZeRO-2 one
+			// bucket of all six parameters, which splits evenly enough
+			// between the ranks to be reduce-scattered.
+			bucket := int64(2000)
+			if shard == 2 {
+				bucket = 1 << 20
+			}
 			opt := optim.NewAdamW(task.Model().Parameters(), 1e-2)
 			defer opt.Release()
-			cfg := train.Config{Steps: 4, Accum: 2, Clip: 0.5, Optimizer: opt, Comm: comms[r], BucketBytes: 2000, CheckEvery: 1, Shard: shard,
+			cfg := train.Config{Steps: 4, Accum: 2, Clip: 0.5, Optimizer: opt, Comm: comms[r], BucketBytes: bucket, CheckEvery: 1, Shard: shard,
 				Hooks: train.Hooks{Step: func(s train.StepInfo) { out[r].losses = append(out[r].losses, s.Loss) }}}
 			cfg.DeviceComm = dc
 			tr, err := train.New(dev, task, cfg)
@@ -89,8 +97,9 @@ func TestTrainerOverNCCL(t *testing.T) {
 	} else {
 		t.Logf("ZeRO-3 on NCCL: %d collectives posted in 4 steps of 2 ranks", n)
 	}
-	// ZeRO-1 with its broadcasts on the device too.
-	for which, z3 := range [][]outcome{z3nccl, run(false, false, 3), run(true, false, 1)} {
+	// ZeRO-1 and ZeRO-2 with their broadcasts (and ZeRO-2's buckets) on
+	// the device too.
+	for which, z3 := range [][]outcome{z3nccl, run(false, false, 3), run(true, false, 1), run(true, false, 2)} {
 		for r := range size {
 			for i := range host[r].losses {
 				if z3[r].losses[i] != host[r].losses[i] {
