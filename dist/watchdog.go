@@ -147,3 +147,70 @@ func (e *watchedEvent) Synchronize() error {
 	e.t.Stop()
 	return err
 }
+
+// WatchDevice is Watch for a DeviceComm: after each collective is
+// enqueued, an event recorded on its stream marks its end, and when that
+// event has not completed timeout later, stuck is called, once, with an
+// error naming the collective. A collective on the device (NCCL) whose
+// peer died or hangs blocks the stream, and then whatever waits for the
+// stream on the host (a gradient norm read back, a checkpoint); the
+// watchdog ends the job instead, as Watch does for the host's
+// collectives. A nil stuck reports the error and ends the process (the
+// launcher ends the others); a timeout ≤ 0 returns dc as it is.
+func WatchDevice(dc DeviceComm, timeout time.Duration, stuck func(error)) DeviceComm {
+	if timeout <= 0 {
+		return dc
+	}
+	if stuck == nil {
+		stuck = func(err error) {
+			fmt.Fprintf(os.Stderr, "%v; ending the job\n", err)
+			os.Exit(1)
+		}
+	}
+	return &watchedDevice{DeviceComm: dc, timeout: timeout, stuck: stuck}
+}
+
+type watchedDevice struct {
+	DeviceComm
+	timeout time.Duration
+	stuck   func(error)
+	seq     atomic.Int64
+	fired   sync.Once
+}
+
+// watch arms a timer for the collective just enqueued on s (err: the
+// enqueue's own error, returned as it is, unwatched).
+func (w *watchedDevice) watch(op string, s device.Stream, err error) error {
+	if err != nil {
+		return err
+	}
+	n := w.seq.Add(1)
+	issued := time.Now()
+	ev := s.Record()
+	time.AfterFunc(w.timeout, func() {
+		if !ev.Done() {
+			w.fired.Do(func() {
+				w.stuck(fmt.Errorf("dist: rank %d of %d: %s on the device (collective %d of this rank, enqueued at %s) has not completed in %v: "+
+					"another rank died, hangs, or issued other collectives (raise the timeout if a rank is merely slow)",
+					w.Rank(), w.Size(), op, n, issued.Format("15:04:05"), w.timeout))
+			})
+		}
+	})
+	return nil
+}
+
+func (w *watchedDevice) AllReduce(buf device.Span, n int, s device.Stream) error {
+	return w.watch("all_reduce", s, w.DeviceComm.AllReduce(buf, n, s))
+}
+
+func (w *watchedDevice) ReduceScatter(send, recv device.Span, recvCount int, s device.Stream) error {
+	return w.watch("reduce_scatter", s, w.DeviceComm.ReduceScatter(send, recv, recvCount, s))
+}
+
+func (w *watchedDevice) AllGather(send, recv device.Span, sendCount int, s device.Stream) error {
+	return w.watch("all_gather", s, w.DeviceComm.AllGather(send, recv, sendCount, s))
+}
+
+func (w *watchedDevice) Broadcast(buf device.Span, n, root int, s device.Stream) error {
+	return w.watch("broadcast", s, w.DeviceComm.Broadcast(buf, n, root, s))
+}

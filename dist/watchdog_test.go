@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"ferry/device"
 	"ferry/dist"
 	"ferry/dist/disttest"
 )
@@ -72,5 +73,63 @@ func TestWatchOff(t *testing.T) {
 	c := dist.Local()
 	if dist.Watch(c, 0, nil) != c {
 		t.Error("Watch with no timeout wrapped the Comm")
+	}
+}
+
+// stuckStream is a stream whose work never ends: what a device stream is
+// once an NCCL collective on it waits for a rank that never comes.
+type stuckStream struct{}
+
+func (stuckStream) Name() string         { return "stuck" }
+func (stuckStream) Record() device.Event { return neverDone{} }
+func (stuckStream) Wait(device.Event)    {}
+func (stuckStream) Synchronize() error   { select {} }
+
+type neverDone struct{}
+
+func (neverDone) Done() bool         { return false }
+func (neverDone) Synchronize() error { select {} }
+
+// nopDeviceComm enqueues nothing.
+type nopDeviceComm struct{}
+
+func (nopDeviceComm) Rank() int                                       { return 0 }
+func (nopDeviceComm) Size() int                                       { return 2 }
+func (nopDeviceComm) AllReduce(device.Span, int, device.Stream) error { return nil }
+func (nopDeviceComm) ReduceScatter(device.Span, device.Span, int, device.Stream) error {
+	return nil
+}
+func (nopDeviceComm) AllGather(device.Span, device.Span, int, device.Stream) error { return nil }
+func (nopDeviceComm) Broadcast(device.Span, int, int, device.Stream) error         { return nil }
+
+// A collective on the device that never completes fires the device
+// watchdog once, naming it; one that completes fires nothing.
+func TestWatchDeviceFiresOnAStuckCollective(t *testing.T) {
+	fired := make(chan error, 2)
+	w := dist.WatchDevice(nopDeviceComm{}, 30*time.Millisecond, func(err error) { fired <- err })
+	if err := w.AllGather(device.Span{}, device.Span{}, 1, stuckStream{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-fired:
+		if !strings.Contains(err.Error(), "rank 0 of 2: all_gather on the device (collective 1 of this rank") {
+			t.Errorf("%v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the device watchdog did not fire")
+	}
+	cpu, err := device.Open("cpu", device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	quiet := dist.WatchDevice(nopDeviceComm{}, 30*time.Millisecond, func(err error) { fired <- err })
+	if err := quiet.AllReduce(device.Span{}, 1, cpu.Compute()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-fired:
+		t.Fatalf("a completed collective fired the watchdog: %v", err)
+	case <-time.After(200 * time.Millisecond):
 	}
 }

@@ -541,6 +541,16 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 		}
 		sum.Collectives = "mpi (host memory)"
 		if dc != nil {
+			// Watched as MPI's collectives are (--collective-timeout).
+			timeout, err := o.timeoutFor()
+			if err != nil {
+				return nil, err
+			}
+			c := o.comm
+			dc = dist.WatchDevice(dc, timeout, func(err error) {
+				fmt.Fprintf(os.Stderr, "ferry: %v; ending the job (--collective-timeout or %s sets how long a collective may wait)\n", err, timeoutEnv)
+				dist.Abort(c, 1)
+			})
 			cfg.DeviceComm, sum.Collectives = dc, "nccl (device memory)"
 		}
 	}
