@@ -20,9 +20,10 @@ import "ferry/device/meta"
 // device (HostSharesCompute). It was refitted when the matrix products
 // moved to the pure-Go AVX-512 kernel and the fused kernels came: the
 // 2026-12-02 profile (matmul 344 GFLOP/s, elementwise 30.8 GB/s, copy
-// share 6.0, no host optimizer rate) predicted this MLP's step at 0.72 ×
-// the measured one and its host placements 0.85–1.14 ×. See docs/plan.md
-// ("A clock checked against the CPU") for how well it predicts.
+// share 6.0, no host optimizer rate) predicted this MLP's step in mode
+// none at 0.66 × the measured one, its host placements at 0.78–1.01 ×.
+// See docs/plan.md ("A clock checked against the CPU") for how well this
+// one predicts.
 var cpuProfile = meta.Profile{
 	Name:                     "cpu",
 	Source:                   "measured on the 2-core development machine (AMD EPYC Zen 5, AVX-512) by ferry calibrate --model mlp --layers 16 --width 1024 --batch 128 --seconds 1 on 2026-12-06",
@@ -55,8 +56,8 @@ var cpuProfile = meta.Profile{
 // tensor layer's own work) is charged to the elementwise rate. Use it to
 // plan small GPTs on this CPU. It replaces the 2026-12-03 fit at batch 16
 // (matmul 250 GFLOP/s, elementwise 7.3 GB/s, copy share 1.55, no host
-// optimizer rate), which predicted this GPT's host placements at
-// 0.41–0.62 × the measured steps.
+// optimizer rate), which predicted this GPT's steps at 1.12–1.49 × the
+// measured ones (docs/plan.md, "A clock checked against the CPU").
 var cpuGPTProfile = meta.Profile{
 	Name:                     "cpu-gpt",
 	Source:                   "measured on the 2-core development machine (AMD EPYC Zen 5, AVX-512) by ferry calibrate --model gpt --layers 4 --heads 4 --embd 128 --seq 64 --vocab 256 --batch 4 --seconds 1 on 2026-12-06",
