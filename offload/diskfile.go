@@ -81,3 +81,17 @@ func processGone(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return errors.Is(err, syscall.ESRCH)
 }
+
+// DiskRoundTrip writes b to a new file as the disk tier does (created
+// unlinked in dir), reads it back into b and closes the file: one
+// offloaded tensor's trip through the disk, for calibration (plan's
+// Calibrate times the fixed cost of a transfer with it).
+func DiskRoundTrip(dir string, b []byte) error {
+	d, err := createUnlinked(dir)
+	if err != nil {
+		return err
+	}
+	_, werr := d.f.WriteAt(b, 0)
+	_, rerr := d.f.ReadAt(b, 0)
+	return errors.Join(werr, rerr, d.close())
+}

@@ -10,6 +10,7 @@ import (
 
 	"ferry/device"
 	"ferry/device/meta"
+	"ferry/offload"
 )
 
 // CalibrateOptions say what Calibrate measures.
@@ -25,6 +26,10 @@ type CalibrateOptions struct {
 	// steps of 8 such layers, as cmd/ferry/internal/demo's FitProfile does).
 	// A note Fit leaves in the profile's Source is kept after it.
 	FitOn string
+	// HostIsDevice says dev's host is dev itself: the same memory and
+	// cores (the CPU device). The profile then says so
+	// (meta.Profile.HostSharesCompute).
+	HostIsDevice bool
 	// Progress, if set, is told what Calibrate starts to measure, so
 	// that a command can show it (a calibration takes seconds to minutes).
 	Progress func(what string)
@@ -182,11 +187,18 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	if p.DiskWriteBytesPerSec, p.DiskReadBytesPerSec, err = diskRates(o.DiskDir, 256<<20); err != nil {
 		return nil, err
 	}
+	if p.DiskSeconds, err = diskLatency(o.DiskDir, o.Seconds, p.DiskWriteBytesPerSec, p.DiskReadBytesPerSec); err != nil {
+		return nil, err
+	}
+	// On the CPU device the host is the device: the same memory and the
+	// same cores, so host work beside the device (an optimizer updating
+	// inside backward on the host worker) takes compute's time.
+	p.HostSharesCompute = o.HostIsDevice
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	if o.Fit != nil {
-		o.progress("training steps, to fit the elementwise rate and copy share")
+		o.progress("training steps, to fit the elementwise rate, the host optimizer's rate and the copy share")
 		p.Source = ""
 		if err := o.Fit(dev, p, o); err != nil {
 			return nil, err
@@ -195,10 +207,10 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	fitNote := p.Source
 	fitOn := o.FitOn
 	if fitOn == "" {
-		fitOn = "training steps of 8 such layers"
+		fitOn = "training steps of 8 such layers (everything on the device; the optimizer's state and gradients on the host; the parameters there too)"
 	}
 	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, %s, 64 MiB host copies, a 256 MiB file; "+
-		"elementwise rate and copy share fitted to %s", dev.Name(), w, b, bf16Note, fitOn)
+		"elementwise rate, host optimizer rate and copy share fitted to %s", dev.Name(), w, b, bf16Note, fitOn)
 	if fitNote != "" {
 		p.Source += "; " + fitNote
 	}
@@ -292,6 +304,46 @@ func repeat(budget float64, f func() error, done func() error, batch int) (float
 	}
 	slices.Sort(times)
 	return times[len(times)/2], nil
+}
+
+// diskLatency is the fixed cost of one disk transfer as the offloader's
+// disk tier makes them (offload/disk.go): on a goroutine of its own,
+// which the caller hands the work to and waits for, a file created
+// unlinked and 4 KiB written; then, handed over again, read back and the
+// file closed. Half the median round trip, less the bytes at the disk
+// rates, is charged to each transfer: the system calls and the two
+// goroutines' hand-offs.
+func diskLatency(dir string, budget, write, read float64) (float64, error) {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	buf := make([]byte, 4<<10)
+	work, done := make(chan func() error), make(chan error)
+	defer close(work)
+	go func() {
+		for f := range work {
+			done <- f()
+		}
+	}()
+	on := func(f func() error) error { work <- f; return <-done }
+	t, err := repeat(budget/4, func() error {
+		var trip error
+		if err := on(func() error { trip = offload.DiskRoundTrip(dir, buf); return nil }); err != nil {
+			return err
+		}
+		if err := on(func() error { return nil }); err != nil { // the read's hand-off
+			return err
+		}
+		if trip != nil {
+			return fmt.Errorf("calibrate: disk test in %s: %w", dir, trip)
+		}
+		return nil
+	}, func() error { return nil }, 1)
+	if err != nil {
+		return 0, err
+	}
+	n := float64(len(buf))
+	return max(0, t-n/write-n/read) / 2, nil
 }
 
 func diskRates(dir string, size int) (write, read float64, err error) {

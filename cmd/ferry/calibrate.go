@@ -10,6 +10,7 @@ import (
 
 	"ferry/cmd/ferry/internal/demo"
 	"ferry/device"
+	"ferry/device/cpu"
 	"ferry/device/meta"
 	"ferry/internal/fsx"
 	"ferry/models"
@@ -82,7 +83,8 @@ func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 			rows, width := w.MatmulShape()
 			name, _ := w.Optimizer()
-			opts.FitOn = "training steps of " + w.Describe() + ", " + name + ", in modes none and offload (recompute, recompute-offload and planned policies not fitted)"
+			opts.FitOn = "training steps of " + w.Describe() + ", " + name + ", in mode none with everything on the device, with the optimizer's state and gradients on the host, and with the parameters there too " +
+				"(activations moved to the host or disk, recomputed, the optimizer inside backward and planned policies not fitted)"
 			w.Release()
 			opts.Width, opts.Batch, opts.Fit = width, rows, demo.FitModelProfile(f, s)
 		}
@@ -103,6 +105,7 @@ func calibrate(out io.Writer, asJSON bool, dev, save string, opts plan.Calibrate
 			return err
 		}
 		defer d.Close()
+		_, opts.HostIsDevice = d.(*cpu.Device)
 		p, err := plan.Calibrate(d, opts)
 		if err != nil {
 			return err
@@ -134,6 +137,11 @@ func calibrate(out io.Writer, asJSON bool, dev, save string, opts plan.Calibrate
 		fmt.Fprintf(out, "  to host           %8.1f GB/s\n", p.D2HBytesPerSec/1e9)
 		fmt.Fprintf(out, "  from host         %8.1f GB/s\n", p.H2DBytesPerSec/1e9)
 		fmt.Fprintf(out, "  disk write / read %8.1f / %.1f GB/s\n", p.DiskWriteBytesPerSec/1e9, p.DiskReadBytesPerSec/1e9)
+		if p.HostOptimizerBytesPerSec > 0 {
+			fmt.Fprintf(out, "  host optimizer    %8.1f GB/s\n", p.HostOptimizerBytesPerSec/1e9)
+		}
+		fmt.Fprintf(out, "  copy share        %8.2f s of compute per s of copying\n", p.CopyComputeShare)
+		fmt.Fprintf(out, "  per disk transfer %8.2f µs\n", p.DiskSeconds*1e6)
 		fmt.Fprintf(out, "(%s)\n", p.Source)
 		if save != "" {
 			fmt.Fprintf(out, "written to %s\n", save)

@@ -95,6 +95,16 @@ type Profile struct {
 	// memory bus compute uses (it can exceed 1: a copy also evicts what the
 	// matrix kernels had in cache).
 	CopyComputeShare float64 `json:"copy_compute_share,omitempty"`
+	// HostSharesCompute says the host's cores are the device's (the CPU
+	// device: host and device are one memory and the same cores), so
+	// that host work beside the device (an optimizer's updates on the
+	// host worker, BeginHostAt) takes compute's time as well instead of
+	// running on cores of its own.
+	HostSharesCompute bool `json:"host_shares_compute,omitempty"`
+	// DiskSeconds is a fixed cost per disk transfer (creating, opening and
+	// closing a file, the system calls around the bytes), beside the
+	// bytes at the disk rates.
+	DiskSeconds float64 `json:"disk_seconds,omitempty"`
 }
 
 // Profile ranges: wide enough for any real machine, narrow enough that
@@ -109,7 +119,7 @@ const (
 
 // Validate checks every field against its range (rates finite and within
 // [1e3, 1e16] bytes/s, matmul_flops within [1e6, 1e19] and so
-// matmul_bf16_flops and attention_flops where not 0, kernel_seconds
+// matmul_bf16_flops and attention_flops where not 0, kernel_seconds and disk_seconds
 // within [0, 1], copy_compute_share within [0, 10], memory_bytes within
 // [0, device.MaxBytes]) and names every field out of range.
 func (p *Profile) Validate() error {
@@ -143,6 +153,7 @@ func (p *Profile) Validate() error {
 	check("interconnect_seconds", p.InterconnectSeconds, 0, maxKernelSeconds, " (seconds per collective, e.g. 2e-5)")
 	check("kernel_seconds", p.KernelSeconds, 0, maxKernelSeconds, " (seconds per kernel launch, e.g. 5e-6)")
 	check("copy_compute_share", p.CopyComputeShare, 0, maxCopyShare, "")
+	check("disk_seconds", p.DiskSeconds, 0, maxKernelSeconds, " (seconds per disk transfer, e.g. 5e-5)")
 	if p.MemoryBytes < 0 || p.MemoryBytes > device.MaxBytes {
 		bad = append(bad, fmt.Sprintf("memory_bytes is %d, want 0 (unknown) to %d", p.MemoryBytes, int64(device.MaxBytes)))
 	}
@@ -298,9 +309,9 @@ func (d *Device) SimulateDisk(n int64, write bool, after device.Event) device.Ev
 		start = max(start, e.t)
 	}
 	if p := s.profile; p != nil {
-		cost := float64(n) / p.DiskReadBytesPerSec
+		cost := p.DiskSeconds + float64(n)/p.DiskReadBytesPerSec
 		if write {
-			cost = float64(n) / p.DiskWriteBytesPerSec
+			cost = p.DiskSeconds + float64(n)/p.DiskWriteBytesPerSec
 		}
 		start += cost
 		d.comp.clock += p.CopyComputeShare * cost
@@ -330,6 +341,11 @@ func (d *Device) SimulateHostWork(down, host, up int64) {
 	d.sim.busy.Host += float64(host) / rate
 	if s := d.sim; s.hostAsync {
 		s.hostEnd += cost
+		if p.HostSharesCompute {
+			// The same cores: compute loses the host's work.
+			d.comp.clock += float64(host) / rate
+			s.busy.Compute += float64(host) / rate
+		}
 		return
 	}
 	d.comp.clock += cost // compute waits: its clock moves, its busy time does not

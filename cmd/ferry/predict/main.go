@@ -62,7 +62,7 @@ func main() {
 	} else {
 		var dev device.Device
 		if dev, err = device.Open("cpu", device.Options{}); err == nil {
-			p, err = plan.Calibrate(dev, plan.CalibrateOptions{Width: *width, Batch: *batch, Seconds: 1})
+			p, err = plan.Calibrate(dev, plan.CalibrateOptions{Width: *width, Batch: *batch, Seconds: 1, HostIsDevice: true}) // the CPU device
 			dev.Close()
 		}
 	}

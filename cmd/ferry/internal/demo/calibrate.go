@@ -7,7 +7,6 @@ import (
 	"ferry/device"
 	"ferry/device/meta"
 	"ferry/models"
-	"ferry/offload"
 	"ferry/plan"
 	"ferry/train"
 )
@@ -16,31 +15,26 @@ import (
 // the time of a training step of a small origin model on dev: everything
 // that is not a matrix product or a copy (bias, ReLU, their gradients, the
 // loss, the optimizer, and the tensor layer's own work) is charged to it.
-// Then it sets p.CopyComputeShare so that steps offloading every activation
-// are predicted too. Steps with and without offloading alternate, and each
-// figure is the median of all of them, so that a machine's background load
-// weighs on both alike.
+// Where dev holds data it then fits the host optimizer's rate and the copy
+// share (see fitSteps). Each figure is the median of all the steps of its
+// kind, the kinds alternating, so that a machine's background load weighs
+// on all alike.
 func FitProfile(dev device.Device, p *meta.Profile, o plan.CalibrateOptions) error {
 	cfg := DefaultConfig(dev.Name())
 	cfg.Sizes = models.Sizes{"layers": 8, "width": float64(o.Width), "batch": float64(o.Batch)}
-	cfg.Modes = []string{None}
-	if device.HasData(dev) {
-		cfg.Modes = []string{None, Offload, None, Offload}
-	}
 	cfg.Steps = max(3, int(o.Seconds/0.1))
-	return fitSteps(dev, p, cfg)
+	return fitSteps(dev, p, o, cfg, 2)
 }
 
 // FitModelProfile returns a plan.CalibrateOptions.Fit that does what
 // FitProfile does on training steps of family f at sizes s (its usual
-// optimizer, as cmd/ferry/predict runs it): the elementwise rate is fitted
-// to steps in mode none, the copy share to steps in mode offload (every
-// save moved to the host), three of each, alternating. Whatever a step
-// spends beyond its matrix products at the rate Calibrate measured
-// (attention, softmax, layer norm, GELU, the optimizer, the tensor layer's
-// own work) is charged to the elementwise rate. Modes recompute and
-// recompute-offload and planned policies are not fitted: they are the
-// held-out test of the profile. Calibrate should time products at the
+// optimizer, as cmd/ferry/predict runs it), three rounds of each kind.
+// Whatever a step spends beyond its matrix products at the rate Calibrate
+// measured (attention, softmax, layer norm, GELU, the optimizer, the
+// tensor layer's own work) is charged to the elementwise rate. Modes
+// offload, offload-disk, recompute and recompute-offload, the optimizer
+// inside backward and planned policies are not fitted: they are the held-out test of the
+// profile. Calibrate should time products at the
 // model's own shapes (its workload's MatmulShape).
 func FitModelProfile(f models.Family, s models.Sizes) func(device.Device, *meta.Profile, plan.CalibrateOptions) error {
 	return func(dev device.Device, p *meta.Profile, o plan.CalibrateOptions) error {
@@ -49,27 +43,47 @@ func FitModelProfile(f models.Family, s models.Sizes) func(device.Device, *meta.
 		if err := models.Validate(f, cfg.sizes()); err != nil {
 			return fmt.Errorf("calibrate: %w", err)
 		}
-		cfg.Modes = []string{None}
-		if device.HasData(dev) {
-			cfg.Modes = []string{None, Offload, None, Offload, None, Offload}
-		}
 		cfg.Steps = max(3, int(o.Seconds/0.1))
-		return fitSteps(dev, p, cfg)
+		return fitSteps(dev, p, o, cfg, 3)
 	}
 }
 
-// fitSteps times cfg's modes on dev (none, and offload where dev holds
-// data), then fits p.MemoryBytesPerSec to the median step of mode none and
-// p.CopyComputeShare to that of mode offload.
-func fitSteps(dev device.Device, p *meta.Profile, cfg Config) error {
+// fitKinds are the steps fitSteps times: mode none with everything on the
+// device; the optimizer's state and the gradients on the host; the
+// parameters there too, streamed to the device around their uses.
+var fitKinds = []struct {
+	name       string
+	mode       string
+	stateHost  bool
+	paramsHost bool
+}{{"none", None, false, false}, {"state on host", None, true, false}, {"parameters on host", None, true, true}}
+
+// fitSteps times training steps of cfg's model on dev, rounds rounds of
+// each kind in fitKinds (alternating), and fits one figure to each kind's
+// median step: p.MemoryBytesPerSec to mode none; where dev holds data,
+// p.HostOptimizerBytesPerSec (the host optimizer's reads and writes, on
+// the host's cores) to the step with the optimizer's state and the
+// gradients on the host, and p.CopyComputeShare (what compute loses to a
+// copy on a side stream) to the step with the parameters streamed from
+// the host too, whose copies are the largest of any placement. The last
+// two depend on each other (gradient copies run on side streams), so they
+// are fitted in turn until they settle.
+func fitSteps(dev device.Device, p *meta.Profile, o plan.CalibrateOptions, cfg Config, rounds int) error {
 	cfg.Open = func(string, device.Options) (device.Device, error) { return unclosable{dev}, nil }
-	predict := func(q meta.Profile, pol *offload.Policy) (float64, error) {
-		c := cfg
-		c.Steps, c.SkipWarmup, c.Modes = 1, true, []string{None}
-		if pol.Default != offload.Keep {
-			c.Modes = []string{Offload}
+	cfg.DiskDir = o.DiskDir
+	withKind := func(c Config, k int) Config {
+		c.Modes = []string{fitKinds[k].mode}
+		if fitKinds[k].stateHost {
+			c.OptimizerState, c.GradsOnHost = "host", true
 		}
-		c.Policy = pol.Place
+		if fitKinds[k].paramsHost {
+			c.ParamsOnHost = []string{"*"}
+		}
+		return c
+	}
+	predict := func(q meta.Profile, k int) (float64, error) {
+		c := withKind(cfg, k)
+		c.Steps, c.SkipWarmup = 1, true
 		c.Open = func(string, device.Options) (device.Device, error) { return meta.New(device.Options{}, &q), nil }
 		res, err := Execute(c)
 		if err != nil {
@@ -77,7 +91,11 @@ func fitSteps(dev device.Device, p *meta.Profile, cfg Config) error {
 		}
 		return res.Runs[0].StepSeconds, nil
 	}
-	var times map[string][]float64
+	kinds := 1
+	if device.HasData(dev) {
+		kinds = len(fitKinds)
+	}
+	var times [][]float64
 	var measured, fitted float64
 	const rateLo, rateHi = 1e6, 1e15
 	// A step can measure faster than its matrix products alone are
@@ -85,16 +103,19 @@ func fitSteps(dev device.Device, p *meta.Profile, cfg Config) error {
 	// was busier (two cores shared with other work). The steps are timed
 	// once more before the fit is given up.
 	for try := 0; try < 2; try++ {
-		res, err := Execute(cfg)
-		if err != nil {
-			return fmt.Errorf("calibrate: timing training steps: %w", err)
+		times = make([][]float64, kinds)
+		for r := 0; r < rounds; r++ {
+			for k := range kinds {
+				res, err := Execute(withKind(cfg, k))
+				if err != nil {
+					return fmt.Errorf("calibrate: timing training steps (%s): %w", fitKinds[k].name, err)
+				}
+				times[k] = append(times[k], res.Runs[0].StepSecondsAll...)
+			}
 		}
-		times = map[string][]float64{}
-		for _, r := range res.Runs {
-			times[r.Mode] = append(times[r.Mode], r.StepSecondsAll...)
-		}
-		measured = train.Median(times[None])
-		if fitted, err = fitRate(p, measured, rateLo, rateHi, predict); err != nil {
+		measured = train.Median(times[0])
+		var err error
+		if fitted, err = fitRate(p, measured, rateLo, rateHi, func(q meta.Profile) (float64, error) { return predict(q, 0) }); err != nil {
 			return err
 		}
 		if fitted <= rateHi/2 {
@@ -115,27 +136,39 @@ func fitSteps(dev device.Device, p *meta.Profile, cfg Config) error {
 			"so elementwise work is taken as free; rerun on an idle machine for a fitted rate", measured)
 	}
 	p.MemoryBytesPerSec = fitted
-	if len(times[Offload]) == 0 {
+	if kinds == 1 {
 		return nil
 	}
-	// The share of copy time compute loses: the prediction rises with it.
-	measured = train.Median(times[Offload])
-	moved := &offload.Policy{Version: 1, Default: offload.Auto}
-	lo, hi := 0.0, 10.0
-	for i := 0; i < 40; i++ {
-		q := *p
-		q.CopyComputeShare = (lo + hi) / 2
-		t, err := predict(q, moved)
+	stateHost, paramsHost := train.Median(times[1]), train.Median(times[2])
+	p.HostOptimizerBytesPerSec = p.MemoryBytesPerSec
+	for i := 0; i < 4; i++ {
+		// The host optimizer's rate: the prediction falls as it grows.
+		rate, err := fitRate(p, stateHost, rateLo, rateHi, func(q meta.Profile) (float64, error) {
+			q.HostOptimizerBytesPerSec = q.MemoryBytesPerSec
+			q.MemoryBytesPerSec = p.MemoryBytesPerSec
+			return predict(q, 1)
+		})
 		if err != nil {
 			return err
 		}
-		if t < measured {
-			lo = q.CopyComputeShare
-		} else {
-			hi = q.CopyComputeShare
+		p.HostOptimizerBytesPerSec = min(rate, 1e16)
+		// The copy share: the prediction rises with it.
+		lo, hi := 0.0, 10.0
+		for j := 0; j < 40; j++ {
+			q := *p
+			q.CopyComputeShare = (lo + hi) / 2
+			t, err := predict(q, 2)
+			if err != nil {
+				return err
+			}
+			if t < paramsHost {
+				lo = q.CopyComputeShare
+			} else {
+				hi = q.CopyComputeShare
+			}
 		}
+		p.CopyComputeShare = (lo + hi) / 2
 	}
-	p.CopyComputeShare = (lo + hi) / 2
 	return nil
 }
 
@@ -144,12 +177,11 @@ func fitSteps(dev device.Device, p *meta.Profile, cfg Config) error {
 // prediction falls as the rate grows. A result near hi means even free
 // elementwise work is predicted slower than measured; near lo, that no
 // rate is slow enough.
-func fitRate(p *meta.Profile, measured, lo, hi float64, predict func(meta.Profile, *offload.Policy) (float64, error)) (float64, error) {
-	keep := &offload.Policy{Version: 1, Default: offload.Keep}
+func fitRate(p *meta.Profile, measured, lo, hi float64, predict func(meta.Profile) (float64, error)) (float64, error) {
 	for i := 0; i < 60; i++ {
 		q := *p
 		q.MemoryBytesPerSec = math.Sqrt(lo * hi)
-		t, err := predict(q, keep)
+		t, err := predict(q)
 		if err != nil {
 			return 0, err
 		}

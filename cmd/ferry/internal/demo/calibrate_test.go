@@ -12,7 +12,8 @@ import (
 )
 
 // A GPT fit on the CPU at a toy size: it runs in seconds and gives finite,
-// positive rates, with the copy share fitted to the offload steps.
+// positive rates, with the host optimizer's rate and the copy share fitted
+// to the steps with the state and the parameters on the host.
 func TestFitModelProfileCPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short: times training steps on the CPU")
@@ -25,7 +26,7 @@ func TestFitModelProfileCPU(t *testing.T) {
 	gpt, _ := models.Lookup("gpt")
 	s := models.Sizes{"vocab": 64, "seq": 16, "layers": 2, "heads": 2, "embd": 32, "batch": 4}
 	p, err := plan.Calibrate(dev, plan.CalibrateOptions{Width: 32, Batch: 4 * 16, Seconds: 0.02, DiskDir: t.TempDir(),
-		Fit: demo.FitModelProfile(gpt, s), FitOn: "a toy GPT"})
+		Fit: demo.FitModelProfile(gpt, s), FitOn: "a toy GPT", HostIsDevice: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +38,10 @@ func TestFitModelProfileCPU(t *testing.T) {
 	}
 	if !(p.KernelSeconds >= 0) || !(p.CopyComputeShare >= 0 && p.CopyComputeShare <= 10) {
 		t.Errorf("kernel %v s, copy share %v", p.KernelSeconds, p.CopyComputeShare)
+	}
+	if !(p.HostOptimizerBytesPerSec > 0) || !(p.DiskSeconds >= 0 && p.DiskSeconds <= 1) || !p.HostSharesCompute {
+		t.Errorf("host optimizer %v B/s, disk transfer %v s, host shares compute %v: want fitted, timed, and set on the CPU",
+			p.HostOptimizerBytesPerSec, p.DiskSeconds, p.HostSharesCompute)
 	}
 	if !strings.Contains(p.Source, "a toy GPT") {
 		t.Errorf("source %q does not say what was fitted", p.Source)

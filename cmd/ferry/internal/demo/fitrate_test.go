@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"ferry/device/meta"
-	"ferry/offload"
 )
 
 // TestFitRateAtItsBounds checks fitRate's answer where no rate in range
@@ -13,14 +12,14 @@ import (
 // than any at the bottom (an error there).
 func TestFitRateAtItsBounds(t *testing.T) {
 	p := &meta.Profile{}
-	slow := func(meta.Profile, *offload.Policy) (float64, error) { return 1, nil }
+	slow := func(meta.Profile) (float64, error) { return 1, nil }
 	if r, err := fitRate(p, 0.5, 1e6, 1e15, slow); err != nil || r < 1e15/2 {
 		t.Errorf("a step measured faster than predicted at every rate: %g, %v; want near the top", r, err)
 	}
 	if r, err := fitRate(p, 2, 1e6, 1e15, slow); err != nil || r > 2e6 {
 		t.Errorf("a step measured slower than predicted at every rate: %g, %v; want near the bottom", r, err)
 	}
-	byRate := func(q meta.Profile, _ *offload.Policy) (float64, error) { return 1e9 / q.MemoryBytesPerSec, nil }
+	byRate := func(q meta.Profile) (float64, error) { return 1e9 / q.MemoryBytesPerSec, nil }
 	if r, _ := fitRate(p, 0.25, 1e6, 1e15, byRate); r < 3.99e9 || r > 4.01e9 {
 		t.Errorf("fitted %g B/s; want 4e9", r)
 	}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The planner's clock against the CPU (issue 36): for each model and each
+# placement kind, the step the meta device predicts under a CPU profile
+# (ferry demo --device meta --profile P) beside the step the CPU device
+# measures (ferry demo --device cpu), same flags. Rounds alternate: in each
+# round every kind is predicted and then measured, one kind after the
+# other; each run's figure is its median step, and the table gives the
+# median over the rounds of each, their ratio (predicted / measured) and
+# the measured range. The load average is printed before and after.
+# Usage:
+#   bash bench/cpu_clock.sh [ferry binary]
+# Environment: ROUNDS (3), MLP_STEPS and GPT_STEPS (timed steps per
+# measured run, 10 and 40), MLP_PROFILE
+# (cpu), GPT_PROFILE (cpu-gpt), MODELS (mlp gpt), KINDS (all), and
+# FERRY_CLOCK_QUIET=0 not to wait for quiet cores, and
+# FERRY_CLOCK_RAW=FILE to keep every run's figure (model kind round
+# predicted measured load, one line each: load is the 1-minute load
+# average as the measured run started).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${1:-}
+if [ -z "$bin" ]; then
+	bin=$(mktemp -d)/ferry
+	go build -o "$bin" ./cmd/ferry
+fi
+rounds=${ROUNDS:-3}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+raw=${FERRY_CLOCK_RAW:-$work/raw}
+: >"$raw"
+
+declare -A model_args model_profile model_steps
+model_args[mlp]="--model mlp --layers 16 --width 1024 --batch 128 --optimizer sgd"
+model_args[gpt]="--model gpt --layers 4 --heads 4 --embd 128 --seq 64 --vocab 256 --batch 4"
+model_profile[mlp]=${MLP_PROFILE:-cpu}
+model_profile[gpt]=${GPT_PROFILE:-cpu-gpt}
+model_steps[mlp]=${MLP_STEPS:-10}
+model_steps[gpt]=${GPT_STEPS:-40}
+
+# kind|flags: the six placement kinds of issue 36, and mode none for
+# reference.
+state="--optimizer-state host --gradients host"
+all_kinds=(
+	"none|--modes none"
+	"act-host|--modes offload"
+	"act-disk|--modes offload-disk --disk-dir $work"
+	"recompute|--modes recompute"
+	"state-host|--modes none $state"
+	"params-host|--modes none $state --parameters host"
+	"in-backward|--modes none $state --parameters host --optimizer-in-backward"
+)
+kinds=()
+for k in "${all_kinds[@]}"; do
+	if [ -z "${KINDS:-}" ] || [[ " $KINDS " == *" ${k%%|*} "* ]]; then
+		kinds+=("$k")
+	fi
+done
+
+# quiet waits (up to 120 s) until nothing but this script has run for a
+# second (the running count of /proc/loadavg, sampled every 0.1 s), so that
+# a measured run starts on idle cores; another job may still start during
+# it, which is what the rounds and medians are for.
+quiet() {
+	[ "${FERRY_CLOCK_QUIET:-1}" = 0 ] && return
+	local calm=0 waited=0 l1 l5 l15 running rest
+	while [ "$calm" -lt 10 ] && [ "$waited" -lt 1200 ]; do
+		# read, a builtin: no other process of ours runs while it looks.
+		read -r l1 l5 l15 running rest </proc/loadavg
+		if [ "${running%%/*}" -le 1 ]; then
+			calm=$((calm + 1))
+		else
+			calm=0
+		fi
+		sleep 0.1
+		waited=$((waited + 1))
+	done
+}
+
+step() { # device args...: the run's median step
+	"$bin" demo --device "$@" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["runs"][0]["step_seconds"])'
+}
+
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for m in ${MODELS:-mlp gpt}; do
+	for r in $(seq 1 "$rounds"); do
+		for k in "${kinds[@]}"; do
+			name=${k%%|*} flags=${k#*|}
+			# shellcheck disable=SC2086
+			p=$(step meta --profile "${model_profile[$m]}" ${model_args[$m]} $flags --steps 3)
+			quiet
+			load=$(cut -d' ' -f1 /proc/loadavg)
+			# shellcheck disable=SC2086
+			t=$(step cpu ${model_args[$m]} $flags --steps "${model_steps[$m]}")
+			echo "$m $name $r $p $t $load" >>"$raw"
+		done
+	done
+done
+echo "load after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+for m in ${MODELS:-mlp gpt}; do
+	echo "$m: ferry demo ${model_args[$m]} (predicted: --device meta --profile ${model_profile[$m]}; measured: --device cpu --steps ${model_steps[$m]})"
+done
+python3 bench/cpu_clock_table.py <"$raw"

@@ -1,0 +1,39 @@
+"""The table of bench/cpu_clock.sh: reads lines "model kind round
+predicted measured [load]" (seconds; the 1-minute load average as the
+measured run started) and prints, per model and kind, the median
+predicted and measured steps over the rounds, their ratio and the
+measured range; a ratio outside 0.9 to 1.1 is marked with '*'."""
+import statistics
+import sys
+
+
+def table(lines):
+    runs = {}
+    order = []
+    loads = []
+    for line in lines:
+        f = line.split()
+        if len(f) not in (5, 6):
+            continue
+        key = (f[0], f[1])
+        if key not in runs:
+            runs[key] = ([], [])
+            order.append(key)
+        runs[key][0].append(float(f[3]))
+        runs[key][1].append(float(f[4]))
+        if len(f) == 6:
+            loads.append(float(f[5]))
+    out = ["%-5s %-12s %6s %12s %12s %8s  %s" % ("model", "kind", "rounds", "predicted s", "measured s", "ratio", "measured range")]
+    for key in order:
+        p, m = runs[key]
+        pm, mm = statistics.median(p), statistics.median(m)
+        ratio = pm / mm
+        mark = "" if 0.9 <= ratio <= 1.1 else " *"
+        out.append("%-5s %-12s %6d %12.4f %12.4f %8.3f%s  %.4f–%.4f" % (key[0], key[1], len(m), pm, mm, ratio, mark, min(m), max(m)))
+    if loads:
+        out.append("load average as the measured runs started: %.2f to %.2f (median %.2f)" % (min(loads), max(loads), statistics.median(loads)))
+    return out
+
+
+if __name__ == "__main__":
+    print("\n".join(table(sys.stdin)))

@@ -1,0 +1,81 @@
+package plan
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// bench/cpu_clock.sh's logic, against a stub ferry that prints canned
+// steps: rounds alternate predicted and measured kind by kind, the table
+// gives each kind's medians over the rounds and their ratio, and marks a
+// ratio outside 0.9 to 1.1. No timing: the figures are the stub's.
+func TestCPUClockScript(t *testing.T) {
+	for _, tool := range []string{"bash", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	// Measured steps in call order: round by round, none then recompute.
+	stub := `#!/usr/bin/env bash
+echo "$*" >>` + calls + `
+case " $* " in
+*" --device meta "*" --modes none "*) s=0.10 ;;
+*" --device meta "*" --modes recompute "*) s=0.25 ;;
+*)
+	n=$(grep -c -- "--device cpu" ` + calls + `)
+	s=$(echo "0.10 0.20 0.11 0.22 0.09 0.18" | cut -d' ' -f"$n") ;;
+esac
+echo "{\"runs\": [{\"step_seconds\": $s}]}"
+`
+	bin := filepath.Join(dir, "ferry")
+	if err := os.WriteFile(bin, []byte(stub), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", filepath.Join("..", "bench", "cpu_clock.sh"), bin)
+	cmd.Env = append(os.Environ(), "ROUNDS=3", "MODELS=mlp", "KINDS=none recompute", "FERRY_CLOCK_QUIET=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var none, recompute string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 7 && f[0] == "mlp" {
+			switch f[1] {
+			case "none":
+				none = strings.Join(f[2:], " ")
+			case "recompute":
+				recompute = strings.Join(f[2:], " ")
+			}
+		}
+	}
+	// none: measured 0.10, 0.11, 0.09; recompute: 0.20, 0.22, 0.18.
+	if want := "3 0.1000 0.1000 1.000 0.0900–0.1100"; none != want {
+		t.Errorf("none: %q, want %q\n%s", none, want, out)
+	}
+	if want := "3 0.2500 0.2000 1.250 * 0.1800–0.2200"; recompute != want {
+		t.Errorf("recompute: %q, want %q\n%s", recompute, want, out)
+	}
+	b, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 12 {
+		t.Fatalf("%d runs, want 12 (3 rounds × 2 kinds × predicted and measured):\n%s", len(lines), b)
+	}
+	for i, l := range lines {
+		dev := "--device meta"
+		if i%2 == 1 {
+			dev = "--device cpu"
+		}
+		if !strings.Contains(l, dev) || !strings.Contains(l, "--layers 16 --width 1024 --batch 128") {
+			t.Errorf("run %d: %q, want %s and the MLP's flags (alternating)", i, l, dev)
+		}
+	}
+}
