@@ -11,7 +11,7 @@ import (
 // [..., M, N], with the leading (batch) axes broadcast. Either operand may
 // be a transposed view.
 func MatMul(a, b *Tensor) *Tensor {
-	tp := tapeOf("matmul", a, b)
+	tp := tapeOfAutocast("matmul", []*Tensor{a, b})
 	dev := sameDevice("matmul", a, b)
 	floatType("matmul", a, b)
 	if a.Rank() < 2 || b.Rank() < 2 {
@@ -430,7 +430,7 @@ func linearGELUTanh(x, weight, bias *Tensor, geluScope string) *Tensor {
 // linearArgs checks Linear's operands and returns the tape, the device and
 // the product's sizes: x read as rows × in, weight out × in.
 func linearArgs(op string, x, weight, bias *Tensor) (tp *Tape, dev device.Device, rows, in, outF int) {
-	tp = tapeOf(op, x, weight, bias)
+	tp = tapeOfAutocast(op, []*Tensor{x, weight}, bias)
 	dev = sameDevice(op, x, weight, bias)
 	floatType(op, x, weight, bias)
 	if weight.Rank() != 2 || x.Rank() < 1 || x.shape[x.Rank()-1] != weight.shape[1] {

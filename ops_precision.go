@@ -235,7 +235,15 @@ func (tp *Tape) castOf(p *Tensor) *Tensor {
 	if tp.casts == nil {
 		tp.casts = map[castKey]castEntry{}
 	}
-	c := castOn(tp, p, device.BFloat16)
+	var c *Tensor
+	if tp.castSource != nil {
+		if low := tp.castSource(p); low != nil {
+			c = castFrom(tp, p, low)
+		}
+	}
+	if c == nil {
+		c = castOn(tp, p, device.BFloat16)
+	}
 	tp.casts[key] = castEntry{t: c, version: p.st.version}
 	return c
 }
@@ -251,6 +259,37 @@ func castOn(tp *Tape, x *Tensor, dt device.DType) *Tensor {
 	convertInto(op, out.view(), x.view(), x.st.dev)
 	from := x.dtype
 	record(tp, op, out, []*Tensor{x}, nil, func(bk *backward) {
+		bk.Accumulate(0, Cast(bk.Grad(), from))
+	})
+	return out
+}
+
+// castFrom records low, the bfloat16 copy of p's storage that the
+// tape's cast source handed out, as p's cast on tp: a handle on low's
+// storage with p's layout (offsets and strides count elements, so the
+// view picks the same elements), owned by the tape.
+func castFrom(tp *Tape, p, low *Tensor) *Tensor {
+	const op = "cast"
+	p.live(op)
+	low.live(op)
+	end := p.offset + 1 // one past the last element p's view reaches
+	for i, d := range p.shape {
+		if d == 0 {
+			end = 0
+			break
+		}
+		end += (d - 1) * p.strides[i]
+	}
+	switch {
+	case low.dtype != device.BFloat16 || low.st.dev != p.st.dev || low.tape != nil ||
+		!low.IsContiguous() || low.offset != 0 || low.Numel() < end:
+		panicf(op, "the cast source gave %s for %s: want a bfloat16 tensor of at least %d elements on %s, contiguous, on no tape",
+			low.describe(), p.describe(), end, p.st.dev.Name())
+	}
+	out := low.handle(tp)
+	out.shape, out.strides, out.offset = cloneShape(p.shape), cloneShape(p.strides), p.offset
+	from := p.dtype
+	record(tp, op, out, []*Tensor{p}, nil, func(bk *backward) {
 		bk.Accumulate(0, Cast(bk.Grad(), from))
 	})
 	return out

@@ -153,6 +153,24 @@ func (tp *Tape) SetRecordHook(f func(op string, inputs []*Tensor)) {
 	tp.recordHook = f
 }
 
+// SetCastSource sets a function the tape asks first for the bfloat16
+// copy of a parameter that a matrix product under Autocast reads (nil:
+// none, the tape casts the parameter itself). For p, any view of a
+// parameter, it returns nil (the tape casts p) or a bfloat16 tensor on
+// p's device holding, element for element, the rounding of p's whole
+// storage: a contiguous tensor of as many elements, on no tape, owned by
+// the source, typically paged (a ZeRO-3 FullShard gathers bfloat16 shards
+// into it, so the float32 parameter is never brought whole to the device
+// for a product, and a gather moves half the bytes; PyTorch FSDP's
+// param_dtype). The tape lays p's view over it, with a handle of its own,
+// and records that as p's cast, as it would its own: backward widens the
+// copy's gradient into p's. The source must keep the copy's values equal
+// to the rounding of p's while the tape uses it.
+func (tp *Tape) SetCastSource(f func(p *Tensor) *Tensor) {
+	tp.checkOwner("set_cast_source")
+	tp.castSource = f
+}
+
 // MigrateToPager makes t, a whole contiguous tensor on dev's host
 // (dev.Host()), a tensor of dev whose storage is paged out to p, without
 // allocating device memory: t's host memory becomes the returned tensor

@@ -44,6 +44,9 @@ type Tape struct {
 	casts    map[castKey]castEntry
 	// recordHook is called after each recorded op (SetRecordHook).
 	recordHook func(op string, inputs []*Tensor)
+	// castSource is asked first for a parameter's bfloat16 copy
+	// (SetCastSource).
+	castSource func(p *Tensor) *Tensor
 }
 
 // NewTape returns an empty tape. Most code uses Step instead, which closes
@@ -250,8 +253,10 @@ type SaveInfo struct {
 	// during this step (0, 1, ...): Module and Index name a saved tensor
 	// the same way in every step of the same model, whatever its ops.
 	Index int
-	// Parameter is true for a leaf that requires grad or memory counted as
-	// parameters (a weight, also through tape.Input): kept on the device by
+	// Parameter is true for a leaf that requires grad, memory counted as
+	// parameters (a weight, also through tape.Input) or a paged storage (a
+	// pager's, such as a parameter's bfloat16 copy from the tape's cast
+	// source, which its pager brings back itself): kept as itself by
 	// offloaders, which only move activations.
 	Parameter bool
 }
@@ -388,7 +393,7 @@ func (tp *Tape) pack(n *node, slot int, t *Tensor) savedTensor {
 	h := tp.hooks[len(tp.hooks)-1]
 	s.hooks = h
 	info := SaveInfo{Op: n.op, Node: n.seq, Slot: slot, Module: tp.Module(), Index: tp.nextSave(),
-		Parameter: t.node == nil && t.requiresGrad || t.Category() == device.Parameter}
+		Parameter: t.node == nil && t.requiresGrad || t.Category() == device.Parameter || t.st.pager != nil}
 	s.packed = h.Pack(t.handle(nil), info)
 	return s
 }
@@ -443,6 +448,43 @@ func tapeOf(op string, inputs ...*Tensor) *Tape {
 			panicf(op, "inputs belong to different tapes")
 		}
 		tp = t.tape
+	}
+	if tp != nil {
+		tp.usable(op)
+	}
+	return tp
+}
+
+// tapeOfAutocast is tapeOf for an op on autocast's list (a matrix
+// product) with operands cast and other inputs (a bias, read in float32):
+// an operand that is a float32 parameter whose bfloat16 copy the tape's
+// cast source gives (SetCastSource) is not brought back to the device,
+// since the op reads that copy instead (castOf).
+func tapeOfAutocast(op string, cast []*Tensor, others ...*Tensor) *Tape {
+	var tp *Tape
+	inputs := append(cast[:len(cast):len(cast)], others...)
+	for _, t := range inputs {
+		if t == nil {
+			continue
+		}
+		t.live(op)
+		if t.tape == nil {
+			continue
+		}
+		if tp != nil && t.tape != tp {
+			panicf(op, "inputs belong to different tapes")
+		}
+		tp = t.tape
+	}
+	for i, t := range inputs {
+		if t == nil || !t.st.pagedOut {
+			continue
+		}
+		if i < len(cast) && tp.lowPrecision() && tp.castSource != nil && t.tape == nil && t.node == nil &&
+			t.dtype == device.Float32 && tp.castSource(t) != nil {
+			continue
+		}
+		t.pageIn(op)
 	}
 	if tp != nil {
 		tp.usable(op)

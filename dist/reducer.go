@@ -402,3 +402,9 @@ func compareHashes(params []*ferry.Tensor, all []float32, ranks int) error {
 func f32bytes(v []float32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*4)
 }
+
+// u16s is v's memory as twice as many uint16s (bfloat16 bits, two to a
+// float32 word, in the machine's order, as the device lays them out).
+func u16s(v []float32) []uint16 {
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*2)
+}

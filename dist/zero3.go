@@ -34,6 +34,19 @@ type FullShardOptions struct {
 	// (zero3dev.go). The Comm still carries the rest (the step's failure
 	// flag, checkpoints' gathers, the layout check).
 	Device DeviceComm
+	// ParamType is the element type the matrix products of a tape under
+	// bfloat16 autocast read the parameters in (PyTorch FSDP's
+	// MixedPrecisionPolicy param_dtype): Float32 (the zero value), the float32
+	// parameters are gathered and the tape casts them; BFloat16, each
+	// parameter has a paged bfloat16 copy, gathered from the ranks'
+	// shards, each rounded on its rank (half the bytes of a float32
+	// gather), which Attach hands the tape as the parameter's cast
+	// (ferry.Tape.SetCastSource). Its bits are the tape's own cast's, so
+	// nothing changes a bit; the tape no longer keeps a whole bfloat16
+	// copy of every weight until backward, only those in use. The float32
+	// parameter is then gathered only for what reads it in float32 (an
+	// embedding, a norm, a bias).
+	ParamType device.DType
 }
 
 // FullShard is ZeRO stage 3 on a Comm (PyTorch's FSDP, DeepSpeed's
@@ -84,13 +97,14 @@ type FullShard struct {
 	prefetch int
 	params   []*fsParam // deduplicated, in order
 	byTensor map[*ferry.Tensor]*fsParam
-	byStore  map[any]*fsParam
+	byStore  map[any]*fsCopy // the parameters' storages and their bfloat16 copies'
 	sharded  bool
 	closed   bool
+	lowCopy  bool // FullShardOptions.ParamType is BFloat16
 
 	// The order of uses: the previous step's (order) and this step's so
 	// far (uses); pos is where in order the last use was found.
-	order, uses []*fsParam
+	order, uses []*fsCopy
 	pos         int
 	stepping    bool
 
@@ -120,15 +134,10 @@ type fsParam struct {
 	n, per int // elements; elements per rank (per × ranks ≥ n)
 	lo, hi int // this rank's elements, [lo, hi)
 	shard  *ferry.Tensor
-	// resident: p's storage holds a device block (gathered or whole);
-	// used: an op has used it since; version: p's version then.
-	resident, used bool
-	version        uint32
-	// A gather in flight: its event and buffers (on the device path, the
-	// whole block it fills, on the side stream).
-	gather     device.Event
-	send, recv []float32
-	block      *device.Block
+	// whole is p itself, gathered in float32; low its bfloat16 copy for
+	// products (FullShardOptions.ParamType), or nil.
+	whole fsCopy
+	low   *fsCopy
 	// dgrad is the whole gradient awaiting its reduce-scatter on the
 	// device path.
 	dgrad *ferry.Tensor
@@ -140,6 +149,44 @@ type fsParam struct {
 	ready          bool
 	rs             device.Event
 	rsSend, rsRecv []float32
+}
+
+// fsCopy is a paged copy of one parameter's whole values that a rank
+// gathers from the shards around its uses: the parameter itself (float32)
+// or its bfloat16 copy (each rank rounds its shard before the gather).
+type fsCopy struct {
+	fp *fsParam
+	t  *ferry.Tensor // the paged tensor: fp.p, or the bfloat16 copy
+	// resident: t's storage holds a device block (gathered or whole);
+	// used: an op has used it since; version: t's version then.
+	resident, used bool
+	version        uint32
+	// A gather in flight: its event and buffers (on the device path, the
+	// whole block it fills, on the side stream).
+	gather     device.Event
+	send, recv []float32
+	block      *device.Block
+}
+
+// bf16 reports whether c is a bfloat16 copy.
+func (c *fsCopy) bf16() bool { return c.t.DType() == device.BFloat16 }
+
+// words is a rank's share of c in a gather, in float32 words: bfloat16
+// elements travel two to a word (per is a multiple of ShardGrain, even).
+func (c *fsCopy) words() int {
+	if c.bf16() {
+		return c.fp.per / 2
+	}
+	return c.fp.per
+}
+
+// copies are fp's paged copies: the parameter, and its bfloat16 copy if
+// it has one.
+func (fp *fsParam) copies() []*fsCopy {
+	if fp.low != nil {
+		return []*fsCopy{&fp.whole, fp.low}
+	}
+	return []*fsCopy{&fp.whole}
 }
 
 // FullShardStats count a FullShard's communication.
@@ -158,7 +205,14 @@ type FullShardStats struct {
 // dropped): each gets a shard tensor of its share on this rank. The
 // parameters stay whole until Shard.
 func NewFullShard(c Comm, params []*ferry.Tensor, opts FullShardOptions) (*FullShard, error) {
-	f := &FullShard{c: c, prefetch: opts.Prefetch, byTensor: map[*ferry.Tensor]*fsParam{}, byStore: map[any]*fsParam{}}
+	f := &FullShard{c: c, prefetch: opts.Prefetch, byTensor: map[*ferry.Tensor]*fsParam{}, byStore: map[any]*fsCopy{}}
+	switch opts.ParamType {
+	case device.Float32:
+	case device.BFloat16:
+		f.lowCopy = true
+	default:
+		return nil, fmt.Errorf("dist: NewFullShard: parameter type %s: want float32 or bfloat16", opts.ParamType)
+	}
 	if f.prefetch == 0 {
 		f.prefetch = 2
 	}
@@ -182,20 +236,26 @@ func NewFullShard(c Comm, params []*ferry.Tensor, opts FullShardOptions) (*FullS
 		case !p.IsContiguous() || p.StorageBytes() != p.Bytes():
 			return nil, fmt.Errorf("dist: NewFullShard: parameter %d (%q) is a view of a larger storage; shard whole parameters", i, p.Name())
 		case f.byStore[p.Storage()] != nil:
-			return nil, fmt.Errorf("dist: NewFullShard: parameters %d and %d (%q) share a storage under two handles; list a tied weight by one handle", f.byStore[p.Storage()].i, i, p.Name())
+			return nil, fmt.Errorf("dist: NewFullShard: parameters %d and %d (%q) share a storage under two handles; list a tied weight by one handle", f.byStore[p.Storage()].fp.i, i, p.Name())
 		}
 		dev = p.Device()
 		n := p.Numel()
 		per := (n + size - 1) / size
 		per = (per + ShardGrain - 1) / ShardGrain * ShardGrain
 		lo, hi := min(rank*per, n), min((rank+1)*per, n)
-		fp := &fsParam{i: i, p: p, n: n, per: per, lo: lo, hi: hi, resident: true}
+		fp := &fsParam{i: i, p: p, n: n, per: per, lo: lo, hi: hi}
+		fp.whole = fsCopy{fp: fp, t: p, resident: true}
 		f.params = append(f.params, fp)
 		f.byTensor[p] = fp
-		f.byStore[p.Storage()] = fp
+		f.byStore[p.Storage()] = &fp.whole
 	}
 	f.shared = dev != nil && !device.HasData(dev)
 	f.dev = dev
+	if f.lowCopy && dev != nil {
+		if _, ok := dev.Kernels().(device.ConvertKernels); !ok {
+			return nil, fmt.Errorf("dist: NewFullShard: bfloat16 parameter copies: %s has no bfloat16 tensors", dev.Name())
+		}
+	}
 	if opts.Device != nil {
 		switch {
 		case opts.Device.Size() != size || opts.Device.Rank() != rank:
@@ -213,6 +273,10 @@ func NewFullShard(c Comm, params []*ferry.Tensor, opts FullShardOptions) (*FullS
 		for _, fp := range f.params {
 			if fp.hi > fp.lo {
 				fp.shard = ferry.ZerosAs(dev, device.Parameter, fp.hi-fp.lo).SetName(fp.p.Name()).RequireGrad()
+			}
+			if f.lowCopy && fp.n > 0 {
+				fp.low = &fsCopy{fp: fp, t: ferry.NewPagedOut(dev, device.BFloat16, fp.p.Shape(), f).SetName(fp.p.Name() + " (bfloat16)")}
+				f.byStore[fp.low.t.Storage()] = fp.low
 			}
 		}
 		return nil
@@ -351,7 +415,7 @@ func (f *FullShard) Shard() error {
 			if fp.p.Pager() == nil {
 				fp.p.SetPager(f)
 			}
-			f.release(fp)
+			f.release(&fp.whole)
 		}
 		return nil
 	})
@@ -375,21 +439,30 @@ func (f *FullShard) toShard(fp *fsParam) error {
 	return upload(fp.shard, buf[fp.lo:fp.hi], "dist.shard_parameters")
 }
 
-// release frees fp's device copy; one changed in place since it came
-// (an op outside training wrote it) is copied back into the shard first.
-func (f *FullShard) release(fp *fsParam) {
-	if !fp.resident {
+// release frees c's device block; a parameter changed in place since it
+// came (an op outside training wrote it) is copied back into the shard
+// first. (Nothing writes a bfloat16 copy: it is made anew at each
+// gather.)
+func (f *FullShard) release(c *fsCopy) {
+	if !c.resident {
 		return
 	}
-	if fp.p.Version() != fp.version {
-		if err := f.toShard(fp); err != nil {
+	if c == &c.fp.whole && c.t.Version() != c.version {
+		if err := f.toShard(c.fp); err != nil {
 			panic(err)
 		}
 	}
-	if fp.n > 0 {
-		fp.p.PageOut()
+	if c.fp.n > 0 {
+		c.t.PageOut()
 	}
-	fp.resident, fp.used = false, false
+	c.resident, c.used = false, false
+}
+
+// releaseParam frees both of fp's copies.
+func (f *FullShard) releaseParam(fp *fsParam) {
+	for _, c := range fp.copies() {
+		f.release(c)
+	}
 }
 
 // Unshard gathers every parameter back to stay whole, until the next
@@ -403,7 +476,14 @@ func (f *FullShard) Unshard() error {
 		f.stepping = false // no prefetch, no order
 		defer func() { f.stepping = stepping }()
 		for _, fp := range f.params {
-			if !fp.resident {
+			if low := fp.low; low != nil { // whole again: the tape casts it
+				if low.gather != nil {
+					_ = low.gather.Synchronize()
+					f.dropGather(low)
+				}
+				f.release(low)
+			}
+			if !fp.whole.resident {
 				if err := f.PageIn(fp.p); err != nil {
 					return err
 				}
@@ -418,24 +498,43 @@ func (f *FullShard) Unshard() error {
 	return nil
 }
 
-// startGather starts the all-gather of fp's shards; prefetched says it
-// is ahead of use.
-func (f *FullShard) startGather(fp *fsParam, prefetched bool) error {
+// startGather starts the all-gather of c's shards (a bfloat16 copy's
+// rounded on each rank first); prefetched says it is ahead of use.
+func (f *FullShard) startGather(c *fsCopy, prefetched bool) error {
 	if f.dc != nil {
-		return f.startGatherDevice(fp, prefetched)
+		return f.startGatherDevice(c, prefetched)
 	}
-	size := f.c.Size()
-	fp.send, fp.recv = f.buffer(fp.per), f.buffer(size*fp.per)
+	fp := c.fp
+	size, w := f.c.Size(), c.words()
+	c.send, c.recv = f.buffer(w), f.buffer(size*w)
 	k := fp.hi - fp.lo
-	if fp.shard != nil && !f.shared {
-		if err := fp.shard.Device().Kernels().Download(f32bytes(fp.send[:k]), fp.shard.View()); err != nil {
-			panic(err)
+	switch {
+	case f.shared:
+	case !c.bf16():
+		if fp.shard != nil {
+			if err := fp.shard.Device().Kernels().Download(f32bytes(c.send[:k]), fp.shard.View()); err != nil {
+				panic(err)
+			}
 		}
+		clear(c.send[k:])
+	default:
+		half := u16s(c.send)
+		if fp.shard != nil {
+			vals := f.buffer(k)
+			err := fp.shard.Device().Kernels().Download(f32bytes(vals), fp.shard.View())
+			if err == nil {
+				device.ToBFloat16s(half[:k], vals)
+			}
+			f.put(vals)
+			if err != nil {
+				panic(err)
+			}
+		}
+		clear(half[k:])
 	}
-	clear(fp.send[k:])
-	fp.gather = f.c.AllGather(fp.send, fp.recv)
+	c.gather = f.c.AllGather(c.send, c.recv)
 	f.stats.Gathers++
-	f.stats.BytesGathered += 4 * int64(len(fp.recv))
+	f.stats.BytesGathered += 4 * int64(len(c.recv))
 	if prefetched {
 		f.stats.Prefetched++
 	}
@@ -445,80 +544,81 @@ func (f *FullShard) startGather(fp *fsParam, prefetched bool) error {
 // PageIn brings t's storage back, gathered from the ranks' shards: the
 // gather a prefetch started, or one started now. (ferry.Pager.)
 func (f *FullShard) PageIn(t *ferry.Tensor) error {
-	fp := f.byStore[t.Storage()]
-	if fp == nil {
+	c := f.byStore[t.Storage()]
+	if c == nil {
 		return errors.New("dist: FullShard: a storage it does not hold")
 	}
-	if fp.resident {
+	if c.resident {
 		return nil
 	}
-	if fp.gather == nil {
-		if err := f.startGather(fp, false); err != nil {
+	if c.gather == nil {
+		if err := f.startGather(c, false); err != nil {
 			return err
 		}
 	}
 	if f.dc != nil {
-		return f.installDevice(fp)
+		return f.installDevice(c)
 	}
-	if !fp.gather.Done() {
+	if !c.gather.Done() {
 		start := time.Now()
-		err := fp.gather.Synchronize()
+		err := c.gather.Synchronize()
 		f.stats.StallTime += time.Since(start)
 		if err != nil {
-			f.dropGather(fp)
+			f.dropGather(c)
 			return err
 		}
-	} else if err := fp.gather.Synchronize(); err != nil {
-		f.dropGather(fp)
+	} else if err := c.gather.Synchronize(); err != nil {
+		f.dropGather(c)
 		return err
 	}
-	dev := fp.p.Device()
-	b, err := dev.Allocator().Alloc(fp.p.PagedBytes(), device.Parameter)
+	dev := c.t.Device()
+	bytes := c.t.PagedBytes()
+	b, err := dev.Allocator().Alloc(bytes, device.Parameter)
 	if err != nil {
-		f.dropGather(fp)
+		f.dropGather(c)
 		return err
 	}
-	fp.p.InstallBlock(b)
+	c.t.InstallBlock(b)
 	err = ferry.Catch(func() error {
 		if f.shared {
 			return nil
 		}
-		return dev.Kernels().Upload(fp.p.View(), f32bytes(fp.recv[:fp.n]))
+		return dev.Kernels().Upload(c.t.View(), f32bytes(c.recv)[:bytes])
 	})
-	f.dropGather(fp)
+	f.dropGather(c)
 	if err != nil {
-		fp.p.PageOut()
+		c.t.PageOut()
 		return err
 	}
-	fp.resident, fp.used = true, false
-	fp.version = fp.p.Version()
-	return f.noteUse(fp)
+	c.resident, c.used = true, false
+	c.version = c.t.Version()
+	return f.noteUse(c)
 }
 
-func (f *FullShard) dropGather(fp *fsParam) {
-	f.put(fp.send)
-	f.put(fp.recv)
-	if fp.block != nil { // gathered on the device, never installed
-		f.dev.Compute().Wait(fp.gather)
-		f.dev.Allocator().Free(fp.block)
-		fp.block = nil
+func (f *FullShard) dropGather(c *fsCopy) {
+	f.put(c.send)
+	f.put(c.recv)
+	if c.block != nil { // gathered on the device, never installed
+		f.dev.Compute().Wait(c.gather)
+		f.dev.Allocator().Free(c.block)
+		c.block = nil
 	}
-	fp.send, fp.recv, fp.gather = nil, nil, nil
+	c.send, c.recv, c.gather = nil, nil, nil
 }
 
 // noteUse records a use of fp in this step's order and starts the
 // gathers of the next Prefetch uses the previous step made after it. The
 // decision depends on the order of uses alone, the same on every rank,
 // so every rank starts the same gathers at the same point.
-func (f *FullShard) noteUse(fp *fsParam) error {
+func (f *FullShard) noteUse(c *fsCopy) error {
 	if !f.stepping {
 		return nil
 	}
-	if n := len(f.uses); n == 0 || f.uses[n-1] != fp {
-		f.uses = append(f.uses, fp)
+	if n := len(f.uses); n == 0 || f.uses[n-1] != c {
+		f.uses = append(f.uses, c)
 	}
 	i := f.pos
-	for i < len(f.order) && f.order[i] != fp {
+	for i < len(f.order) && f.order[i] != c {
 		i++
 	}
 	if i == len(f.order) {
@@ -539,8 +639,25 @@ func (f *FullShard) noteUse(fp *fsParam) error {
 }
 
 // Attach sets tape's record hook, which frees a gathered parameter once
-// the ops of forward that use it are recorded.
-func (f *FullShard) Attach(tape *ferry.Tape) { tape.SetRecordHook(f.recorded) }
+// the ops of forward that use it are recorded, and, with bfloat16 copies
+// (FullShardOptions.ParamType), its cast source, which hands the tape
+// each parameter's copy (ferry.Tape.SetCastSource).
+func (f *FullShard) Attach(tape *ferry.Tape) {
+	tape.SetRecordHook(f.recorded)
+	if f.lowCopy {
+		tape.SetCastSource(f.castSource)
+	}
+}
+
+// castSource is p's bfloat16 copy while the parameters are sharded; nil
+// (the tape casts p) otherwise.
+func (f *FullShard) castSource(p *ferry.Tensor) *ferry.Tensor {
+	c := f.byStore[p.Storage()]
+	if !f.sharded || c == nil || c != &c.fp.whole || c.fp.low == nil {
+		return nil
+	}
+	return c.fp.low.t
+}
 
 func (f *FullShard) recorded(op string, inputs []*ferry.Tensor) {
 	if !f.sharded {
@@ -550,15 +667,17 @@ func (f *FullShard) recorded(op string, inputs []*ferry.Tensor) {
 		if in == nil {
 			continue
 		}
-		if fp := f.byStore[in.Storage()]; fp != nil && op != "input" {
-			fp.used = true
+		if c := f.byStore[in.Storage()]; c != nil && op != "input" {
+			c.used = true
 		}
 	}
 	for _, fp := range f.params {
-		if !fp.resident || !fp.used || usedBy(fp.p, inputs) {
-			continue
+		for _, c := range fp.copies() {
+			if !c.resident || !c.used || usedBy(c.t, inputs) {
+				continue
+			}
+			f.release(c)
 		}
-		f.release(fp)
 	}
 }
 
@@ -605,7 +724,7 @@ func (f *FullShard) GradReady(p *ferry.Tensor) {
 	if fp == nil {
 		return
 	}
-	if err := ferry.Catch(func() error { f.release(fp); return nil }); err != nil {
+	if err := ferry.Catch(func() error { f.releaseParam(fp); return nil }); err != nil {
 		f.noteErr(err)
 	}
 	if !f.reduce {
@@ -747,11 +866,13 @@ func (f *FullShard) releaseAll() error {
 	}
 	return ferry.Catch(func() error {
 		for _, fp := range f.params {
-			if fp.gather != nil {
-				_ = fp.gather.Synchronize() // a prefetch no use came for
-				f.dropGather(fp)
+			for _, c := range fp.copies() {
+				if c.gather != nil {
+					_ = c.gather.Synchronize() // a prefetch no use came for
+					f.dropGather(c)
+				}
+				f.release(c)
 			}
-			f.release(fp)
 		}
 		return nil
 	})
@@ -783,7 +904,7 @@ func (f *FullShard) GatherHost(root int) error {
 	err := ferry.Catch(func() error {
 		size := f.c.Size()
 		for _, fp := range f.params {
-			if fp.n == 0 || fp.resident {
+			if fp.n == 0 || fp.whole.resident {
 				continue // a resident parameter is read where it is
 			}
 			send, recv := f.buffer(fp.per), f.buffer(size*fp.per)
@@ -825,8 +946,8 @@ func (f *FullShard) DropHost() {
 // HostData is the whole values of t's parameter in host memory, between
 // GatherHost and DropHost on the root; nil otherwise. (ferry.HostReader.)
 func (f *FullShard) HostData(t *ferry.Tensor) *ferry.Tensor {
-	if fp := f.byStore[t.Storage()]; fp != nil {
-		return fp.host
+	if c := f.byStore[t.Storage()]; c != nil && c == &c.fp.whole {
+		return c.fp.host
 	}
 	return nil
 }
@@ -930,6 +1051,10 @@ func (f *FullShard) Close() error {
 	for _, fp := range f.params {
 		if fp.p.Pager() == f {
 			fp.p.SetPager(nil)
+		}
+		if fp.low != nil {
+			fp.low.t.Release() // paged out since Unshard
+			fp.low = nil
 		}
 	}
 	f.releaseShards()

@@ -52,12 +52,14 @@ type z3Run struct {
 	state   optim.State
 	release func()
 	shard   int64 // parameter bytes held while sharded
+	stats   dist.FullShardStats
 }
 
 // trainZ3 trains wideModel on one rank: stage 0 (GradientReducer) or 3
 // (FullShard), with optimizer name, accum micro-batches a step, clipping
-// at clip (0: not).
-func trainZ3(t tb, c dist.Comm, stage int, name string, steps, accum int, clip float64) *z3Run {
+// at clip (0: not), in bfloat16 autocast if bf16 (ZeRO-3 then gathers
+// bfloat16 copies of the weights: FullShardOptions.ParamType).
+func trainZ3(t tb, c dist.Comm, stage int, name string, steps, accum int, clip float64, bf16 bool) *z3Run {
 	hyper := map[string]float64{"lr": 0.01}
 	if name == "adamw8bit" {
 		hyper["min_8bit_size"] = 1 // every shard quantised, as its parameter is
@@ -75,7 +77,11 @@ func trainZ3(t tb, c dist.Comm, stage int, name string, steps, accum int, clip f
 	var opt optim.Optimizer
 	var fopt *dist.FullShardOptimizer
 	if stage == 3 {
-		if fs, err = dist.NewFullShard(c, ps, dist.FullShardOptions{}); err != nil {
+		opts := dist.FullShardOptions{}
+		if bf16 {
+			opts.ParamType = device.BFloat16
+		}
+		if fs, err = dist.NewFullShard(c, ps, opts); err != nil {
 			t.Fatal(err)
 		}
 		if err := fs.Broadcast(0); err != nil {
@@ -121,7 +127,13 @@ func trainZ3(t tb, c dist.Comm, stage int, name string, steps, accum int, clip f
 				if fs != nil {
 					fs.Attach(tape)
 				}
-				loss := ferry.MSELoss(m.Forward(tape.Input(xt)), tape.Input(yt))
+				var loss *ferry.Tensor
+				forward := func() { loss = ferry.MSELoss(m.Forward(tape.Input(xt)), tape.Input(yt)) }
+				if bf16 {
+					tape.Autocast(device.BFloat16, forward)
+				} else {
+					forward()
+				}
 				if accum > 1 {
 					loss = ferry.Scale(loss, 1/float32(accum))
 				}
@@ -193,6 +205,9 @@ func trainZ3(t tb, c dist.Comm, stage int, name string, steps, accum int, clip f
 			}
 		}
 	}
+	if fs != nil {
+		run.stats = fs.Stats()
+	}
 	if fopt != nil {
 		st, release, err := fopt.GatherState(0)
 		if err != nil {
@@ -226,18 +241,45 @@ func z3OnRanks(t *testing.T, comms []dist.Comm, f func(tb, dist.Comm) *z3Run) []
 
 // ZeRO-3 on 3 in-process ranks trains to the parameters, norms and
 // optimizer state of unsharded data parallelism, bit for bit, with
-// AdamW, AdamW8bit and SGD, clipping and accumulation; each rank holds
-// about a third of the parameters.
+// AdamW, AdamW8bit and SGD, clipping and accumulation, in float32 and in
+// bfloat16 autocast (the weights gathered as bfloat16 copies); each rank
+// holds about a third of the parameters.
 func TestFullShardEqualsDataParallel(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		accum int
 		clip  float64
-	}{{"adamw", 1, 0.05}, {"adamw8bit", 2, 0}, {"sgd", 1, 0}, {"adamw", 2, 0.05}} {
-		t.Run(tc.name, func(t *testing.T) {
+		bf16  bool
+	}{{"adamw", 1, 0.05, false}, {"adamw8bit", 2, 0, false}, {"sgd", 1, 0, false}, {"adamw", 2, 0.05, false},
+		{"adamw", 2, 0.05, true}, {"sgd", 1, 0, true}} {
+		name := tc.name
+		if tc.bf16 {
+			name += "-bf16"
+		}
+		t.Run(name, func(t *testing.T) {
 			const ranks, steps = 3, 4
-			zero := z3OnRanks(t, dist.NewGroup(ranks), func(rt tb, c dist.Comm) *z3Run { return trainZ3(rt, c, 0, tc.name, steps, tc.accum, tc.clip) })
-			full := z3OnRanks(t, dist.NewGroup(ranks), func(rt tb, c dist.Comm) *z3Run { return trainZ3(rt, c, 3, tc.name, steps, tc.accum, tc.clip) })
+			zero := z3OnRanks(t, dist.NewGroup(ranks), func(rt tb, c dist.Comm) *z3Run {
+				return trainZ3(rt, c, 0, tc.name, steps, tc.accum, tc.clip, tc.bf16)
+			})
+			full := z3OnRanks(t, dist.NewGroup(ranks), func(rt tb, c dist.Comm) *z3Run {
+				return trainZ3(rt, c, 3, tc.name, steps, tc.accum, tc.clip, tc.bf16)
+			})
+			if tc.bf16 {
+				// Per micro-batch the weights are gathered as bfloat16
+				// copies, 2 bytes an element: the first (2560 elements a
+				// rank, 3 ranks) in forward alone (backward needs no
+				// gradient of the input), the second (512) in forward and
+				// backward; the biases (256 each) in float32, in forward
+				// alone (their gradients need no values). The test's
+				// Unshard after each step gathers every parameter in
+				// float32 once.
+				micro := int64(2*3*2560 + 2*2*3*512 + 2*4*3*256)
+				unshard := int64(4 * 3 * (2560 + 256 + 512 + 256))
+				want := steps * (int64(tc.accum)*micro + unshard)
+				if st := full[0].stats; st.BytesGathered != want {
+					t.Errorf("gathered %d bytes in %d steps (%d gathers), want %d", st.BytesGathered, steps, st.Gathers, want)
+				}
+			}
 			for r := range ranks {
 				defer full[r].release()
 				for s := range steps {

@@ -39,35 +39,47 @@ func (f *FullShard) done(t *ferry.Tensor) {
 	t.Release()
 }
 
-// startGatherDevice allocates fp's whole block (ranks × per elements, at
-// least the parameter's bytes) and enqueues, on the side stream after the
+// startGatherDevice allocates c's whole block (ranks × per elements, at
+// least the copy's bytes) and enqueues, on the side stream after the
 // compute stream's work so far, the copy of this rank's shard into a
-// padded send buffer and the all-gather into the block.
-func (f *FullShard) startGatherDevice(fp *fsParam, prefetched bool) error {
-	size := f.c.Size()
+// padded send buffer and the all-gather into the block. A bfloat16 copy's
+// shard is rounded into the send buffer on the compute stream first, and
+// gathered as float32 words, two elements to a word.
+func (f *FullShard) startGatherDevice(c *fsCopy, prefetched bool) error {
+	fp := c.fp
+	size, w := f.c.Size(), c.words()
 	return ferry.Catch(func() error {
-		b, err := f.dev.Allocator().Alloc(4*int64(size*fp.per), device.Parameter)
+		b, err := f.dev.Allocator().Alloc(4*int64(size*w), device.Parameter)
 		if err != nil {
 			return fmt.Errorf("dist: FullShard: gathering parameter %d (%q): %w", fp.i, fp.p.Name(), err)
 		}
-		send := f.transient(fp.per, device.Parameter)
+		send := f.transient(w, device.Parameter)
 		defer f.done(send)
+		k := fp.hi - fp.lo
+		if c.bf16() && k > 0 {
+			sb, _ := send.Block()
+			dst := device.View{Block: sb, Shape: []int{k}, Strides: []int{1}, DType: device.BFloat16}
+			if err := f.dev.Kernels().(device.ConvertKernels).Convert(dst, fp.shard.View()); err != nil {
+				f.dev.Allocator().Free(b)
+				return err
+			}
+		}
 		f.side.Wait(f.dev.Compute().Record())
-		if k := fp.hi - fp.lo; k > 0 {
+		if !c.bf16() && k > 0 {
 			if err := f.dev.Copy(f.side, devSpan(send, 0, k), devSpan(fp.shard, 0, k)); err != nil {
 				f.dev.Allocator().Free(b)
 				return err
 			}
 		}
-		whole := device.Span{Block: b, Len: 4 * int64(size*fp.per)}
-		if err := f.dc.AllGather(devSpan(send, 0, fp.per), whole, fp.per, f.side); err != nil {
+		whole := device.Span{Block: b, Len: 4 * int64(size*w)}
+		if err := f.dc.AllGather(devSpan(send, 0, w), whole, w, f.side); err != nil {
 			f.dev.Allocator().Free(b)
 			return err
 		}
 		f.dev.Allocator().RecordStream(b, f.side)
-		fp.block, fp.gather = b, f.side.Record()
+		c.block, c.gather = b, f.side.Record()
 		f.stats.Gathers++
-		f.stats.BytesGathered += 4 * int64(size*fp.per)
+		f.stats.BytesGathered += 4 * int64(size*w)
 		if prefetched {
 			f.stats.Prefetched++
 		}
@@ -75,17 +87,17 @@ func (f *FullShard) startGatherDevice(fp *fsParam, prefetched bool) error {
 	})
 }
 
-// installDevice makes the compute stream wait for fp's gather and
-// installs its block as the parameter's storage.
-func (f *FullShard) installDevice(fp *fsParam) error {
+// installDevice makes the compute stream wait for c's gather and
+// installs its block as c's storage.
+func (f *FullShard) installDevice(c *fsCopy) error {
 	start := time.Now()
-	f.dev.Compute().Wait(fp.gather)
+	f.dev.Compute().Wait(c.gather)
 	f.stats.StallTime += time.Since(start)
-	fp.p.InstallBlock(fp.block)
-	fp.block, fp.gather = nil, nil
-	fp.resident, fp.used = true, false
-	fp.version = fp.p.Version()
-	return f.noteUse(fp)
+	c.t.InstallBlock(c.block)
+	c.block, c.gather = nil, nil
+	c.resident, c.used = true, false
+	c.version = c.t.Version()
+	return f.noteUse(c)
 }
 
 // packDevice marks fp's gradient complete and takes it from the

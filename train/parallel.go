@@ -105,12 +105,13 @@ func (t *Trainer) setupShardedOptimizer(params []*ferry.Tensor, owners []int) er
 }
 
 // setupFullShard makes ZeRO-3: the FullShard over params (also the
-// Trainer's reducer) and the optimizer over its shards, built anew from
-// Config.Optimizer's registration with its learning rate,
+// Trainer's reducer), gathering the weights in bfloat16 for products in
+// bfloat16 (FSDP's param_dtype), and the optimizer over its shards, built
+// anew from Config.Optimizer's registration with its learning rate,
 // hyperparameters and state placement.
 func (t *Trainer) setupFullShard(params []*ferry.Tensor) error {
 	cfg := t.cfg
-	fs, err := dist.NewFullShard(cfg.Comm, params, dist.FullShardOptions{Device: cfg.DeviceComm})
+	fs, err := dist.NewFullShard(cfg.Comm, params, dist.FullShardOptions{Device: cfg.DeviceComm, ParamType: cfg.Precision})
 	if err != nil {
 		return configErr("Shard", "%v", err)
 	}

@@ -168,6 +168,38 @@ func TestShardedTrainingEqualsDataParallel(t *testing.T) {
 	}
 }
 
+// In bfloat16, ZeRO-3 gathers the weights as bfloat16 copies for the
+// products (dist.FullShardOptions.ParamType) and still trains as
+// unsharded data parallelism, bit for bit, with clipping and
+// accumulation; its ranks hold fewer parameter bytes at their peak than
+// in float32 (a gathered weight is half the bytes).
+func TestShardedBF16EqualsDataParallel(t *testing.T) {
+	const ranks, steps = 3, 3
+	cfg := train.Config{Steps: steps, Clip: 0.05, Accum: 2, Precision: device.BFloat16}
+	ref := trainRanks(t, ranks, cfg)
+	cfg.Shard = 3
+	got := trainRanks(t, ranks, cfg)
+	cfg.Precision = device.Float32
+	fp32 := trainRanks(t, ranks, cfg)
+	for r := range got {
+		for i := range ref[r].losses {
+			if got[r].losses[i] != ref[r].losses[i] {
+				t.Fatalf("rank %d, step %d: loss %v at ZeRO-3, %v unsharded", r, i+1, got[r].losses[i], ref[r].losses[i])
+			}
+		}
+		if !sameBits(got[r].params, ref[r].params) {
+			t.Fatalf("rank %d: bfloat16 parameters differ between ZeRO-3 and unsharded data parallelism", r)
+		}
+		if sameBits(got[r].params, fp32[r].params) {
+			t.Fatalf("rank %d: bfloat16 and float32 trained the same parameters: the test does not test bfloat16", r)
+		}
+		t.Logf("rank %d: parameters peak at %d bytes in a bfloat16 step, %d in float32", r, got[r].stepParams, fp32[r].stepParams)
+		if got[r].stepParams >= fp32[r].stepParams {
+			t.Errorf("rank %d: parameters peak at %d bytes in a bfloat16 step, %d in float32", r, got[r].stepParams, fp32[r].stepParams)
+		}
+	}
+}
+
 // A checkpoint written by two sharded ranks holds the whole model and
 // optimizer state: one process loads it and finds exactly what unsharded
 // data parallelism saved at that step; two sharded ranks resume from it to

@@ -20,7 +20,9 @@ import (
 // violations; so do ZeRO-3 (Shard 3), its gathers and reduce-scatters
 // on the device through NCCL or through the host, ZeRO-1 (Shard 1) with
 // its owners' broadcasts on the device, and ZeRO-2 (Shard 2) with its
-// reduce-scatter buckets there too.
+// reduce-scatter buckets there too. In bfloat16, ZeRO-3 gathering
+// bfloat16 copies of the weights, on the device and through the host,
+// trains as ZeRO-0 in bfloat16 does.
 func TestTrainerOverNCCL(t *testing.T) {
 	l := setup(t)
 	const size = 2
@@ -28,7 +30,7 @@ func TestTrainerOverNCCL(t *testing.T) {
 		losses []float64
 		params [][]float32
 	}
-	run := func(withNCCL, onCPU bool, shard int) []outcome {
+	run := func(withNCCL, onCPU bool, shard int, precision ...device.DType) []outcome {
 		comms := dist.NewGroup(size)
 		out := make([]outcome, size)
 		errs := ranks(size, func(r int) error {
@@ -66,6 +68,9 @@ func TestTrainerOverNCCL(t *testing.T) {
 			cfg := train.Config{Steps: 4, Accum: 2, Clip: 0.5, Optimizer: opt, Comm: comms[r], BucketBytes: bucket, CheckEvery: 1, Shard: shard,
 				Hooks: train.Hooks{Step: func(s train.StepInfo) { out[r].losses = append(out[r].losses, s.Loss) }}}
 			cfg.DeviceComm = dc
+			if len(precision) > 0 {
+				cfg.Precision = precision[0]
+			}
 			tr, err := train.New(dev, task, cfg)
 			if err != nil {
 				return err
@@ -97,23 +102,35 @@ func TestTrainerOverNCCL(t *testing.T) {
 	} else {
 		t.Logf("ZeRO-3 on NCCL: %d collectives posted in 4 steps of 2 ranks", n)
 	}
-	// ZeRO-1 and ZeRO-2 with their broadcasts (and ZeRO-2's buckets) on
-	// the device too.
-	for which, z3 := range [][]outcome{z3nccl, run(false, false, 3), run(true, false, 1), run(true, false, 2)} {
-		for r := range size {
-			for i := range host[r].losses {
-				if z3[r].losses[i] != host[r].losses[i] {
-					t.Fatalf("sharded run %d, rank %d, step %d: loss %v, ZeRO-0's %v", which, r, i+1, z3[r].losses[i], host[r].losses[i])
+	same := func(what string, runs [][]outcome, ref []outcome) {
+		t.Helper()
+		for which, z3 := range runs {
+			for r := range size {
+				for i := range ref[r].losses {
+					if z3[r].losses[i] != ref[r].losses[i] {
+						t.Fatalf("%s run %d, rank %d, step %d: loss %v, ZeRO-0's %v", what, which, r, i+1, z3[r].losses[i], ref[r].losses[i])
+					}
 				}
-			}
-			for i := range host[r].params {
-				for k := range host[r].params[i] {
-					if math.Float32bits(z3[r].params[i][k]) != math.Float32bits(host[r].params[i][k]) {
-						t.Fatalf("sharded run %d, rank %d, parameter %d[%d]: %v, ZeRO-0's %v", which, r, i, k, z3[r].params[i][k], host[r].params[i][k])
+				for i := range ref[r].params {
+					for k := range ref[r].params[i] {
+						if math.Float32bits(z3[r].params[i][k]) != math.Float32bits(ref[r].params[i][k]) {
+							t.Fatalf("%s run %d, rank %d, parameter %d[%d]: %v, ZeRO-0's %v", what, which, r, i, k, z3[r].params[i][k], ref[r].params[i][k])
+						}
 					}
 				}
 			}
 		}
+	}
+	// ZeRO-1 and ZeRO-2 with their broadcasts (and ZeRO-2's buckets) on
+	// the device too.
+	same("sharded", [][]outcome{z3nccl, run(false, false, 3), run(true, false, 1), run(true, false, 2)}, host)
+	// bfloat16: the weights gathered as bfloat16 copies, rounded on the
+	// compute stream and gathered as words through NCCL, or through the
+	// host.
+	bf16 := run(false, false, 0, device.BFloat16)
+	same("bfloat16 ZeRO-3", [][]outcome{run(true, false, 3, device.BFloat16), run(false, false, 3, device.BFloat16)}, bf16)
+	if math.Float32bits(bf16[0].params[0][0]) == math.Float32bits(host[0].params[0][0]) && bf16[0].losses[3] == host[0].losses[3] {
+		t.Fatal("bfloat16 trained as float32 did: the bfloat16 runs test nothing")
 	}
 	if l.Counter("collectives") == 0 {
 		t.Fatal("no collective reached the stand-in")

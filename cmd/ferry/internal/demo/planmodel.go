@@ -290,7 +290,7 @@ func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim
 	comm := dist.PretendOn(m.rank, m.ranks, clock)
 	rk := &rankStep{opt: opt}
 	if m.shard == 3 {
-		return rk, rk.fullShard(comm, params, opt)
+		return rk, rk.fullShard(comm, params, opt, m.cfg.Precision)
 	}
 	var owners []int
 	if m.shard == 2 {
@@ -317,9 +317,10 @@ func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim
 }
 
 // fullShard sets rk up for ZeRO-3 as train.Trainer does: params sharded
-// (dist.FullShard), an optimizer like opt over the shards.
-func (rk *rankStep) fullShard(comm dist.Comm, params []*ferry.Tensor, opt optim.Optimizer) error {
-	fs, err := dist.NewFullShard(comm, params, dist.FullShardOptions{})
+// (dist.FullShard), gathered for products in the step's precision, an
+// optimizer like opt over the shards.
+func (rk *rankStep) fullShard(comm dist.Comm, params []*ferry.Tensor, opt optim.Optimizer, precision device.DType) error {
+	fs, err := dist.NewFullShard(comm, params, dist.FullShardOptions{ParamType: precision})
 	if err != nil {
 		return err
 	}
