@@ -32,7 +32,8 @@
 #                   (libnccl from the loader, or PyTorch's nvidia wheel)
 #     zero3         a one-rank ZeRO-3 step (dist.FullShard: gathers,
 #                   reduce-scatters, the optimizer over shards) against the
-#                   unsharded step, bit for bit, on the GPU
+#                   unsharded step, bit for bit, on the GPU, in fp32 and in
+#                   bf16 (the weights gathered as bfloat16 copies)
 #   scripts/gpu-check.sh         both (build, then run)
 #
 # Outputs go to $OUT (default ./out/gpu-check): one file per step, steps.tsv

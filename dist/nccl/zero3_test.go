@@ -18,9 +18,11 @@ import (
 // zero3OneRank trains wideNet for 3 AdamW steps with clipping on dev,
 // unsharded and under ZeRO-3 on one rank (dist.Local: every shard is a
 // whole parameter, every gather a copy through the device's kernels),
-// and fails unless the parameters agree bit for bit. It returns the
-// sharded steps' median time.
-func zero3OneRank(t *testing.T, dev device.Device) time.Duration {
+// in float32 or in bfloat16 autocast (precision; ZeRO-3 then gathers
+// bfloat16 copies of the weights, rounded by the device's Convert), and
+// fails unless the parameters agree bit for bit. It returns the sharded
+// steps' median time.
+func zero3OneRank(t *testing.T, dev device.Device, precision device.DType) time.Duration {
 	t.Helper()
 	var got [2][][]float32
 	var times []time.Duration
@@ -33,7 +35,7 @@ func zero3OneRank(t *testing.T, dev device.Device) time.Duration {
 		var fs *dist.FullShard
 		var opt optim.Optimizer = optim.NewAdamW(ps, 0.01)
 		if sharded {
-			if fs, err = dist.NewFullShard(dist.Local(), ps, dist.FullShardOptions{}); err != nil {
+			if fs, err = dist.NewFullShard(dist.Local(), ps, dist.FullShardOptions{ParamType: precision}); err != nil {
 				t.Fatal(err)
 			}
 			if err := fs.Shard(); err != nil {
@@ -66,7 +68,9 @@ func zero3OneRank(t *testing.T, dev device.Device) time.Duration {
 					fs.SetReduce(true)
 					opts.GradReady = fs.GradReady
 				}
-				return ferry.MSELoss(m.Forward(tape.Input(x)), tape.Input(y)).BackwardWith(opts)
+				var loss *ferry.Tensor
+				tape.Autocast(precision, func() { loss = ferry.MSELoss(m.Forward(tape.Input(x)), tape.Input(y)) })
+				return loss.BackwardWith(opts)
 			})
 			x.Release()
 			y.Release()
@@ -121,14 +125,16 @@ func zero3OneRank(t *testing.T, dev device.Device) time.Duration {
 	return times[len(times)/2]
 }
 
-// ZeRO-3 on one rank of a fake GPU trains as without it, bit for bit.
+// ZeRO-3 on one rank of a fake GPU trains as without it, bit for bit,
+// in float32 and in bfloat16.
 func TestFullShardOneRankOnCUDAFake(t *testing.T) {
 	dev, err := cuda.Open(fake.New(fake.Options{}), 0, device.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	zero3OneRank(t, dev)
+	zero3OneRank(t, dev, device.Float32)
+	zero3OneRank(t, dev, device.BFloat16)
 }
 
 // The same on a real GPU (FERRY_CUDA_REAL=1; scripts/gpu-check.sh's zero3
@@ -147,5 +153,6 @@ func TestRealGPUFullShardOneRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	t.Logf("one ZeRO-3 step of a 2-layer MLP on %s: %v (median of 3)", dev.Name(), zero3OneRank(t, dev))
+	t.Logf("one ZeRO-3 step of a 2-layer MLP on %s: %v (median of 3)", dev.Name(), zero3OneRank(t, dev, device.Float32))
+	t.Logf("the same in bf16, the weights gathered as bfloat16 copies: %v (median of 3)", zero3OneRank(t, dev, device.BFloat16))
 }
