@@ -114,6 +114,8 @@ type FullShard struct {
 	reduce  bool
 	rsNext  int
 	stepErr error
+	// beside: the shards' steps beside the device (SetStepBeside), or nil.
+	beside *besideState
 
 	// dc and side: the collectives on the device (FullShardOptions.Device)
 	// and their stream; nil for the host path.
@@ -145,10 +147,11 @@ type fsParam struct {
 	// DropHost on the root (HostData).
 	host *ferry.Tensor
 	// This backward: the gradient is complete (ready), its
-	// reduce-scatter's event and buffers.
-	ready          bool
-	rs             device.Event
-	rsSend, rsRecv []float32
+	// reduce-scatter's event and buffers, and its part written into the
+	// shard's gradient (finished).
+	ready, finished bool
+	rs              device.Event
+	rsSend, rsRecv  []float32
 }
 
 // fsCopy is a paged copy of one parameter's whole values that a rank
@@ -501,6 +504,9 @@ func (f *FullShard) Unshard() error {
 // startGather starts the all-gather of c's shards (a bfloat16 copy's
 // rounded on each rank first); prefetched says it is ahead of use.
 func (f *FullShard) startGather(c *fsCopy, prefetched bool) error {
+	if err := f.waitStep(c.fp); err != nil { // the shard's update, beside
+		return err
+	}
 	if f.dc != nil {
 		return f.startGatherDevice(c, prefetched)
 	}
@@ -738,6 +744,9 @@ func (f *FullShard) GradReady(p *ferry.Tensor) {
 		f.noteErr(err)
 	}
 	f.startReady()
+	if f.beside != nil {
+		f.land(false)
+	}
 }
 
 func (f *FullShard) noteErr(err error) {
@@ -799,64 +808,89 @@ func (f *FullShard) startReady() {
 // parameters are freed. Every rank calls it once per step; it returns
 // the step's first error, and is ready for the next step either way.
 func (f *FullShard) Wait() error {
-	err := f.stepErr
-	if !f.reduce && err == nil {
-		err = errors.New("dist: FullShard.Wait: the step's last backward did not reduce (SetReduce(true) before it)")
+	if !f.reduce && f.stepErr == nil {
+		f.stepErr = errors.New("dist: FullShard.Wait: the step's last backward did not reduce (SetReduce(true) before it)")
 	}
 	for _, fp := range f.params {
 		if !fp.ready {
-			if e := f.pack(fp); e != nil && err == nil {
-				err = e
+			if e := f.pack(fp); e != nil {
+				f.noteErr(e)
 			}
 		}
 	}
 	f.startReady()
 	t0 := time.Now()
 	if f.dc != nil {
-		if e := f.finishDevice(); e != nil && err == nil {
-			err = e
+		if e := f.finishDevice(); e != nil {
+			f.noteErr(e)
 		}
 	}
-	for _, fp := range f.params {
-		if fp.rs == nil {
-			continue
-		}
-		if e := fp.rs.Synchronize(); e != nil && err == nil {
-			err = e
+	if f.beside != nil {
+		f.land(true) // the steps of the shards left run beside
+	}
+	if f.dc == nil {
+		for _, fp := range f.params {
+			if e := f.finishGrad(fp); e != nil {
+				f.noteErr(e)
+			}
 		}
 	}
 	f.stats.WaitTime += time.Since(t0)
-	if err == nil && f.dc == nil {
-		err = ferry.Catch(func() error {
-			for _, fp := range f.params {
-				if fp.shard == nil {
-					continue
-				}
-				g := fp.shard.Grad()
-				if g == nil {
-					g = ferry.ZerosAs(fp.shard.Device(), device.Gradient, fp.hi-fp.lo)
-					fp.shard.SetGrad(g)
-				}
-				if f.shared {
-					continue
-				}
-				if err := upload(g, fp.rsRecv[:fp.hi-fp.lo], "dist.reduce_scatter_gradients"); err != nil {
-					return fmt.Errorf("dist: FullShard: writing the gradient of parameter %d (%q): %w", fp.i, fp.p.Name(), err)
-				}
-			}
-			return nil
-		})
-	}
+	err := f.stepErr
 	for _, fp := range f.params {
 		f.put(fp.rsSend)
 		f.put(fp.rsRecv)
-		fp.rsSend, fp.rsRecv, fp.rs, fp.ready = nil, nil, nil, false
+		fp.rsSend, fp.rsRecv, fp.rs, fp.ready, fp.finished = nil, nil, nil, false, false
 	}
 	f.rsNext, f.stepErr, f.reduce = 0, nil, false
+	if f.beside != nil {
+		f.beside.landed = 0
+	}
 	if perr := f.releaseAll(); err == nil {
 		err = perr
 	}
 	return err
+}
+
+// finishGrad waits for fp's reduce-scatter and writes this rank's part of
+// the mean gradient into its shard's Grad (made, zero, if it has none,
+// in host memory when the shards step beside the device; host path),
+// once per step.
+func (f *FullShard) finishGrad(fp *fsParam) error {
+	if fp.finished {
+		return nil
+	}
+	fp.finished = true
+	if fp.rs != nil {
+		if err := fp.rs.Synchronize(); err != nil {
+			return err
+		}
+	}
+	if fp.shard == nil {
+		return nil
+	}
+	return ferry.Catch(func() error {
+		g := fp.shard.Grad()
+		if g == nil {
+			// Stepping beside the device, the optimizer's state is on
+			// the host, and so is the gradient it reads: it stays where
+			// the reduce-scatter left it, in host memory, and never takes
+			// device memory.
+			on := fp.shard.Device()
+			if f.beside != nil {
+				on = on.Host()
+			}
+			g = ferry.ZerosAs(on, device.Gradient, fp.hi-fp.lo)
+			fp.shard.SetGrad(g)
+		}
+		if f.shared || fp.rsRecv == nil {
+			return nil
+		}
+		if err := upload(g, fp.rsRecv[:fp.hi-fp.lo], "dist.reduce_scatter_gradients"); err != nil {
+			return fmt.Errorf("dist: FullShard: writing the gradient of parameter %d (%q): %w", fp.i, fp.p.Name(), err)
+		}
+		return nil
+	})
 }
 
 // releaseAll frees every gathered parameter (sharded only).
@@ -884,9 +918,16 @@ func (f *FullShard) EndStep() error {
 	return f.releaseAll()
 }
 
-// Settle frees the parameters gathered outside a step (an evaluation's
+// Settle waits for the shards' steps beside the device (SetStepBeside)
+// and frees the parameters gathered outside a step (an evaluation's
 // forwards on tapes without the record hook keep theirs until then).
-func (f *FullShard) Settle() error { return f.releaseAll() }
+func (f *FullShard) Settle() error {
+	err := f.settleSteps()
+	if e := f.releaseAll(); err == nil {
+		err = e
+	}
+	return err
+}
 
 // GatherHost gathers every parameter's whole values into host memory on
 // root, where Float32s then reads them without bringing the parameters
@@ -896,6 +937,9 @@ func (f *FullShard) Settle() error { return f.releaseAll() }
 // DropHost. On a device without values it does nothing.
 func (f *FullShard) GatherHost(root int) error {
 	if err := CheckRoot(root, f.c.Size()); err != nil {
+		return err
+	}
+	if err := f.settleSteps(); err != nil {
 		return err
 	}
 	if f.shared {
@@ -977,6 +1021,9 @@ func (f *FullShard) CheckParameters() error {
 // optim.GradNorm does; every rank gets the same norm. A collective, after
 // Wait.
 func (f *FullShard) GradNorm() (float64, error) {
+	if f.beside != nil {
+		return 0, errors.New("dist: FullShard.GradNorm: the shards step beside the device as their gradients land (SetStepBeside): no norm of all of them is taken first")
+	}
 	if f.dc != nil {
 		return f.gradNormDevice()
 	}
@@ -1043,6 +1090,9 @@ func (f *FullShard) ClipGradNorm(maxNorm float64) (float64, error) {
 func (f *FullShard) Close() error {
 	if f.closed {
 		return nil
+	}
+	if err := f.SetStepBeside(nil); err != nil {
+		return err
 	}
 	if err := f.Unshard(); err != nil {
 		return err

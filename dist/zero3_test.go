@@ -1,6 +1,7 @@
 package dist_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -60,6 +61,13 @@ type z3Run struct {
 // at clip (0: not), in bfloat16 autocast if bf16 (ZeRO-3 then gathers
 // bfloat16 copies of the weights: FullShardOptions.ParamType).
 func trainZ3(t tb, c dist.Comm, stage int, name string, steps, accum int, clip float64, bf16 bool) *z3Run {
+	return trainZ3With(t, c, stage, name, steps, accum, clip, bf16, false)
+}
+
+// trainZ3With is trainZ3; beside (stage 3, no clipping) keeps the
+// optimizer's state on the host and steps each shard beside the device
+// as its gradient lands (FullShard.SetStepBeside).
+func trainZ3With(t tb, c dist.Comm, stage int, name string, steps, accum int, clip float64, bf16, beside bool) *z3Run {
 	hyper := map[string]float64{"lr": 0.01}
 	if name == "adamw8bit" {
 		hyper["min_8bit_size"] = 1 // every shard quantised, as its parameter is
@@ -90,12 +98,23 @@ func trainZ3(t tb, c dist.Comm, stage int, name string, steps, accum int, clip f
 		if err := fs.Shard(); err != nil {
 			t.Fatal(err)
 		}
-		inner, err := optim.New(name, fs.Shards(), hyper)
+		var where []optim.Option
+		if beside {
+			where = append(where, optim.OnHost())
+		}
+		inner, err := optim.New(name, fs.Shards(), hyper, where...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if fopt, err = fs.Optimizer(inner.(optim.Stepper)); err != nil {
 			t.Fatal(err)
+		}
+		if beside {
+			run.release = func() {
+				if err := fs.SetStepBeside(nil); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 		opt = fopt
 		run.shard = fs.ShardBytes()
@@ -114,6 +133,12 @@ func trainZ3(t tb, c dist.Comm, stage int, name string, steps, accum int, clip f
 	for step := 1; step <= steps; step++ {
 		if fs != nil {
 			if err := fs.BeginStep(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if beside {
+			opts, upd := optim.InBackward(fopt.Inner())
+			if err := fs.SetStepBeside(func(s *ferry.Tensor) error { opts.GradReady(s); return upd.Err() }); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -158,9 +183,16 @@ func trainZ3(t tb, c dist.Comm, stage int, name string, steps, accum int, clip f
 			if err := fs.Wait(); err != nil {
 				t.Fatal(err)
 			}
-			if clip > 0 {
+			switch {
+			case beside:
+				_, err = fs.GradNorm()
+				if err == nil {
+					t.Fatal("GradNorm with the shards stepping beside the device: no error")
+				}
+				err = nil
+			case clip > 0:
 				norm, err = fs.ClipGradNorm(clip)
-			} else {
+			default:
 				norm, err = fs.GradNorm()
 			}
 		} else {
@@ -177,10 +209,12 @@ func trainZ3(t tb, c dist.Comm, stage int, name string, steps, accum int, clip f
 			t.Fatal(err)
 		}
 		run.norms = append(run.norms, norm)
-		if err := opt.Step(); err != nil {
-			t.Fatal(err)
+		if !beside { // the shards step as their gradients land, beside
+			if err := opt.Step(); err != nil {
+				t.Fatal(err)
+			}
+			opt.ZeroGrad()
 		}
-		opt.ZeroGrad()
 		if fs != nil {
 			if err := fs.EndStep(); err != nil {
 				t.Fatal(err)
@@ -318,6 +352,43 @@ func TestFullShardEqualsDataParallel(t *testing.T) {
 			}
 			if len(full[1].state.Tensors) != 0 {
 				t.Fatalf("rank 1 got %d state tensors; only the root does", len(full[1].state.Tensors))
+			}
+		})
+	}
+}
+
+// The shards stepping beside the device as their gradients land
+// (SetStepBeside, the state on the host) train to ZeRO-0's parameters
+// and state, bit for bit, with AdamW and SGD, with accumulation.
+func TestFullShardStepsBesideEqualDataParallel(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		accum int
+	}{{"adamw", 1}, {"sgd", 2}, {"adamw", 2}} {
+		t.Run(fmt.Sprintf("%s-accum%d", tc.name, tc.accum), func(t *testing.T) {
+			const ranks, steps = 3, 4
+			zero := z3OnRanks(t, dist.NewGroup(ranks), func(rt tb, c dist.Comm) *z3Run {
+				return trainZ3(rt, c, 0, tc.name, steps, tc.accum, 0, false)
+			})
+			full := z3OnRanks(t, dist.NewGroup(ranks), func(rt tb, c dist.Comm) *z3Run {
+				return trainZ3With(rt, c, 3, tc.name, steps, tc.accum, 0, false, true)
+			})
+			for r := range ranks {
+				defer full[r].release()
+				for s := range steps {
+					for i := range zero[r].params[s] {
+						if !sameBits(zero[r].params[s][i], full[r].params[s][i]) {
+							t.Fatalf("rank %d, step %d: parameter %d differs between ZeRO-0 and ZeRO-3 stepping beside", r, s+1, i)
+						}
+					}
+				}
+			}
+			want, got := zero[0].state, full[0].state
+			for k, w := range want.Tensors {
+				g := got.Tensors[k]
+				if g == nil || !slices.Equal(g.RawBytes(), w.RawBytes()) {
+					t.Fatalf("gathered state %q differs from the unsharded optimizer's", k)
+				}
 			}
 		})
 	}

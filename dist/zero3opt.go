@@ -108,8 +108,12 @@ func (o *FullShardOptimizer) SetLR(lr float64) { o.inner.SetLR(lr) }
 func (o *FullShardOptimizer) Release() { o.inner.Release() }
 
 // ZeroGrad drops the shards' gradients and any whole gradient left on
-// the parameters (a step that failed before Wait).
+// the parameters (a step that failed before Wait), once the shards'
+// steps beside the device have run (an error of one is the next Wait's).
 func (o *FullShardOptimizer) ZeroGrad() {
+	if err := o.f.settleSteps(); err != nil {
+		o.f.noteErr(err)
+	}
 	o.inner.ZeroGrad()
 	for _, fp := range o.f.params {
 		fp.p.SetGrad(nil)
@@ -140,7 +144,14 @@ func (o *FullShardOptimizer) Step() error {
 
 // State is this rank's part of the state, keyed by the parameters' names
 // with the shards' shapes (the inner optimizer's).
-func (o *FullShardOptimizer) State() optim.State { return o.inner.(optim.Stateful).State() }
+// The shards' steps beside the device (FullShard.SetStepBeside) have run
+// first; an error of one is the next Wait's.
+func (o *FullShardOptimizer) State() optim.State {
+	if err := o.f.settleSteps(); err != nil {
+		o.f.noteErr(err)
+	}
+	return o.inner.(optim.Stateful).State()
+}
 
 // CheckState checks a whole state (as SetState takes it) against the
 // parameters and the optimizer's layout, changing nothing.
@@ -193,6 +204,9 @@ func splitStateKey(k string) (param, slot string) {
 // optimizer's State gives, written by any number of ranks) and hands this
 // rank's part of each entry to the inner optimizer. Not a collective.
 func (o *FullShardOptimizer) SetState(st optim.State) error {
+	if err := o.f.settleSteps(); err != nil {
+		return err
+	}
 	if err := o.CheckState(st); err != nil {
 		return err
 	}
@@ -248,6 +262,9 @@ func (o *FullShardOptimizer) SetState(st optim.State) error {
 // it returns the whole state (its tensors made on the host; release
 // frees them); on the other ranks an empty state.
 func (o *FullShardOptimizer) GatherState(root int) (st optim.State, release func(), err error) {
+	if err := o.f.settleSteps(); err != nil {
+		return optim.State{}, func() {}, err
+	}
 	st = optim.State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
 	var made []*ferry.Tensor
 	release = func() {

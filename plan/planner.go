@@ -53,7 +53,9 @@ type Options struct {
 	// the whole optimizer state and gradients; 1 its share of the
 	// optimizer state; 2 of the gradients as well. The Model must be a
 	// RankModel. The optimizer never runs inside backward then (a rank
-	// must average gradients first).
+	// must average gradients first), except at ZeRO-3 with the state on
+	// the host, where each shard steps beside the device once its mean
+	// gradient has landed.
 	Ranks int
 	Shard int
 	// OptimizerState says where the Model's optimizer keeps its state,
@@ -224,9 +226,12 @@ func Record(m Model) (offload.ModelInfo, error) {
 }
 
 // inBackward lists whether the optimizer may run inside backward: not
-// for a rank of several, which must average its gradients first.
+// for a rank of several, which must average its gradients first, except
+// under ZeRO-3 with the state on the host, where each shard steps beside
+// the device once its mean gradient has landed (dist.FullShard's
+// SetStepBeside).
 func (pl *planner) inBackward() []bool {
-	if pl.opts.Ranks > 1 {
+	if pl.opts.Ranks > 1 && !(pl.opts.Shard == 3 && pl.opts.OptimizerState == "host") {
 		return []bool{false}
 	}
 	return []bool{false, true}

@@ -77,6 +77,9 @@ func (t *Trainer) micro(model nn.Module, step, micro int) (loss float64, items i
 			if loss, err = lossValue(l, accum); err != nil {
 				return err
 			}
+			if t.full != nil {
+				return t.backwardBeside(step, scaled)
+			}
 			return t.backwardUpdating(step, scaled)
 		}
 		switch {
@@ -182,6 +185,30 @@ func (t *Trainer) backwardUpdating(step int, scaled *ferry.Tensor) error {
 		return err
 	}
 	return e.Err()
+}
+
+// backwardBeside is backwardUpdating under ZeRO-3 (a policy's updates
+// inside backward, the optimizer's state on the host): backward
+// reduce-scatters each gradient as it completes, and each shard steps, at
+// this step's learning rate, beside the device once its mean has landed
+// (dist.FullShard.SetStepBeside). The step does not wait for the
+// updates: each parameter's next gather waits for its shard's, and the
+// Trainer's reads of the shards or the state (a checkpoint, the end of
+// the run) for all of them; the next Wait reports their errors.
+func (t *Trainer) backwardBeside(step int, scaled *ferry.Tensor) error {
+	opts, e := optim.InBackward(t.fullOpt.Inner())
+	if err := t.full.SetStepBeside(func(s *ferry.Tensor) error { opts.GradReady(s); return e.Err() }); err != nil {
+		return err
+	}
+	hook := t.full.GradReady
+	if h := t.cfg.Hooks; h.GradReady != nil {
+		hook = func(p *ferry.Tensor) { h.GradReady(step, p); t.full.GradReady(p) }
+	}
+	t.full.SetReduce(true)
+	if err := scaled.BackwardWith(ferry.BackwardOptions{GradReady: hook}); err != nil {
+		return err
+	}
+	return t.full.Wait()
 }
 
 // update applies the step's gradients, once every micro-batch's are in:

@@ -83,6 +83,9 @@ func New(dev device.Device, task Task, cfg Config) (_ *Trainer, err error) {
 		if _, ok := cfg.Optimizer.(optim.Stepper); !ok {
 			return nil, configErr("Memory", "the memory mode updates parameters inside backward, which needs an optim.Stepper; %T is not", cfg.Optimizer)
 		}
+		if cfg.Clip > 0 || cfg.Accum > 1 {
+			return nil, configErr("Memory", "the memory mode updates each parameter inside backward, which leaves no moment for clipping or accumulation; drop those, or update after backward")
+		}
 	}
 	if cfg.Comm != nil && cfg.Comm.Size() > 1 {
 		if err := t.setupParallel(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"ferry/device"
 	"ferry/dist"
 	"ferry/nn"
+	"ferry/offload"
 	"ferry/optim"
 	"ferry/train"
 	"ferry/train/traintest"
@@ -40,6 +42,15 @@ func trainRanks(t *testing.T, ranks int, cfg train.Config) []zeroRun {
 // trainRanksWith is trainRanks with the optimizer newOpt makes.
 func trainRanksWith(t *testing.T, ranks int, cfg train.Config, newOpt func([]*ferry.Tensor) (optim.Stepper, error)) []zeroRun {
 	t.Helper()
+	runs, err := trainRanksErr(ranks, cfg, newOpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runs
+}
+
+// trainRanksErr is trainRanksWith returning the first rank's error.
+func trainRanksErr(ranks int, cfg train.Config, newOpt func([]*ferry.Tensor) (optim.Stepper, error)) ([]zeroRun, error) {
 	one := func(comm dist.Comm) (zeroRun, error) {
 		dev, err := device.Open("cpu", device.Options{})
 		if err != nil {
@@ -79,9 +90,9 @@ func trainRanksWith(t *testing.T, ranks int, cfg train.Config, newOpt func([]*fe
 	if ranks == 0 {
 		run, err := one(nil)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
-		return []zeroRun{run}
+		return []zeroRun{run}, nil
 	}
 	comms := dist.NewGroup(ranks)
 	runs := make([]zeroRun, ranks)
@@ -100,10 +111,10 @@ func trainRanksWith(t *testing.T, ranks int, cfg train.Config, newOpt func([]*fe
 	wg.Wait()
 	for r, err := range errs {
 		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
+			return nil, fmt.Errorf("rank %d: %w", r, err)
 		}
 	}
-	return runs
+	return runs, nil
 }
 
 // Config.Shard 1 and 2 on three ranks train exactly as Shard 0 (losses
@@ -196,6 +207,51 @@ func TestShardedBF16EqualsDataParallel(t *testing.T) {
 		t.Logf("rank %d: parameters peak at %d bytes in a bfloat16 step, %d in float32", r, got[r].stepParams, fp32[r].stepParams)
 		if got[r].stepParams >= fp32[r].stepParams {
 			t.Errorf("rank %d: parameters peak at %d bytes in a bfloat16 step, %d in float32", r, got[r].stepParams, fp32[r].stepParams)
+		}
+	}
+}
+
+// ZeRO-3 with the optimizer's state on the host and a policy's updates
+// inside backward steps each shard beside the device as its mean gradient
+// lands, and trains to the losses and parameters of unsharded data
+// parallelism stepping after backward, bit for bit, with AdamW; clipping,
+// and such updates below ZeRO-3 or with the state on the device, are
+// refused.
+func TestShardsStepBesideTheDevice(t *testing.T) {
+	const ranks, steps = 3, 4
+	adamw := func(host bool) func([]*ferry.Tensor) (optim.Stepper, error) {
+		return func(ps []*ferry.Tensor) (optim.Stepper, error) {
+			if host {
+				return optim.NewAdamW(ps, 1e-2, optim.OnHost()), nil
+			}
+			return optim.NewAdamW(ps, 1e-2), nil
+		}
+	}
+	ref := trainRanksWith(t, ranks, train.Config{Steps: steps}, adamw(false))
+	got := trainRanksWith(t, ranks, train.Config{Steps: steps, Shard: 3, Memory: offload.Setup{OptimizerInBackward: true}}, adamw(true))
+	for r := range got {
+		for i := range ref[r].losses {
+			if got[r].losses[i] != ref[r].losses[i] {
+				t.Fatalf("rank %d, step %d: loss %v stepping beside, %v unsharded", r, i+1, got[r].losses[i], ref[r].losses[i])
+			}
+		}
+		if !sameBits(got[r].params, ref[r].params) {
+			t.Fatalf("rank %d: parameters differ between ZeRO-3 stepping beside and unsharded data parallelism", r)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		cfg   train.Config
+		host  bool
+		wants string
+	}{
+		{"state on the device", train.Config{Steps: 1, Shard: 3, Memory: offload.Setup{OptimizerInBackward: true}}, false, "ZeRO-3 with the optimizer's state on the host"},
+		{"ZeRO-2", train.Config{Steps: 1, Shard: 2, Memory: offload.Setup{OptimizerInBackward: true}}, true, "ZeRO-3 with the optimizer's state on the host"},
+		{"clipping", train.Config{Steps: 1, Shard: 3, Clip: 1, Memory: offload.Setup{OptimizerInBackward: true}}, true, "lip"},
+	} {
+		_, err := trainRanksErr(ranks, tc.cfg, adamw(tc.host))
+		if err == nil || !strings.Contains(err.Error(), tc.wants) {
+			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.wants)
 		}
 	}
 }

@@ -275,39 +275,66 @@ func TestZeRO3OnTwoMPIRanks(t *testing.T) {
 
 // A ZeRO-3 rank's plan is what the rank runs: ferry plan --ranks 2 --zero
 // 3 writes a policy that offloads, and mpirun -np 2 ferry train --zero 3
-// --policy peaks at the predicted bytes exactly (every rank, on the CPU).
+// --policy peaks at the predicted bytes exactly (every rank, on the CPU),
+// the state on the device at 600 KiB; with it on the host at 300 KiB the
+// plan steps each shard beside the device as its mean gradient lands
+// (optimizer_in_backward). Both train to ZeRO-0's losses, bit for bit.
 func TestZeRO3PolicyPeakOnTwoMPIRanks(t *testing.T) {
 	_, bin := mpiFerry(t)
 	dir := t.TempDir()
 	data := corpus(t)
-	policy := filepath.Join(dir, "z3.json")
-	out, errOut, code := runCLI(t, "plan", "--model", "gpt", "--layers", "2", "--heads", "2", "--embd", "32", "--seq", "16", "--batch", "4",
-		"--vocab", "256", "--budget", "300KiB", "--ranks", "2", "--zero", "3", "--profile", "cpu", "--out", policy, "--json")
-	if code != 0 {
-		t.Fatalf("plan: %s", errOut)
+	shape := []string{"--layers", "2", "--heads", "2", "--embd", "32", "--seq", "16", "--batch", "4"}
+	trainArgs := append([]string{"-np", "2", bin, "train", "text", "--data", data}, shape...)
+	trainArgs = append(trainArgs, "--val-batches", "2", "--sample", "0", "--steps", "4", "--json", "--collective-timeout", "30s")
+	type summary struct {
+		Peak  int64   `json:"peak_bytes"`
+		Train float64 `json:"final_train_loss"`
+		Val   float64 `json:"final_val_loss"`
+		State string  `json:"optimizer_state"`
 	}
-	var planned struct {
-		Predicted struct {
-			Peak int64 `json:"peak_bytes"`
-		} `json:"predicted"`
+	runJob := func(extra ...string) summary {
+		t.Helper()
+		job, stderr, took, err := mpiJob(t, dir, append(append([]string{}, trainArgs...), extra...)...)
+		if err != nil {
+			t.Fatalf("%v after %v: %s%s", err, took, job, stderr)
+		}
+		var ran summary
+		if err := json.Unmarshal([]byte(job), &ran); err != nil {
+			t.Fatal(err)
+		}
+		return ran
 	}
-	if err := json.Unmarshal([]byte(out), &planned); err != nil || planned.Predicted.Peak == 0 {
-		t.Fatalf("plan: %v: %s", err, out)
-	}
-	job, stderr, took, err := mpiJob(t, dir, "-np", "2", bin, "train", "text", "--data", data, "--layers", "2", "--heads", "2", "--embd", "32",
-		"--seq", "16", "--batch", "4", "--val-batches", "2", "--sample", "0", "--steps", "4", "--zero", "3", "--policy", policy, "--json",
-		"--collective-timeout", "30s")
-	if err != nil {
-		t.Fatalf("%v after %v: %s%s", err, took, job, stderr)
-	}
-	var ran struct {
-		Peak int64 `json:"peak_bytes"`
-	}
-	if err := json.Unmarshal([]byte(job), &ran); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("ZeRO-3 rank of 2 under a 300 KiB policy: planned %d bytes, trained %d", planned.Predicted.Peak, ran.Peak)
-	if ran.Peak != planned.Predicted.Peak {
-		t.Errorf("the job peaked at %d bytes, the plan predicted %d", ran.Peak, planned.Predicted.Peak)
+	zero := runJob("--zero", "0")
+	for _, tc := range []struct{ state, budget string }{{"device", "600KiB"}, {"host", "300KiB"}} {
+		state := tc.state
+		policy := filepath.Join(dir, "z3-"+state+".json")
+		args := append([]string{"plan", "--model", "gpt"}, shape...)
+		args = append(args, "--vocab", "256", "--budget", tc.budget, "--ranks", "2", "--zero", "3", "--profile", "cpu",
+			"--optimizer-state", state, "--out", policy, "--json")
+		out, errOut, code := runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("plan: %s", errOut)
+		}
+		var planned struct {
+			InBackward bool `json:"optimizer_in_backward"`
+			Predicted  struct {
+				Peak int64 `json:"peak_bytes"`
+			} `json:"predicted"`
+		}
+		if err := json.Unmarshal([]byte(out), &planned); err != nil || planned.Predicted.Peak == 0 {
+			t.Fatalf("plan: %v: %s", err, out)
+		}
+		if planned.InBackward != (state == "host") {
+			t.Errorf("state on the %s: the plan's optimizer_in_backward is %v", state, planned.InBackward)
+		}
+		ran := runJob("--zero", "3", "--policy", policy)
+		t.Logf("ZeRO-3 rank of 2 under a %s policy, state on the %s: planned %d bytes, trained %d; final losses %.7f, %.7f (ZeRO-0: %.7f, %.7f)",
+			tc.budget, state, planned.Predicted.Peak, ran.Peak, ran.Train, ran.Val, zero.Train, zero.Val)
+		if ran.Peak != planned.Predicted.Peak {
+			t.Errorf("state on the %s: the job peaked at %d bytes, the plan predicted %d", state, ran.Peak, planned.Predicted.Peak)
+		}
+		if ran.State != state || ran.Train != zero.Train || ran.Val != zero.Val {
+			t.Errorf("state on the %s: the job kept it on the %s and trained to %v, %v; ZeRO-0 to %v, %v", state, ran.State, ran.Train, ran.Val, zero.Train, zero.Val)
+		}
 	}
 }

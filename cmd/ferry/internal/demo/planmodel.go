@@ -275,11 +275,16 @@ type rankStep struct {
 	wait func() error
 	opt  optim.Optimizer
 	full *dist.FullShard // ZeRO-3
+	// beside: ZeRO-3's shards step beside the device as their gradients
+	// land (dist.FullShard.SetStepBeside), by inner, the optimizer over
+	// the shards.
+	beside bool
+	inner  optim.Stepper
 }
 
 func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim.Stepper, inBackward bool) (*rankStep, error) {
-	if inBackward {
-		return nil, fmt.Errorf("demo: a rank of %d cannot update inside backward (it averages the gradients first)", m.ranks)
+	if inBackward && (m.shard != 3 || !optimStateOnHost(opt)) {
+		return nil, fmt.Errorf("demo: a rank of %d cannot update inside backward (it averages the gradients first) but at ZeRO-3 with the optimizer's state on the host", m.ranks)
 	}
 	// On the meta device the collectives take the profile's interconnect
 	// time (meta.Device.SimulateCollective); elsewhere none.
@@ -290,6 +295,7 @@ func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim
 	comm := dist.PretendOn(m.rank, m.ranks, clock)
 	rk := &rankStep{opt: opt}
 	if m.shard == 3 {
+		rk.beside = inBackward
 		return rk, rk.fullShard(comm, params, opt, m.cfg.Precision)
 	}
 	var owners []int
@@ -345,8 +351,14 @@ func (rk *rankStep) fullShard(comm dist.Comm, params []*ferry.Tensor, opt optim.
 		return err
 	}
 	fs.SetReduce(true)
-	rk.full, rk.opt, rk.hook, rk.wait = fs, fo, fs.GradReady, fs.Wait
+	rk.full, rk.opt, rk.hook, rk.wait, rk.inner = fs, fo, fs.GradReady, fs.Wait, st
 	return nil
+}
+
+// optimStateOnHost reports whether opt keeps its state on the host.
+func optimStateOnHost(opt optim.Optimizer) bool {
+	h, ok := opt.(optim.HostPlaced)
+	return ok && h.StateOnHost()
 }
 
 // release frees what fullShard made (the shards and their optimizer).
@@ -364,11 +376,22 @@ func (rk *rankStep) backwardAndStep(l *ferry.Tensor) error {
 	if rk.full != nil {
 		rk.full.SetReduce(true)
 	}
+	if rk.beside {
+		// As train.Trainer does: this step's learning rate, each shard
+		// stepped as its gradient lands.
+		opts, upd := optim.InBackward(rk.inner)
+		if err := rk.full.SetStepBeside(func(s *ferry.Tensor) error { opts.GradReady(s); return upd.Err() }); err != nil {
+			return err
+		}
+	}
 	if err := l.BackwardWith(ferry.BackwardOptions{GradReady: rk.hook}); err != nil {
 		return err
 	}
 	if err := rk.wait(); err != nil {
 		return err
+	}
+	if rk.beside {
+		return rk.full.EndStep()
 	}
 	if err := rk.opt.Step(); err != nil {
 		return err
