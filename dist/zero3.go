@@ -47,6 +47,14 @@ type FullShardOptions struct {
 	// parameter is then gathered only for what reads it in float32 (an
 	// embedding, a norm, a bias).
 	ParamType device.DType
+	// ShardsOnHost keeps each shard's values in host memory (ZeRO-3
+	// offload: DeepSpeed's offload_param, FSDP's CPUOffloadPolicy): the
+	// shard tensors the optimizer steps are paged out for good, their
+	// values a host master that a gather reads and the optimizer, whose
+	// state must then be on the host (optim.OnHost), updates in place
+	// (optim.HostCopier). A rank's device then holds none of its shards.
+	// Host path only (no Device).
+	ShardsOnHost bool
 }
 
 // FullShard is ZeRO stage 3 on a Comm (PyTorch's FSDP, DeepSpeed's
@@ -101,6 +109,10 @@ type FullShard struct {
 	sharded  bool
 	closed   bool
 	lowCopy  bool // FullShardOptions.ParamType is BFloat16
+	onHost   bool // FullShardOptions.ShardsOnHost
+	// masters are the parameters by their shard's storage, with the
+	// shards in host memory.
+	masters map[any]*fsParam
 
 	// The order of uses: the previous step's (order) and this step's so
 	// far (uses); pos is where in order the last use was found.
@@ -136,6 +148,12 @@ type fsParam struct {
 	n, per int // elements; elements per rank (per × ranks ≥ n)
 	lo, hi int // this rank's elements, [lo, hi)
 	shard  *ferry.Tensor
+	// master holds the shard's values in host memory
+	// (FullShardOptions.ShardsOnHost), the shard being paged out but when
+	// something brings it to the device (masterVersion: its version
+	// then); nil otherwise.
+	master        *ferry.Tensor
+	masterVersion uint32
 	// whole is p itself, gathered in float32; low its bfloat16 copy for
 	// products (FullShardOptions.ParamType), or nil.
 	whole fsCopy
@@ -208,7 +226,11 @@ type FullShardStats struct {
 // dropped): each gets a shard tensor of its share on this rank. The
 // parameters stay whole until Shard.
 func NewFullShard(c Comm, params []*ferry.Tensor, opts FullShardOptions) (*FullShard, error) {
-	f := &FullShard{c: c, prefetch: opts.Prefetch, byTensor: map[*ferry.Tensor]*fsParam{}, byStore: map[any]*fsCopy{}}
+	f := &FullShard{c: c, prefetch: opts.Prefetch, byTensor: map[*ferry.Tensor]*fsParam{}, byStore: map[any]*fsCopy{},
+		onHost: opts.ShardsOnHost, masters: map[any]*fsParam{}}
+	if opts.ShardsOnHost && opts.Device != nil {
+		return nil, errors.New("dist: NewFullShard: shards in host memory are gathered through host memory, not on a device communicator: drop one of ShardsOnHost and Device")
+	}
 	switch opts.ParamType {
 	case device.Float32:
 	case device.BFloat16:
@@ -274,8 +296,14 @@ func NewFullShard(c Comm, params []*ferry.Tensor, opts FullShardOptions) (*FullS
 	}
 	err := ferry.Catch(func() error {
 		for _, fp := range f.params {
-			if fp.hi > fp.lo {
-				fp.shard = ferry.ZerosAs(dev, device.Parameter, fp.hi-fp.lo).SetName(fp.p.Name()).RequireGrad()
+			switch k := fp.hi - fp.lo; {
+			case k == 0:
+			case f.onHost:
+				fp.master = ferry.ZerosAs(dev.Host(), device.Parameter, k).SetName(fp.p.Name())
+				fp.shard = ferry.NewPagedOut(dev, device.Float32, []int{k}, f).SetName(fp.p.Name()).RequireGrad()
+				f.masters[fp.shard.Storage()] = fp
+			default:
+				fp.shard = ferry.ZerosAs(dev, device.Parameter, k).SetName(fp.p.Name()).RequireGrad()
 			}
 			if f.lowCopy && fp.n > 0 {
 				fp.low = &fsCopy{fp: fp, t: ferry.NewPagedOut(dev, device.BFloat16, fp.p.Shape(), f).SetName(fp.p.Name() + " (bfloat16)")}
@@ -439,7 +467,10 @@ func (f *FullShard) toShard(fp *fsParam) error {
 	if err := fp.p.Device().Kernels().Download(f32bytes(buf), fp.p.View()); err != nil {
 		return err
 	}
-	return upload(fp.shard, buf[fp.lo:fp.hi], "dist.shard_parameters")
+	if fp.master != nil {
+		f.dropShardCopy(fp)
+	}
+	return upload(fp.values(), buf[fp.lo:fp.hi], "dist.shard_parameters")
 }
 
 // release frees c's device block; a parameter changed in place since it
@@ -518,7 +549,7 @@ func (f *FullShard) startGather(c *fsCopy, prefetched bool) error {
 	case f.shared:
 	case !c.bf16():
 		if fp.shard != nil {
-			if err := fp.shard.Device().Kernels().Download(f32bytes(c.send[:k]), fp.shard.View()); err != nil {
+			if err := f.readShard(fp, c.send[:k]); err != nil {
 				panic(err)
 			}
 		}
@@ -527,7 +558,7 @@ func (f *FullShard) startGather(c *fsCopy, prefetched bool) error {
 		half := u16s(c.send)
 		if fp.shard != nil {
 			vals := f.buffer(k)
-			err := fp.shard.Device().Kernels().Download(f32bytes(vals), fp.shard.View())
+			err := f.readShard(fp, vals)
 			if err == nil {
 				device.ToBFloat16s(half[:k], vals)
 			}
@@ -552,6 +583,9 @@ func (f *FullShard) startGather(c *fsCopy, prefetched bool) error {
 func (f *FullShard) PageIn(t *ferry.Tensor) error {
 	c := f.byStore[t.Storage()]
 	if c == nil {
+		if fp := f.masters[t.Storage()]; fp != nil {
+			return f.pageInShard(fp)
+		}
 		return errors.New("dist: FullShard: a storage it does not hold")
 	}
 	if c.resident {
@@ -872,12 +906,12 @@ func (f *FullShard) finishGrad(fp *fsParam) error {
 	return ferry.Catch(func() error {
 		g := fp.shard.Grad()
 		if g == nil {
-			// Stepping beside the device, the optimizer's state is on
-			// the host, and so is the gradient it reads: it stays where
-			// the reduce-scatter left it, in host memory, and never takes
-			// device memory.
+			// Stepping beside the device, or the shards in host memory,
+			// the optimizer's state is on the host, and so is the
+			// gradient it reads: it stays where the reduce-scatter left
+			// it, in host memory, and never takes device memory.
 			on := fp.shard.Device()
-			if f.beside != nil {
+			if f.beside != nil || f.onHost {
 				on = on.Host()
 			}
 			g = ferry.ZerosAs(on, device.Gradient, fp.hi-fp.lo)
@@ -954,7 +988,7 @@ func (f *FullShard) GatherHost(root int) error {
 			send, recv := f.buffer(fp.per), f.buffer(size*fp.per)
 			k := fp.hi - fp.lo
 			if fp.shard != nil {
-				if err := fp.shard.Device().Kernels().Download(f32bytes(send[:k]), fp.shard.View()); err != nil {
+				if err := f.readShard(fp, send[:k]); err != nil {
 					return err
 				}
 			}
@@ -1121,7 +1155,101 @@ func (f *FullShard) releaseShards() {
 			fp.shard.Release()
 			fp.shard = nil
 		}
+		if fp.master != nil {
+			fp.master.Release()
+			fp.master = nil
+		}
 	}
+}
+
+// values is the tensor holding fp's shard's values: its host master
+// (ShardsOnHost), or the shard.
+func (fp *fsParam) values() *ferry.Tensor {
+	if fp.master != nil {
+		return fp.master
+	}
+	return fp.shard
+}
+
+// readShard copies fp's shard's values into dst (hi-lo elements): from
+// its host master, written back first if the shard was brought to the
+// device and changed there.
+func (f *FullShard) readShard(fp *fsParam, dst []float32) error {
+	if fp.master != nil {
+		if err := f.syncMaster(fp); err != nil {
+			return err
+		}
+	}
+	v := fp.values()
+	return v.Device().Kernels().Download(f32bytes(dst), v.View())
+}
+
+// syncMaster copies a resident shard changed on the device back into its
+// host master.
+func (f *FullShard) syncMaster(fp *fsParam) error {
+	if fp.shard.PagedOut() || fp.shard.Version() == fp.masterVersion || f.shared {
+		return nil
+	}
+	buf := f.buffer(fp.hi - fp.lo)
+	defer f.put(buf)
+	if err := fp.shard.Device().Kernels().Download(f32bytes(buf), fp.shard.View()); err != nil {
+		return err
+	}
+	fp.masterVersion = fp.shard.Version()
+	return upload(fp.master, buf, "dist.shard_to_host")
+}
+
+// dropShardCopy frees a shard's device copy (its master is then the
+// values), after writing back a change made on the device.
+func (f *FullShard) dropShardCopy(fp *fsParam) {
+	if fp.shard.PagedOut() {
+		return
+	}
+	if err := f.syncMaster(fp); err != nil {
+		panic(err)
+	}
+	fp.shard.PageOut()
+}
+
+// HostCopy is the host master of shard, a shard in host memory
+// (ShardsOnHost), its device copy freed (written back first if changed):
+// an optimizer with its state on the host updates it in place
+// (optim.HostCopier). Nil for another tensor.
+func (f *FullShard) HostCopy(shard *ferry.Tensor) (*ferry.Tensor, error) {
+	fp := f.masters[shard.Storage()]
+	if fp == nil {
+		return nil, nil
+	}
+	err := ferry.Catch(func() error { f.dropShardCopy(fp); return nil })
+	return fp.master, err
+}
+
+// pageInShard brings a shard in host memory to the device for what reads
+// it there (a device optimizer's step), from its master; HostCopy, a
+// gather or Shard write it back and free it.
+func (f *FullShard) pageInShard(fp *fsParam) error {
+	b, err := f.dev.Allocator().Alloc(fp.shard.PagedBytes(), device.Parameter)
+	if err != nil {
+		return err
+	}
+	fp.shard.InstallBlock(b)
+	err = ferry.Catch(func() error {
+		if f.shared {
+			return nil
+		}
+		buf := f.buffer(fp.hi - fp.lo)
+		defer f.put(buf)
+		if err := fp.master.Device().Kernels().Download(f32bytes(buf), fp.master.View()); err != nil {
+			return err
+		}
+		return f.dev.Kernels().Upload(fp.shard.View(), f32bytes(buf))
+	})
+	if err != nil {
+		fp.shard.PageOut()
+		return err
+	}
+	fp.masterVersion = fp.shard.Version()
+	return nil
 }
 
 // clipGrads is optim.ClipGradNorm for gradients sharded across ranks:

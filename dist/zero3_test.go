@@ -61,13 +61,14 @@ type z3Run struct {
 // at clip (0: not), in bfloat16 autocast if bf16 (ZeRO-3 then gathers
 // bfloat16 copies of the weights: FullShardOptions.ParamType).
 func trainZ3(t tb, c dist.Comm, stage int, name string, steps, accum int, clip float64, bf16 bool) *z3Run {
-	return trainZ3With(t, c, stage, name, steps, accum, clip, bf16, false)
+	return trainZ3With(t, c, stage, name, steps, accum, clip, bf16, false, false)
 }
 
 // trainZ3With is trainZ3; beside (stage 3, no clipping) keeps the
 // optimizer's state on the host and steps each shard beside the device
-// as its gradient lands (FullShard.SetStepBeside).
-func trainZ3With(t tb, c dist.Comm, stage int, name string, steps, accum int, clip float64, bf16, beside bool) *z3Run {
+// as its gradient lands (FullShard.SetStepBeside); onHost keeps the
+// state and the shards' values in host memory (ShardsOnHost).
+func trainZ3With(t tb, c dist.Comm, stage int, name string, steps, accum int, clip float64, bf16, beside, onHost bool) *z3Run {
 	hyper := map[string]float64{"lr": 0.01}
 	if name == "adamw8bit" {
 		hyper["min_8bit_size"] = 1 // every shard quantised, as its parameter is
@@ -85,7 +86,7 @@ func trainZ3With(t tb, c dist.Comm, stage int, name string, steps, accum int, cl
 	var opt optim.Optimizer
 	var fopt *dist.FullShardOptimizer
 	if stage == 3 {
-		opts := dist.FullShardOptions{}
+		opts := dist.FullShardOptions{ShardsOnHost: onHost}
 		if bf16 {
 			opts.ParamType = device.BFloat16
 		}
@@ -99,7 +100,7 @@ func trainZ3With(t tb, c dist.Comm, stage int, name string, steps, accum int, cl
 			t.Fatal(err)
 		}
 		var where []optim.Option
-		if beside {
+		if beside || onHost {
 			where = append(where, optim.OnHost())
 		}
 		inner, err := optim.New(name, fs.Shards(), hyper, where...)
@@ -222,6 +223,11 @@ func trainZ3With(t tb, c dist.Comm, stage int, name string, steps, accum int, cl
 			for _, p := range ps {
 				if !p.PagedOut() {
 					t.Fatalf("rank %d, step %d: %q is on the device after the step", rank, step, p.Name())
+				}
+			}
+			for _, sh := range fs.Shards() {
+				if onHost && !sh.PagedOut() {
+					t.Fatalf("rank %d, step %d: the shard of %q is on the device, not in host memory", rank, step, sh.Name())
 				}
 			}
 			if err := fs.Unshard(); err != nil {
@@ -358,20 +364,26 @@ func TestFullShardEqualsDataParallel(t *testing.T) {
 }
 
 // The shards stepping beside the device as their gradients land
-// (SetStepBeside, the state on the host) train to ZeRO-0's parameters
-// and state, bit for bit, with AdamW and SGD, with accumulation.
+// (SetStepBeside, the state on the host), and the shards in host memory
+// (ShardsOnHost) stepping beside or after Wait, train to ZeRO-0's
+// parameters and state, bit for bit, with AdamW and SGD, with
+// accumulation and, after Wait, clipping; a rank's device then holds none
+// of its shards.
 func TestFullShardStepsBesideEqualDataParallel(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		accum int
-	}{{"adamw", 1}, {"sgd", 2}, {"adamw", 2}} {
-		t.Run(fmt.Sprintf("%s-accum%d", tc.name, tc.accum), func(t *testing.T) {
+		name           string
+		accum          int
+		clip           float64
+		beside, onHost bool
+	}{{"adamw", 1, 0, true, false}, {"sgd", 2, 0, true, false}, {"adamw", 2, 0, true, false},
+		{"adamw", 2, 0, true, true}, {"adamw", 1, 0.05, false, true}, {"sgd", 2, 0, false, true}} {
+		t.Run(fmt.Sprintf("%s-accum%d-clip%v-beside%v-onhost%v", tc.name, tc.accum, tc.clip, tc.beside, tc.onHost), func(t *testing.T) {
 			const ranks, steps = 3, 4
 			zero := z3OnRanks(t, dist.NewGroup(ranks), func(rt tb, c dist.Comm) *z3Run {
-				return trainZ3(rt, c, 0, tc.name, steps, tc.accum, 0, false)
+				return trainZ3(rt, c, 0, tc.name, steps, tc.accum, tc.clip, false)
 			})
 			full := z3OnRanks(t, dist.NewGroup(ranks), func(rt tb, c dist.Comm) *z3Run {
-				return trainZ3With(rt, c, 3, tc.name, steps, tc.accum, 0, false, true)
+				return trainZ3With(rt, c, 3, tc.name, steps, tc.accum, tc.clip, false, tc.beside, tc.onHost)
 			})
 			for r := range ranks {
 				defer full[r].release()

@@ -47,6 +47,9 @@ func (f *FullShard) Optimizer(inner optim.Stepper) (*FullShardOptimizer, error) 
 	if _, ok := inner.(optim.Stateful); !ok {
 		return nil, fmt.Errorf("dist: FullShard.Optimizer: %T cannot save its state (optim.Stateful)", inner)
 	}
+	if h, ok := inner.(optim.HostPlaced); f.onHost && (!ok || !h.StateOnHost()) {
+		return nil, fmt.Errorf("dist: FullShard.Optimizer: the shards are in host memory (ShardsOnHost) and %s keeps its state on the device: build it with optim.OnHost, so that it steps them there", inner.Name())
+	}
 	o := &FullShardOptimizer{f: f, inner: inner, layout: l.Layout}
 	for _, fp := range f.params {
 		if _, err := o.split(fp); err != nil {
