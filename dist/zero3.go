@@ -113,6 +113,13 @@ type FullShard struct {
 	// masters are the parameters by their shard's storage, with the
 	// shards in host memory.
 	masters map[any]*fsParam
+	// On a device that simulates time, the link's time of what crosses
+	// it between host memory and the device on a device communicator's
+	// path (NCCL's), which the host path's bytes do not show: each
+	// shard in host memory up before its gather (up), each gradient's
+	// share landing in host memory down after its reduce-scatter (down).
+	link     linkSim
+	up, down device.Stream
 
 	// The order of uses: the previous step's (order) and this step's so
 	// far (uses); pos is where in order the last use was found.
@@ -170,6 +177,41 @@ type fsParam struct {
 	ready, finished bool
 	rs              device.Event
 	rsSend, rsRecv  []float32
+}
+
+// linkSim is implemented by devices that simulate time (the meta
+// device): it accounts a transfer over the link.
+type linkSim interface {
+	SimulateLink(s device.Stream, n int64, toDevice bool) error
+}
+
+// simulateLink charges n bytes over the link (toDevice, or back) on a
+// device that simulates time, on a stream of the FullShard's for each
+// way; nothing elsewhere.
+func (f *FullShard) simulateLink(n int64, toDevice bool) error {
+	if !f.shared || n == 0 {
+		return nil
+	}
+	if f.link == nil {
+		l, ok := f.dev.(linkSim)
+		if !ok {
+			return nil
+		}
+		up, err := f.dev.NewStream("shards-up")
+		if err != nil {
+			return err
+		}
+		down, err := f.dev.NewStream("grads-down")
+		if err != nil {
+			return err
+		}
+		f.link, f.up, f.down = l, up, down
+	}
+	s := f.down
+	if toDevice {
+		s = f.up
+	}
+	return f.link.SimulateLink(s, n, toDevice)
 }
 
 // fsCopy is a paged copy of one parameter's whole values that a rank
@@ -545,6 +587,14 @@ func (f *FullShard) startGather(c *fsCopy, prefetched bool) error {
 	size, w := f.c.Size(), c.words()
 	c.send, c.recv = f.buffer(w), f.buffer(size*w)
 	k := fp.hi - fp.lo
+	if fp.master != nil {
+		// On the device path the shard goes up before the gather: its
+		// time, on a device that simulates it (not its order: the gather
+		// is not made to wait for it there).
+		if err := f.simulateLink(4*int64(w), true); err != nil {
+			return err
+		}
+	}
 	switch {
 	case f.shared:
 	case !c.bf16():
@@ -913,6 +963,10 @@ func (f *FullShard) finishGrad(fp *fsParam) error {
 			on := fp.shard.Device()
 			if f.beside != nil || f.onHost {
 				on = on.Host()
+				// Down after the reduce-scatter on the device path.
+				if err := f.simulateLink(4*int64(fp.hi-fp.lo), false); err != nil {
+					return err
+				}
 			}
 			g = ferry.ZerosAs(on, device.Gradient, fp.hi-fp.lo)
 			fp.shard.SetGrad(g)

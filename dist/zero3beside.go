@@ -131,6 +131,10 @@ func (f *FullShard) land(force bool) {
 			f.noteErr(err)
 			continue
 		}
+		if b.sim != nil && f.down != nil { // after its share's way down
+			t, _ := b.sim.EventTime(f.down.Record())
+			at = max(at, t)
+		}
 		if fp.shard == nil {
 			continue
 		}

@@ -182,7 +182,10 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 				}
 				triedSerial = true
 			}
-			if pAll.Fits && !fitBefore && jo.Params != "host" {
+			if pAll.Fits && !fitBefore && jo.Params != "host" && opts.Ranks <= 1 {
+				// (Across ranks, ZeRO-3 keeps all of its shards in host
+				// memory or none: no bisection.)
+				//
 				// The fewest streamed parameters that fit: bisect over
 				// the first k (1 ≤ k < n fits somewhere in between), to
 				// within 1/32 of the parameters: each k is a plan of its

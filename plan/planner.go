@@ -51,11 +51,12 @@ type Options struct {
 	// Ranks ranks (the rank with the largest share of sharded state),
 	// with Shard's ZeRO stage (train.Config.Shard): 0 every rank holds
 	// the whole optimizer state and gradients; 1 its share of the
-	// optimizer state; 2 of the gradients as well. The Model must be a
-	// RankModel. The optimizer never runs inside backward then (a rank
-	// must average gradients first), except at ZeRO-3 with the state on
-	// the host, where each shard steps beside the device once its mean
-	// gradient has landed.
+	// optimizer state; 2 of the gradients as well; 3 of the parameters
+	// too (with the state on the host, its shards may be in host memory:
+	// ParamsOnHost "*"). The Model must be a RankModel. The optimizer
+	// never runs inside backward then (a rank must average gradients
+	// first), except at ZeRO-3 with the state on the host, where each
+	// shard steps beside the device once its mean gradient has landed.
 	Ranks int
 	Shard int
 	// OptimizerState says where the Model's optimizer keeps its state,
@@ -320,8 +321,9 @@ func makePlan(opts Options) (*Plan, error) {
 	if opts.SerialGradCopies && opts.Gradients != "host" {
 		return nil, fmt.Errorf("plan: serial gradient copies are for gradients on the host")
 	}
-	if opts.Ranks > 1 && (opts.Gradients == "host" || len(opts.ParamsOnHost) > 0) {
-		return nil, fmt.Errorf("plan: parameters or gradients in host memory are not yet planned with several ranks")
+	if opts.Ranks > 1 && (opts.Gradients == "host" ||
+		len(opts.ParamsOnHost) > 0 && (opts.Shard != 3 || opts.OptimizerState != "host" || len(opts.ParamsOnHost) != 1 || opts.ParamsOnHost[0] != "*")) {
+		return nil, fmt.Errorf("plan: across ranks, parameters in host memory are ZeRO-3's shards, all of them, with the optimizer's state on the host; gradients stay on the device (landing in host memory under ZeRO-3 with the state there)")
 	}
 	switch opts.Precision {
 	case "":

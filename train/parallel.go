@@ -117,7 +117,7 @@ func (t *Trainer) setupShardedOptimizer(params []*ferry.Tensor, owners []int) er
 // hyperparameters and state placement.
 func (t *Trainer) setupFullShard(params []*ferry.Tensor) error {
 	cfg := t.cfg
-	fs, err := dist.NewFullShard(cfg.Comm, params, dist.FullShardOptions{Device: cfg.DeviceComm, ParamType: cfg.Precision})
+	fs, err := dist.NewFullShard(cfg.Comm, params, dist.FullShardOptions{Device: cfg.DeviceComm, ParamType: cfg.Precision, ShardsOnHost: t.shardsOnHost})
 	if err != nil {
 		return configErr("Shard", "%v", err)
 	}

@@ -28,8 +28,11 @@ type Trainer struct {
 	shard *dist.ShardedOptimizer
 	// full is ZeRO-3 (Config.Shard 3 on several ranks), also t.red, and
 	// fullOpt the optimizer over its shards; nil otherwise.
-	full    *dist.FullShard
-	fullOpt *dist.FullShardOptimizer
+	full *dist.FullShard
+	// shardsOnHost: ZeRO-3 keeps its shards in host memory (the memory
+	// mode's parameters in host memory, taken from it: zero3HostState).
+	shardsOnHost bool
+	fullOpt      *dist.FullShardOptimizer
 	// devRed is the reducer on the device (Config.DeviceComm), also
 	// t.red; nil otherwise. Close frees its buckets.
 	devRed *dist.DeviceReducer
@@ -67,6 +70,11 @@ func New(dev device.Device, task Task, cfg Config) (_ *Trainer, err error) {
 	setup := t.cfg.Memory
 	if setup.Params == nil {
 		setup.Params = task.Model().Parameters()
+	}
+	if cfg.Comm != nil && cfg.Comm.Size() > 1 && cfg.Shard == 3 {
+		if setup, t.shardsOnHost, err = zero3HostState(setup); err != nil {
+			return nil, &ConfigError{"Memory", err}
+		}
 	}
 	if t.mem, err = offload.NewMemory(dev, setup); err != nil {
 		return nil, &ConfigError{"Memory", err}
@@ -181,6 +189,29 @@ func (t *Trainer) Close() error {
 		}
 	}
 	return err
+}
+
+// zero3HostState takes the parameters and gradients in host memory out of
+// s (out of its policy too) for ZeRO-3, which keeps its shards in host
+// memory itself (dist.FullShardOptions.ShardsOnHost) and, with the
+// optimizer's state on the host, lands each rank's share of the gradients
+// there: no offload.Streamer. It reports whether the shards go to host
+// memory: all of the parameters' or none.
+func zero3HostState(s offload.Setup) (offload.Setup, bool, error) {
+	params := s.ParamsOnHost
+	if s.Policy != nil {
+		pol := *s.Policy
+		params = append(params, pol.ParametersOnHost...)
+		pol.ParametersOnHost, pol.Gradients, pol.SerialGradCopies = nil, "", false
+		s.Policy = &pol
+	}
+	s.ParamsOnHost, s.GradsOnHost, s.SerialGradCopies = nil, false, false
+	for _, name := range params {
+		if name != "*" {
+			return s, false, fmt.Errorf("ZeRO-3 keeps all of its shards in host memory or none; %d parameters were named (use \"*\")", len(params))
+		}
+	}
+	return s, len(params) > 0, nil
 }
 
 // ErrNonFinite is wrapped by the error of a step whose loss or gradients

@@ -214,7 +214,10 @@ func TestShardedBF16EqualsDataParallel(t *testing.T) {
 // ZeRO-3 with the optimizer's state on the host and a policy's updates
 // inside backward steps each shard beside the device as its mean gradient
 // lands, and trains to the losses and parameters of unsharded data
-// parallelism stepping after backward, bit for bit, with AdamW; clipping,
+// parallelism stepping after backward, bit for bit, with AdamW; so does
+// ZeRO-3 with its shards in host memory (the memory mode's parameters in
+// host memory), stepping beside or clipped after backward, its device
+// holding fewer parameter bytes. Clipping with updates inside backward,
 // and such updates below ZeRO-3 or with the state on the device, are
 // refused.
 func TestShardsStepBesideTheDevice(t *testing.T) {
@@ -228,15 +231,36 @@ func TestShardsStepBesideTheDevice(t *testing.T) {
 		}
 	}
 	ref := trainRanksWith(t, ranks, train.Config{Steps: steps}, adamw(false))
-	got := trainRanksWith(t, ranks, train.Config{Steps: steps, Shard: 3, Memory: offload.Setup{OptimizerInBackward: true}}, adamw(true))
-	for r := range got {
-		for i := range ref[r].losses {
-			if got[r].losses[i] != ref[r].losses[i] {
-				t.Fatalf("rank %d, step %d: loss %v stepping beside, %v unsharded", r, i+1, got[r].losses[i], ref[r].losses[i])
+	refClip := trainRanksWith(t, ranks, train.Config{Steps: steps, Clip: 0.05}, adamw(false))
+	onDevice := trainRanksWith(t, ranks, train.Config{Steps: steps, Shard: 3}, adamw(true))
+	all := []string{"*"}
+	for _, tc := range []struct {
+		name string
+		cfg  train.Config
+		ref  []zeroRun
+	}{
+		{"stepping beside", train.Config{Steps: steps, Shard: 3, Memory: offload.Setup{OptimizerInBackward: true}}, ref},
+		{"shards in host memory, stepping beside", train.Config{Steps: steps, Shard: 3, Memory: offload.Setup{OptimizerInBackward: true, ParamsOnHost: all}}, ref},
+		{"shards in host memory, clipped", train.Config{Steps: steps, Shard: 3, Clip: 0.05, Memory: offload.Setup{ParamsOnHost: all}}, refClip},
+	} {
+		got := trainRanksWith(t, ranks, tc.cfg, adamw(true))
+		for r := range got {
+			for i := range tc.ref[r].losses {
+				if got[r].losses[i] != tc.ref[r].losses[i] {
+					t.Fatalf("%s, rank %d, step %d: loss %v, %v unsharded", tc.name, r, i+1, got[r].losses[i], tc.ref[r].losses[i])
+				}
 			}
-		}
-		if !sameBits(got[r].params, ref[r].params) {
-			t.Fatalf("rank %d: parameters differ between ZeRO-3 stepping beside and unsharded data parallelism", r)
+			if !sameBits(got[r].params, tc.ref[r].params) {
+				t.Fatalf("%s, rank %d: parameters differ from unsharded data parallelism", tc.name, r)
+			}
+			if len(tc.cfg.Memory.ParamsOnHost) > 0 {
+				// The shards are in host memory: a rank's device holds
+				// only the parameter in use.
+				t.Logf("%s, rank %d: parameters peak at %d bytes on the device in a step, %d with the shards there", tc.name, r, got[r].stepParams, onDevice[r].stepParams)
+				if got[r].stepParams >= onDevice[r].stepParams {
+					t.Errorf("%s, rank %d: parameters peak at %d bytes on the device, %d with the shards there", tc.name, r, got[r].stepParams, onDevice[r].stepParams)
+				}
+			}
 		}
 	}
 	for _, tc := range []struct {

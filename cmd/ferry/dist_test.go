@@ -278,7 +278,8 @@ func TestZeRO3OnTwoMPIRanks(t *testing.T) {
 // --policy peaks at the predicted bytes exactly (every rank, on the CPU),
 // the state on the device at 600 KiB; with it on the host at 300 KiB the
 // plan steps each shard beside the device as its mean gradient lands
-// (optimizer_in_backward). Both train to ZeRO-0's losses, bit for bit.
+// (optimizer_in_backward), and at 250 KiB keeps the shards in host memory
+// too (--parameters host). All train to ZeRO-0's losses, bit for bit.
 func TestZeRO3PolicyPeakOnTwoMPIRanks(t *testing.T) {
 	_, bin := mpiFerry(t)
 	dir := t.TempDir()
@@ -305,18 +306,19 @@ func TestZeRO3PolicyPeakOnTwoMPIRanks(t *testing.T) {
 		return ran
 	}
 	zero := runJob("--zero", "0")
-	for _, tc := range []struct{ state, budget string }{{"device", "600KiB"}, {"host", "300KiB"}} {
+	for _, tc := range []struct{ state, params, budget string }{{"device", "device", "600KiB"}, {"host", "device", "300KiB"}, {"host", "host", "250KiB"}} {
 		state := tc.state
-		policy := filepath.Join(dir, "z3-"+state+".json")
+		policy := filepath.Join(dir, "z3-"+state+"-"+tc.params+".json")
 		args := append([]string{"plan", "--model", "gpt"}, shape...)
 		args = append(args, "--vocab", "256", "--budget", tc.budget, "--ranks", "2", "--zero", "3", "--profile", "cpu",
-			"--optimizer-state", state, "--out", policy, "--json")
+			"--optimizer-state", state, "--parameters", tc.params, "--out", policy, "--json")
 		out, errOut, code := runCLI(t, args...)
 		if code != 0 {
 			t.Fatalf("plan: %s", errOut)
 		}
 		var planned struct {
-			InBackward bool `json:"optimizer_in_backward"`
+			InBackward bool     `json:"optimizer_in_backward"`
+			OnHost     []string `json:"parameters_on_host"`
 			Predicted  struct {
 				Peak int64 `json:"peak_bytes"`
 			} `json:"predicted"`
@@ -324,12 +326,12 @@ func TestZeRO3PolicyPeakOnTwoMPIRanks(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &planned); err != nil || planned.Predicted.Peak == 0 {
 			t.Fatalf("plan: %v: %s", err, out)
 		}
-		if planned.InBackward != (state == "host") {
-			t.Errorf("state on the %s: the plan's optimizer_in_backward is %v", state, planned.InBackward)
+		if planned.InBackward != (state == "host" && tc.params == "device") || (len(planned.OnHost) > 0) != (tc.params == "host") {
+			t.Errorf("state on the %s, parameters on the %s: the plan's optimizer_in_backward is %v, its parameters on the host %v", state, tc.params, planned.InBackward, planned.OnHost)
 		}
 		ran := runJob("--zero", "3", "--policy", policy)
-		t.Logf("ZeRO-3 rank of 2 under a %s policy, state on the %s: planned %d bytes, trained %d; final losses %.7f, %.7f (ZeRO-0: %.7f, %.7f)",
-			tc.budget, state, planned.Predicted.Peak, ran.Peak, ran.Train, ran.Val, zero.Train, zero.Val)
+		t.Logf("ZeRO-3 rank of 2 under a %s policy, state on the %s, shards on the %s: planned %d bytes, trained %d; final losses %.7f, %.7f (ZeRO-0: %.7f, %.7f)",
+			tc.budget, state, tc.params, planned.Predicted.Peak, ran.Peak, ran.Train, ran.Val, zero.Train, zero.Val)
 		if ran.Peak != planned.Predicted.Peak {
 			t.Errorf("state on the %s: the job peaked at %d bytes, the plan predicted %d", state, ran.Peak, planned.Predicted.Peak)
 		}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,7 +29,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	ranks := fs.Int("ranks", 1, "plan one rank of data-parallel training over this many ranks (the rank holding the most sharded state)")
 	optState := fs.String("optimizer-state", "auto", "where the optimizer keeps its state and steps: device; host (its state then takes no device memory); or auto: the planner chooses (the policy records it)")
 	grads := fs.String("gradients", "auto", "where gradients go as backward completes them: device; host (needs the optimizer's state on the host); or auto: the planner chooses")
-	params := fs.String("parameters", "auto", "where parameters live between uses: device; host (all of them streamed to the device around their uses); or auto: the planner chooses, streaming the fewest that fit")
+	params := fs.String("parameters", "auto", "where parameters live between uses: device; host (all of them streamed to the device around their uses; with --ranks, ZeRO-3's shards); or auto: the planner chooses, streaming the fewest that fit")
 	precision := fs.String("precision", "fp32", precisionUsage)
 	optimizer := defineOptimizerFlag(fs, "")
 	inFlight := fs.String("copies-in-flight", "auto", "copies off the device in flight at once that the plan assumes (1 to 64), or auto: the planner chooses per plan; the policy records it")
@@ -80,12 +81,14 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		jo := plan.JointOptions{OptimizerState: *optState, Gradients: *grads, Params: *params}
 		if *ranks > 1 {
-			if err := rankStateError(*ranks, fmt.Sprintf("--ranks %d", *ranks), *grads == "host", *params == "host"); err != nil {
+			if err := rankStateError(*ranks, fmt.Sprintf("--ranks %d", *ranks), slices.Contains(stages, 3), *optState != "device",
+				*grads == "host", *params == "host"); err != nil {
 				return err // the rule train shares (ranks.go)
 			}
 			// Each rank's share of the optimizer's state may live on the
-			// host (ZeRO-Offload's placement); gradients and parameters
-			// stay on the device.
+			// host (ZeRO-Offload's placement); gradients stay on the
+			// device (landing in host memory under ZeRO-3 with the state
+			// there), and so do parameters but ZeRO-3's shards (below).
 			jo = plan.JointOptions{OptimizerState: *optState, Gradients: "device", Params: "device"}
 		}
 		if *optState == "device" && (*grads == "host" || *params == "host") {
@@ -125,8 +128,14 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		var tried []plan.Tried
 		var zeroTried []*plan.Plan
 		for _, shard := range stages {
+			j := jo
+			if *ranks > 1 && shard == 3 {
+				j.Params = *params // the shards may live in host memory (ZeRO-3 offload)
+			} else if *ranks > 1 && *params == "host" {
+				continue // only ZeRO-3's
+			}
 			q, t, err := plan.MakeJoint(plan.Options{Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
-				Offload: offCfg, Ranks: *ranks, Shard: shard, Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), jo)
+				Offload: offCfg, Ranks: *ranks, Shard: shard, Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), j)
 			if err != nil {
 				return err
 			}
@@ -332,7 +341,10 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 			fmt.Fprintf(w, "  at most %d copies off the device in flight at once (%s)\n", p.CopiesInFlight, how)
 		}
 	}
-	if p.OptimizerInBackward {
+	switch {
+	case p.OptimizerInBackward && p.Ranks > 1:
+		fmt.Fprintln(w, "  each rank's shards step on the host beside the device as their mean gradients land, the first layers' first; each parameter's next gather waits for its shard's step")
+	case p.OptimizerInBackward:
 		fmt.Fprintln(w, "  the optimizer updates each parameter inside backward and frees its gradient (optim.InBackward)")
 	}
 	if p.OptimizerState == "host" {
@@ -349,7 +361,11 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 		if n == 1 && p.ParamsOnHost[0] == "*" {
 			what = "every parameter"
 		}
-		fmt.Fprintf(w, "  %s (%s) in host memory, streamed to the device around their uses (--parameters host)\n", what, device.FormatBytes(p.ParamsOnHostBytes))
+		if p.Ranks > 1 {
+			fmt.Fprintf(w, "  each rank's shards of the parameters in host memory, gathered to the device around their uses (--parameters host: ZeRO-3 offload); the gradients' shares land there too\n")
+		} else {
+			fmt.Fprintf(w, "  %s (%s) in host memory, streamed to the device around their uses (--parameters host)\n", what, device.FormatBytes(p.ParamsOnHostBytes))
+		}
 	}
 	fmt.Fprintf(w, "predicted: peak %s of %s · step %.4g s, %.3f × unlimited · stall %.4g s · %s to host, %s to disk per step\n",
 		device.FormatBytes(p.Predicted.PeakBytes), device.FormatBytes(p.Budget), p.Predicted.StepSeconds, p.Slowdown,

@@ -122,7 +122,7 @@ func (o *trainOptions) openComm(out io.Writer) (io.Writer, error) {
 		if o.policy != "" {
 			how += " (--policy " + o.policy + " planned them)"
 		}
-		if err := rankStateError(l.Size, how, o.gradsOnHost, len(o.paramsOnHost) > 0); err != nil {
+		if err := rankStateError(l.Size, how, o.zero == 3, o.optimizerState == "host", o.gradsOnHost, len(o.paramsOnHost) > 0); err != nil {
 			return nil, err
 		}
 	}
@@ -226,30 +226,26 @@ func (o *trainOptions) runDirFor(task string) (dir string, made bool, err error)
 }
 
 // rankStateError is the rule ferry plan and ferry train share: with more
-// than one rank, the gradients and the parameters stay in device memory,
-// where ZeRO (--zero) shares them across ranks; the optimizer's state may
-// be in host memory (each rank's share of it at ZeRO 1 and 2: where
-// ZeRO-Offload puts it). The planner and the Trainer stream gradients and
-// parameters through host memory for one process only. how names the
-// ranks ("--ranks 4", "mpirun -np 4").
-func rankStateError(ranks int, how string, gradsOnHost, paramsOnHost bool) error {
-	if ranks <= 1 {
+// than one rank, the gradients stay in device memory, where ZeRO (--zero)
+// shares them across ranks (under ZeRO-3 with the optimizer's state on the
+// host, each rank's share lands in host memory by itself); the parameters
+// too, but at ZeRO-3 with the state on the host, where each rank's shards
+// may live in host memory (--parameters host: ZeRO-3 offload). The
+// optimizer's state may be in host memory at every stage (each rank's
+// share of it at ZeRO 1 to 3: where ZeRO-Offload puts it). how names the
+// ranks ("--ranks 4", "mpirun -np 4"); zero3 says the run is, or may be,
+// at ZeRO-3, and stateHost that its optimizer's state is, or may be, on
+// the host.
+func rankStateError(ranks int, how string, zero3, stateHost, gradsOnHost, paramsOnHost bool) error {
+	switch {
+	case ranks <= 1:
 		return nil
+	case gradsOnHost:
+		return fmt.Errorf("--gradients host with %s: across ranks the gradients are reduced on the device, and under ZeRO-3 with --optimizer-state host each rank's share lands in host memory by itself; drop --gradients host", how)
+	case paramsOnHost && (!zero3 || !stateHost):
+		return fmt.Errorf("--parameters host with %s: across ranks, the parameters in host memory are ZeRO-3's shards, stepped where the optimizer's state is: use --zero 3 --optimizer-state host", how)
 	}
-	var host []string
-	for _, f := range []struct {
-		on   bool
-		flag string
-	}{{gradsOnHost, "--gradients host"}, {paramsOnHost, "--parameters host"}} {
-		if f.on {
-			host = append(host, f.flag)
-		}
-	}
-	if len(host) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%s with %s: gradients and parameters in host memory are planned and trained in one process; "+
-		"across ranks, ZeRO (--zero 2 or 3) shares them, and --optimizer-state host puts each rank's share of the optimizer's state in host memory", strings.Join(host, ", "), how)
+	return nil
 }
 
 // rankFlagError names the flags behind a *train.RankMismatchError

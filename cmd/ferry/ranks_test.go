@@ -244,20 +244,31 @@ func TestCollectiveTimeoutSetting(t *testing.T) {
 // rankStateError): gradients and parameters in host memory are for one
 // process. The optimizer's state in host memory is not refused.
 func TestRankStateRuleIsShared(t *testing.T) {
-	_, errOut, code := runCLI(t, "plan", "--budget", "1GiB", "--ranks", "2", "--zero", "1", "--optimizer-state", "host", "--gradients", "host")
-	if code == 0 || !strings.Contains(errOut, "--gradients host with --ranks 2: gradients and parameters in host memory") {
-		t.Errorf("plan: exit %d, %s", code, errOut)
+	_, errOut, code := runCLI(t, "plan", "--budget", "1GiB", "--ranks", "2", "--zero", "3", "--optimizer-state", "host", "--gradients", "host")
+	if code == 0 || !strings.Contains(errOut, "--gradients host with --ranks 2: across ranks the gradients are reduced on the device") {
+		t.Errorf("plan --gradients host: exit %d, %s", code, errOut)
+	}
+	_, errOut, code = runCLI(t, "plan", "--budget", "1GiB", "--ranks", "2", "--zero", "1", "--optimizer-state", "host", "--parameters", "host")
+	if code == 0 || !strings.Contains(errOut, "--parameters host with --ranks 2: across ranks, the parameters in host memory are ZeRO-3's shards") {
+		t.Errorf("plan --zero 1 --parameters host: exit %d, %s", code, errOut)
 	}
 	small := []string{"plan", "--model", "gpt", "--vocab", "256", "--seq", "32", "--layers", "2", "--heads", "2", "--embd", "64", "--batch", "2", "--budget", "1GiB"}
 	if _, errOut, code := runCLI(t, append(small, "--ranks", "2", "--optimizer-state", "host")...); code != 0 {
 		t.Errorf("plan --ranks 2 --optimizer-state host: exit %d, %s", code, errOut)
 	}
+	if _, errOut, code := runCLI(t, append(small, "--ranks", "2", "--zero", "3", "--optimizer-state", "host", "--parameters", "host")...); code != 0 {
+		t.Errorf("plan --ranks 2 --zero 3 --optimizer-state host --parameters host: exit %d, %s", code, errOut)
+	}
 	// As mpirun announces rank 0 of 2: refused before MPI starts.
 	t.Setenv("OMPI_COMM_WORLD_RANK", "0")
 	t.Setenv("OMPI_COMM_WORLD_SIZE", "2")
 	_, errOut, code = runCLI(t, smallText(corpus(t), "--zero", "1", "--optimizer-state", "host", "--parameters", "host")...)
-	if code == 0 || !strings.Contains(errOut, "--parameters host with mpirun -np 2: gradients and parameters in host memory") {
-		t.Errorf("train: exit %d, %s", code, errOut)
+	if code == 0 || !strings.Contains(errOut, "--parameters host with mpirun -np 2: across ranks, the parameters in host memory are ZeRO-3's shards") {
+		t.Errorf("train --zero 1 --parameters host: exit %d, %s", code, errOut)
+	}
+	_, errOut, code = runCLI(t, smallText(corpus(t), "--zero", "3", "--optimizer-state", "host", "--gradients", "host")...)
+	if code == 0 || !strings.Contains(errOut, "--gradients host with mpirun -np 2") {
+		t.Errorf("train --zero 3 --gradients host: exit %d, %s", code, errOut)
 	}
 }
 

@@ -191,8 +191,8 @@ func setupTrainText(fs *flag.FlagSet) func(out io.Writer, asJSON bool) error {
 			return err
 		}
 		paramDev := dev
-		if len(o.paramsOnHost) > 0 && dev.Host() != dev {
-			paramDev = dev.Host() // streamed from there: built there
+		if len(o.paramsOnHost) > 0 && dev.Host() != dev && !(o.zero == 3 && o.comm.Size() > 1) {
+			paramDev = dev.Host() // streamed from there: built there (ZeRO-3 moves its shards there itself)
 		}
 		task, err := models.NewTokenTaskOn(dev, paramDev, txt, tok, lf, s, *valBatches, o.seed)
 		if err != nil {

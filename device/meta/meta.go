@@ -266,17 +266,41 @@ func (d *Device) Copy(s device.Stream, dst, src device.Span) error {
 	if !ok {
 		return fmt.Errorf("meta: Copy on a stream of another device (%T)", s)
 	}
+	dh, sh := isHost(dst.Block), isHost(src.Block)
+	d.account(st, src.Len, sh && !dh, dh && !sh)
+	return nil
+}
+
+// SimulateLink accounts n bytes over the link on s (toDevice: from the
+// host to the device, else back), as Copy accounts a copy between a host
+// and a device block, for a transfer whose memory the caller keeps
+// elsewhere (ZeRO-3's shards in host memory, package dist). Its end is
+// s's next Record.
+func (d *Device) SimulateLink(s device.Stream, n int64, toDevice bool) error {
+	if d.alloc.Closed() {
+		return fmt.Errorf("%s: link: %w", d.name, device.ErrClosed)
+	}
+	st, ok := s.(*stream)
+	if !ok {
+		return fmt.Errorf("meta: SimulateLink on a stream of another device (%T)", s)
+	}
+	d.account(st, n, toDevice, !toDevice)
+	return nil
+}
+
+// account charges a transfer of n bytes on st: over the link to the
+// device (up) or to the host (down), else within one memory.
+func (d *Device) account(st *stream, n int64, up, down bool) {
 	var cost float64
 	link := -1
 	if p := d.sim.profile; p != nil {
-		dh, sh := isHost(dst.Block), isHost(src.Block)
 		switch {
-		case sh && !dh:
-			cost, link = float64(src.Len)/p.H2DBytesPerSec, 0
-		case dh && !sh:
-			cost, link = float64(src.Len)/p.D2HBytesPerSec, 1
+		case up:
+			cost, link = float64(n)/p.H2DBytesPerSec, 0
+		case down:
+			cost, link = float64(n)/p.D2HBytesPerSec, 1
 		default:
-			cost = 2 * float64(src.Len) / p.MemoryBytesPerSec
+			cost = 2 * float64(n) / p.MemoryBytesPerSec
 		}
 	}
 	switch link {
@@ -291,10 +315,9 @@ func (d *Device) Copy(s device.Stream, dst, src device.Span) error {
 		st.clock = max(st.clock, d.sim.link[link])
 		st.run(cost)
 		d.sim.link[link] = st.clock
-		return nil
+		return
 	}
 	st.run(cost)
-	return nil
 }
 
 func isHost(b *device.Block) bool { return b.Segment().(*segment).host }

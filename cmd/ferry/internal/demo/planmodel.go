@@ -156,7 +156,15 @@ func (c Config) optimizerName(w models.Workload) string {
 
 func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error) {
 	cfg := m.cfg
-	w, err := cfg.Family.Workload(buildOn(dev, cfg), cfg.sizes(), cfg.Seed)
+	shardsOnHost, err := m.rankHostState()
+	if err != nil {
+		return nil, err
+	}
+	on := buildOn(dev, cfg)
+	if m.ranks > 1 {
+		on = dev // ZeRO-3 moves its shards to the host itself
+	}
+	w, err := cfg.Family.Workload(on, cfg.sizes(), cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +185,7 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		return nil, err
 	}
 	var stream *offload.Streamer
-	if len(cfg.ParamsOnHost) > 0 || cfg.GradsOnHost {
+	if m.ranks <= 1 && (len(cfg.ParamsOnHost) > 0 || cfg.GradsOnHost) {
 		// As the Trainer sets it up (offload.Memory), on streams of its
 		// own: the meta device's link is one each way whatever the
 		// streams.
@@ -210,12 +218,8 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		w.Release()
 	}
 	var rk *rankStep
-	if m.ranks > 1 && stream != nil {
-		release()
-		return nil, fmt.Errorf("demo: parameters or gradients in host memory are not yet planned with several ranks")
-	}
 	if m.ranks > 1 {
-		if rk, err = m.rankStep(dev, w.Parameters(), opt, inBackward); err != nil {
+		if rk, err = m.rankStep(dev, w.Parameters(), opt, inBackward, shardsOnHost); err != nil {
 			release()
 			return nil, err
 		}
@@ -282,7 +286,26 @@ type rankStep struct {
 	inner  optim.Stepper
 }
 
-func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim.Stepper, inBackward bool) (*rankStep, error) {
+// rankHostState checks the training state a rank of several keeps in
+// host memory, and reports whether its shards are there: gradients and
+// parameters in host memory are ZeRO-3's with the optimizer's state on
+// the host (the gradients land in host memory then), all of the
+// parameters' shards or none.
+func (m planModel) rankHostState() (shardsOnHost bool, err error) {
+	cfg := m.cfg
+	if m.ranks <= 1 || len(cfg.ParamsOnHost) == 0 && !cfg.GradsOnHost {
+		return false, nil
+	}
+	switch {
+	case m.shard != 3 || cfg.OptimizerState != "host":
+		return false, fmt.Errorf("demo: across %d ranks, gradients and parameters in host memory are ZeRO-3's, with the optimizer's state on the host (--zero 3 --optimizer-state host)", m.ranks)
+	case len(cfg.ParamsOnHost) > 0 && !(len(cfg.ParamsOnHost) == 1 && cfg.ParamsOnHost[0] == "*"):
+		return false, fmt.Errorf("demo: across %d ranks, ZeRO-3 keeps all of its shards in host memory or none, not %d parameters' (--parameters host)", m.ranks, len(cfg.ParamsOnHost))
+	}
+	return len(cfg.ParamsOnHost) > 0, nil
+}
+
+func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim.Stepper, inBackward, shardsOnHost bool) (*rankStep, error) {
 	if inBackward && (m.shard != 3 || !optimStateOnHost(opt)) {
 		return nil, fmt.Errorf("demo: a rank of %d cannot update inside backward (it averages the gradients first) but at ZeRO-3 with the optimizer's state on the host", m.ranks)
 	}
@@ -296,7 +319,7 @@ func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim
 	rk := &rankStep{opt: opt}
 	if m.shard == 3 {
 		rk.beside = inBackward
-		return rk, rk.fullShard(comm, params, opt, m.cfg.Precision)
+		return rk, rk.fullShard(comm, params, opt, dist.FullShardOptions{ParamType: m.cfg.Precision, ShardsOnHost: shardsOnHost})
 	}
 	var owners []int
 	if m.shard == 2 {
@@ -323,10 +346,11 @@ func (m planModel) rankStep(dev device.Device, params []*ferry.Tensor, opt optim
 }
 
 // fullShard sets rk up for ZeRO-3 as train.Trainer does: params sharded
-// (dist.FullShard), gathered for products in the step's precision, an
-// optimizer like opt over the shards.
-func (rk *rankStep) fullShard(comm dist.Comm, params []*ferry.Tensor, opt optim.Optimizer, precision device.DType) error {
-	fs, err := dist.NewFullShard(comm, params, dist.FullShardOptions{ParamType: precision})
+// (dist.FullShard, with opts: gathered for products in the step's
+// precision, the shards in host memory or not), an optimizer like opt
+// over the shards.
+func (rk *rankStep) fullShard(comm dist.Comm, params []*ferry.Tensor, opt optim.Optimizer, opts dist.FullShardOptions) error {
+	fs, err := dist.NewFullShard(comm, params, opts)
 	if err != nil {
 		return err
 	}
