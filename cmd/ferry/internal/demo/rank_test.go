@@ -249,31 +249,48 @@ func TestRankPlansReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	type state struct {
+		optimizer string
+		params    []string
+	}
 	for _, ranks := range []int{2, 4} {
 		for shard := 0; shard <= 3; shard++ {
-			opts := plan.Options{Model: demo.PlanModel(cfg), Budget: 1 << 40, Profile: prof, Ranks: ranks, Shard: shard}
-			free, err := plan.Make(opts)
-			if err != nil {
-				t.Fatal(err)
+			states := []state{{"device", nil}}
+			if shard == 3 {
+				// ZeRO-3 with its state on the host (each shard stepping
+				// beside the device, if the planner chooses), and its
+				// shards in host memory too.
+				states = append(states, state{"host", nil}, state{"host", []string{"*"}})
 			}
-			opts.Budget = free.Unlimited.PeakBytes * 3 / 4
-			p, err := plan.Make(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !p.Fits || p.KeepsEverything {
-				t.Fatalf("%d ranks, ZeRO-%d at %d bytes: fits %v, keeps everything %v", ranks, shard, opts.Budget, p.Fits, p.KeepsEverything)
-			}
-			m, err := demo.PlanModel(cfg).(plan.RankModel).ForRanks(ranks, shard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := plan.Replay(m, prof, p.Policy(), offload.DefaultConfig())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out.PeakBytes != p.Predicted.PeakBytes || out.StepSeconds != p.Predicted.StepSeconds {
-				t.Errorf("%d ranks, ZeRO-%d: the policy replays at %d bytes, %v s; predicted %d, %v s", ranks, shard, out.PeakBytes, out.StepSeconds, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
+			for _, st := range states {
+				c := cfg
+				c.OptimizerState, c.ParamsOnHost = st.optimizer, st.params
+				opts := plan.Options{Model: demo.PlanModel(c), Budget: 1 << 40, Profile: prof, Ranks: ranks, Shard: shard,
+					OptimizerState: st.optimizer, ParamsOnHost: st.params}
+				free, err := plan.Make(opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts.Budget = free.Unlimited.PeakBytes * 3 / 4
+				p, err := plan.Make(opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !p.Fits || p.KeepsEverything {
+					t.Fatalf("%d ranks, ZeRO-%d, %v at %d bytes: fits %v, keeps everything %v", ranks, shard, st, opts.Budget, p.Fits, p.KeepsEverything)
+				}
+				m, err := demo.PlanModel(c).(plan.RankModel).ForRanks(ranks, shard)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, err := plan.Replay(m, prof, p.Policy(), offload.DefaultConfig())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%d ranks, ZeRO-%d, state %v: peak %d bytes, step %.6f s, optimizer in backward %v", ranks, shard, st, p.Predicted.PeakBytes, p.Predicted.StepSeconds, p.OptimizerInBackward)
+				if out.PeakBytes != p.Predicted.PeakBytes || out.StepSeconds != p.Predicted.StepSeconds {
+					t.Errorf("%d ranks, ZeRO-%d, %v: the policy replays at %d bytes, %v s; predicted %d, %v s", ranks, shard, st, out.PeakBytes, out.StepSeconds, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
+				}
 			}
 		}
 	}
