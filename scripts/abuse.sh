@@ -153,6 +153,13 @@ probe ok "${T[@]}" --steps 2 --optimizer-state host
 # the parameters, 2.53 GiB at the peak); ZeRO-2 at best needs 3.86 GiB.
 probe ok plan --budget 3GiB --optimizer-state host --ranks 2
 probe err plan --budget 3GiB --optimizer-state host --ranks 2 --zero 2
+# Parameters in host memory across ranks are ZeRO-3's shards, with the
+# state there; gradients stay on the device (landing on the host by
+# themselves under ZeRO-3 offload).
+probe ok plan --budget 3GiB --optimizer-state host --parameters host --ranks 2
+probe err plan --budget 3GiB --optimizer-state host --parameters host --ranks 2 --zero 2
+probe err plan --budget 3GiB --optimizer-state host --gradients host --ranks 2 --zero 3
+probe err plan --budget 3GiB --optimizer-state device --parameters host --ranks 2 --zero 3
 probe err "${T[@]}" --steps 2 --dropout 1
 probe err "${T[@]}" --steps 2 --heads 3 --embd 16
 TMO=5 probe err "${T[@]}" --steps 2 --layers 100000   # refused before anything is built
@@ -585,12 +592,14 @@ if command -v mpirun >/dev/null 2>&1; then
   # A stop right after a checkpoint (proven at the end, a collective on
   # every rank: only rank 0 took part once, and the job hung), then a
   # resume from it, with each rank's share of the optimizer's state on the
-  # host; at ZeRO-1 and at ZeRO-3 (parameters sharded too).
-  for z in 1 3; do
+  # host; at ZeRO-1 and at ZeRO-3 (parameters sharded too), and at ZeRO-3
+  # with the shards in host memory (3h: --parameters host).
+  for z in 1 3 3h; do
     rm -rf "$rk"
     t0=$(now_ms)
     # (--eval-every 1000: no evaluation proves the checkpoint of step 3.)
-    RS=("${R[@]}" --eval-every 1000 --checkpoint-every 3 --zero $z --optimizer-state host --collective-timeout 20s)
+    zs=(--zero "${z%h}"); [ "$z" = 3h ] && zs+=(--parameters host)
+    RS=("${R[@]}" --eval-every 1000 --checkpoint-every 3 "${zs[@]}" --optimizer-state host --collective-timeout 20s)
     timeout 60 "${MPI[@]}" -np 2 "$bin" "${RS[@]}" --stop-after 3 >"$work/out" 2>"$work/err"; rc=$?
     if [ $rc -eq 0 ]; then
       timeout 60 "${MPI[@]}" -np 2 "$bin" "${RS[@]}" --resume >"$work/out" 2>"$work/err"; rc=$?
@@ -610,11 +619,13 @@ if command -v mpirun >/dev/null 2>&1; then
   elif grep -q 'min_8bit_size' "$work/err" && [ $ms -le 10000 ]; then what=clear-error; else what=unexpected-error; fi
   count[$what]=$(( ${count[$what]:-0} + 1 ))
   printf '%-16s rc=%-3s %5d ms: --zero 3 --optimizer adamw8bit (state that does not split by elements)\n' "$what" "$rc" "$ms"
-  # kill -9 of a rank, and a rank that hangs, mid-run; at ZeRO-0 and -3.
-  for how in KILL STOP KILL:3 STOP:3; do
+  # kill -9 of a rank, and a rank that hangs, mid-run; at ZeRO-0 and -3,
+  # and at ZeRO-3 with the shards and the state in host memory (3h).
+  for how in KILL STOP KILL:3 STOP:3 KILL:3h; do
     z=${how#*:}; [ "$z" = "$how" ] && z=0; how=${how%%:*}
     rm -rf "$rk"
-    RK=("${R[@]}" --steps 1000000 --eval-every 5 --checkpoint-every 5 --collective-timeout 3s --zero $z)
+    zs=(--zero "${z%h}"); [ "$z" = 3h ] && zs+=(--parameters host --optimizer-state host)
+    RK=("${R[@]}" --steps 1000000 --eval-every 5 --checkpoint-every 5 --collective-timeout 3s "${zs[@]}")
     "${MPI[@]}" -np 2 "$bin" "${RK[@]}" >"$work/out" 2>"$work/err" &
     job=$!
     for _ in $(seq 600); do [ -f "$rk/latest" ] && break; sleep 0.1; done
