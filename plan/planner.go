@@ -226,6 +226,16 @@ func Record(m Model) (offload.ModelInfo, error) {
 	return rec.modelInfo(), nil
 }
 
+// gradientsAt is where the plan's gradients end up: opts.Gradients, but
+// in host memory for a rank at ZeRO-3 with the state on the host, where
+// each rank's share lands (dist.FullShard).
+func gradientsAt(opts Options) string {
+	if opts.Ranks > 1 && opts.Shard == 3 && opts.OptimizerState == "host" {
+		return "host"
+	}
+	return opts.Gradients
+}
+
 // inBackward lists whether the optimizer may run inside backward: not
 // for a rank of several, which must average its gradients first, except
 // under ZeRO-3 with the state on the host, where each shard steps beside
@@ -351,7 +361,7 @@ func makePlan(opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p := &Plan{Model: opts.Model.String(), Profile: opts.Profile.Name, Budget: opts.Budget, HostBudget: opts.HostBudget,
-		OptimizerState: opts.OptimizerState, Gradients: opts.Gradients, ParamsOnHost: opts.ParamsOnHost,
+		OptimizerState: opts.OptimizerState, Gradients: gradientsAt(opts), ParamsOnHost: opts.ParamsOnHost,
 		SerialGradCopies: opts.SerialGradCopies,
 		Precision:        opts.Precision, info: pl.plain[0].modelInfo()}
 	if opts.Ranks > 1 {
@@ -869,7 +879,7 @@ func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offlo
 	if pl.opts.OptimizerState == "host" {
 		pol.OptimizerState = "host"
 	}
-	if pl.opts.Gradients == "host" {
+	if gradientsAt(pl.opts) == "host" {
 		pol.Gradients = "host"
 		pol.SerialGradCopies = pl.opts.SerialGradCopies
 	}

@@ -153,12 +153,11 @@ probe ok "${T[@]}" --steps 2 --optimizer-state host
 # the parameters, 2.53 GiB at the peak); ZeRO-2 at best needs 3.86 GiB.
 probe ok plan --budget 3GiB --optimizer-state host --ranks 2
 probe err plan --budget 3GiB --optimizer-state host --ranks 2 --zero 2
-# Parameters in host memory across ranks are ZeRO-3's shards, with the
-# state there; gradients stay on the device (landing on the host by
-# themselves under ZeRO-3 offload).
+# Parameters and gradients in host memory across ranks are ZeRO-3's, with
+# the state there.
 probe ok plan --budget 3GiB --optimizer-state host --parameters host --ranks 2
 probe err plan --budget 3GiB --optimizer-state host --parameters host --ranks 2 --zero 2
-probe err plan --budget 3GiB --optimizer-state host --gradients host --ranks 2 --zero 3
+probe err plan --budget 3GiB --optimizer-state host --gradients host --ranks 2 --zero 2
 probe err plan --budget 3GiB --optimizer-state device --parameters host --ranks 2 --zero 3
 probe err "${T[@]}" --steps 2 --dropout 1
 probe err "${T[@]}" --steps 2 --heads 3 --embd 16

@@ -131,7 +131,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			j := jo
 			if *ranks > 1 && shard == 3 {
 				j.Params = *params // the shards may live in host memory (ZeRO-3 offload)
-			} else if *ranks > 1 && *params == "host" {
+			} else if *ranks > 1 && (*params == "host" || *grads == "host") {
 				continue // only ZeRO-3's
 			}
 			q, t, err := plan.MakeJoint(plan.Options{Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
@@ -350,7 +350,9 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 	if p.OptimizerState == "host" {
 		fmt.Fprintln(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host): no optimizer state on the device")
 	}
-	if p.Gradients == "host" {
+	if p.Gradients == "host" && p.Ranks > 1 {
+		fmt.Fprintln(w, "  each rank's share of the gradients lands in host memory after its reduce-scatter (ZeRO-3 with the state on the host)")
+	} else if p.Gradients == "host" {
 		fmt.Fprintln(w, "  gradients go to host memory as backward completes them (--gradients host)")
 		if p.SerialGradCopies {
 			fmt.Fprintln(w, "  each gradient's copy to the host finishes before the next gradient is complete: the least device memory, but backward waits for the copies")
@@ -362,7 +364,7 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 			what = "every parameter"
 		}
 		if p.Ranks > 1 {
-			fmt.Fprintf(w, "  each rank's shards of the parameters in host memory, gathered to the device around their uses (--parameters host: ZeRO-3 offload); the gradients' shares land there too\n")
+			fmt.Fprintf(w, "  each rank's shards of the parameters in host memory, gathered to the device around their uses (--parameters host: ZeRO-3 offload)\n")
 		} else {
 			fmt.Fprintf(w, "  %s (%s) in host memory, streamed to the device around their uses (--parameters host)\n", what, device.FormatBytes(p.ParamsOnHostBytes))
 		}

@@ -226,11 +226,11 @@ func (o *trainOptions) runDirFor(task string) (dir string, made bool, err error)
 }
 
 // rankStateError is the rule ferry plan and ferry train share: with more
-// than one rank, the gradients stay in device memory, where ZeRO (--zero)
-// shares them across ranks (under ZeRO-3 with the optimizer's state on the
-// host, each rank's share lands in host memory by itself); the parameters
-// too, but at ZeRO-3 with the state on the host, where each rank's shards
-// may live in host memory (--parameters host: ZeRO-3 offload). The
+// than one rank, the gradients and the parameters stay in device memory,
+// where ZeRO (--zero) shares them, but at ZeRO-3 with the optimizer's
+// state on the host, where each rank's shards may live in host memory
+// (--parameters host: ZeRO-3 offload) and each rank's share of the
+// gradients lands there (--gradients host says so, and changes nothing). The
 // optimizer's state may be in host memory at every stage (each rank's
 // share of it at ZeRO 1 to 3: where ZeRO-Offload puts it). how names the
 // ranks ("--ranks 4", "mpirun -np 4"); zero3 says the run is, or may be,
@@ -240,8 +240,8 @@ func rankStateError(ranks int, how string, zero3, stateHost, gradsOnHost, params
 	switch {
 	case ranks <= 1:
 		return nil
-	case gradsOnHost:
-		return fmt.Errorf("--gradients host with %s: across ranks the gradients are reduced on the device, and under ZeRO-3 with --optimizer-state host each rank's share lands in host memory by itself; drop --gradients host", how)
+	case gradsOnHost && (!zero3 || !stateHost):
+		return fmt.Errorf("--gradients host with %s: across ranks the gradients are reduced on the device; each rank's share lands in host memory under ZeRO-3 with the optimizer's state there: use --zero 3 --optimizer-state host", how)
 	case paramsOnHost && (!zero3 || !stateHost):
 		return fmt.Errorf("--parameters host with %s: across ranks, the parameters in host memory are ZeRO-3's shards, stepped where the optimizer's state is: use --zero 3 --optimizer-state host", how)
 	}
