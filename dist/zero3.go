@@ -53,7 +53,8 @@ type FullShardOptions struct {
 	// values a host master that a gather reads and the optimizer, whose
 	// state must then be on the host (optim.OnHost), updates in place
 	// (optim.HostCopier). A rank's device then holds none of its shards.
-	// Host path only (no Device).
+	// On the device path (Device) a gather first copies the shard up on
+	// its side stream.
 	ShardsOnHost bool
 }
 
@@ -270,9 +271,6 @@ type FullShardStats struct {
 func NewFullShard(c Comm, params []*ferry.Tensor, opts FullShardOptions) (*FullShard, error) {
 	f := &FullShard{c: c, prefetch: opts.Prefetch, byTensor: map[*ferry.Tensor]*fsParam{}, byStore: map[any]*fsCopy{},
 		onHost: opts.ShardsOnHost, masters: map[any]*fsParam{}}
-	if opts.ShardsOnHost && opts.Device != nil {
-		return nil, errors.New("dist: NewFullShard: shards in host memory are gathered through host memory, not on a device communicator: drop one of ShardsOnHost and Device")
-	}
 	switch opts.ParamType {
 	case device.Float32:
 	case device.BFloat16:

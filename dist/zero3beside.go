@@ -1,7 +1,6 @@
 package dist
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -35,8 +34,9 @@ import (
 // and a gather makes the compute stream wait for its shard's step.
 //
 // The gradients' norm (clipping) needs every gradient before any update,
-// so it is not available then; and only the host path (no
-// FullShardOptions.Device) runs them.
+// so it is not available then. On the device path (FullShardOptions.
+// Device) a share lands once its copy to host memory, on the side stream
+// after its reduce-scatter, has completed.
 
 // shardStep is one shard's step beside the device.
 type shardStep struct {
@@ -78,12 +78,8 @@ type besideState struct {
 // steps queued have run. Wait then leaves the steps running; a
 // parameter's next gather waits for its shard's, and Settle for all of
 // them (before the shards or the optimizer's state are read). The
-// gradients' norm is not available then. Not with
-// FullShardOptions.Device.
+// gradients' norm is not available then.
 func (f *FullShard) SetStepBeside(step func(shard *ferry.Tensor) error) error {
-	if step != nil && f.dc != nil {
-		return errors.New("dist: FullShard.SetStepBeside: the shards' steps beside the device run on the host path only (no FullShardOptions.Device)")
-	}
 	if f.beside != nil {
 		if err := f.settleSteps(); err != nil {
 			return err
@@ -127,7 +123,11 @@ func (f *FullShard) land(force bool) {
 		if b.sim != nil && fp.rs != nil {
 			at, _ = b.sim.EventTime(fp.rs)
 		}
-		if err := f.finishGrad(fp); err != nil {
+		finish := f.finishGrad
+		if f.dc != nil {
+			finish = f.finishGradDevice
+		}
+		if err := finish(fp); err != nil {
 			f.noteErr(err)
 			continue
 		}

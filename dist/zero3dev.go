@@ -56,17 +56,36 @@ func (f *FullShard) startGatherDevice(c *fsCopy, prefetched bool) error {
 		send := f.transient(w, device.Parameter)
 		defer f.done(send)
 		k := fp.hi - fp.lo
+		shard := fp.shard
+		if fp.master != nil && k > 0 {
+			// The shard's values are in host memory: up first, on the
+			// side stream, into a device buffer the compute stream then
+			// reads (for a bfloat16 copy) or the gather sends.
+			if err := f.syncMaster(fp); err != nil {
+				f.dev.Allocator().Free(b)
+				return err
+			}
+			up := f.transient(k, device.Parameter)
+			defer f.done(up)
+			f.side.Wait(f.dev.Compute().Record())
+			if err := f.dev.Copy(f.side, devSpan(up, 0, k), devSpan(fp.master, 0, k)); err != nil {
+				f.dev.Allocator().Free(b)
+				return err
+			}
+			f.dev.Compute().Wait(f.side.Record())
+			shard = up
+		}
 		if c.bf16() && k > 0 {
 			sb, _ := send.Block()
 			dst := device.View{Block: sb, Shape: []int{k}, Strides: []int{1}, DType: device.BFloat16}
-			if err := f.dev.Kernels().(device.ConvertKernels).Convert(dst, fp.shard.View()); err != nil {
+			if err := f.dev.Kernels().(device.ConvertKernels).Convert(dst, shard.View()); err != nil {
 				f.dev.Allocator().Free(b)
 				return err
 			}
 		}
 		f.side.Wait(f.dev.Compute().Record())
 		if !c.bf16() && k > 0 {
-			if err := f.dev.Copy(f.side, devSpan(send, 0, k), devSpan(fp.shard, 0, k)); err != nil {
+			if err := f.dev.Copy(f.side, devSpan(send, 0, k), devSpan(shard, 0, k)); err != nil {
 				f.dev.Allocator().Free(b)
 				return err
 			}
@@ -134,7 +153,14 @@ func (f *FullShard) reduceScatterDevice(fp *fsParam) {
 		var sg *ferry.Tensor
 		if fp.shard != nil {
 			if sg = fp.shard.Grad(); sg == nil {
-				sg = ferry.ZerosAs(f.dev, device.Gradient, k)
+				// In host memory where the optimizer steps there (the
+				// shards beside the device, or in host memory): copied
+				// down on the side stream (landing: fp.rs).
+				on := f.dev
+				if f.beside != nil || f.onHost {
+					on = f.dev.Host()
+				}
+				sg = ferry.ZerosAs(on, device.Gradient, k)
 				fp.shard.SetGrad(sg)
 			}
 		}
@@ -150,7 +176,12 @@ func (f *FullShard) reduceScatterDevice(fp *fsParam) {
 			return err
 		}
 		if sg != nil {
-			return f.dev.Copy(f.side, devSpan(sg, 0, k), devSpan(recv, 0, k))
+			if err := f.dev.Copy(f.side, devSpan(sg, 0, k), devSpan(recv, 0, k)); err != nil {
+				return err
+			}
+			if sg.Device() != f.dev {
+				fp.rs = f.side.Record()
+			}
 		}
 		return nil
 	})
@@ -173,15 +204,41 @@ func (f *FullShard) finishDevice() error {
 				f.done(fp.dgrad)
 				fp.dgrad = nil
 			}
-			if fp.shard == nil {
-				continue
+			if fp.shard == nil || fp.finished {
+				continue // (a landed share may be stepping beside: not to be read)
 			}
-			if g := fp.shard.Grad(); g != nil && factor != 1 {
+			if g := fp.shard.Grad(); g != nil && g.Device() != f.dev {
+				if err := f.finishGradDevice(fp); err != nil {
+					return err
+				}
+			} else if g != nil && factor != 1 {
 				g.ScaleInPlace(factor)
 			}
 		}
 		return nil
 	})
+}
+
+// finishGradDevice waits for the copy of fp's share of the reduced
+// gradient into host memory and scales it there by 1/ranks (the same
+// float32 multiply), once per step.
+func (f *FullShard) finishGradDevice(fp *fsParam) error {
+	if fp.finished {
+		return nil
+	}
+	fp.finished = true
+	if fp.rs != nil {
+		if err := fp.rs.Synchronize(); err != nil {
+			return err
+		}
+	}
+	if fp.shard == nil {
+		return nil
+	}
+	if g := fp.shard.Grad(); g != nil && f.c.Size() > 1 {
+		return ferry.Catch(func() error { g.ScaleInPlace(1 / float32(f.c.Size())); return nil })
+	}
+	return nil
 }
 
 // gradNormDevice is GradNorm with the gradients gathered on the device.

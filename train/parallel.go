@@ -33,13 +33,9 @@ func (t *Trainer) setupParallel() error {
 		return configErr("Memory", "parameters or gradients in host memory are not yet supported with data-parallel training")
 	}
 	if t.mem.OptimizerInBackward() {
-		host, ok := cfg.Optimizer.(optim.HostPlaced)
-		switch {
-		case cfg.Shard != 3 || !ok || !host.StateOnHost():
+		if host, ok := cfg.Optimizer.(optim.HostPlaced); cfg.Shard != 3 || !ok || !host.StateOnHost() {
 			return configErr("Memory.Policy", "it updates each parameter inside backward, from this rank's gradient alone; "+
 				"data-parallel training averages gradients first (only ZeRO-3 with the optimizer's state on the host steps each shard as its mean gradient lands): plan for a larger budget")
-		case cfg.DeviceComm != nil:
-			return configErr("Memory.Policy", "its shards step beside the device as their mean gradients land, which runs on the collectives through host memory, not on DeviceComm (NCCL) yet: plan without updates inside backward")
 		}
 	}
 	if cfg.BucketBytes < 0 {

@@ -8,6 +8,7 @@ import (
 
 	"ferry/device"
 	"ferry/dist"
+	"ferry/offload"
 	"ferry/optim"
 	"ferry/train"
 	"ferry/train/traintest"
@@ -164,4 +165,88 @@ func TestTrainerOverNCCL(t *testing.T) {
 	if worst > 1e-5 {
 		t.Errorf("the CPU's losses differ from the GPUs' by %v", worst)
 	}
+}
+
+// ZeRO-3 offload on two fake GPUs through NCCL (the stand-in): the
+// optimizer's state on the host with each shard stepping beside the
+// device as its share of the gradient lands in host memory (a policy's
+// updates inside backward), and the shards in host memory too (each
+// gather copying its shard up first), train to the losses and parameters
+// of ZeRO-0 on the same GPUs, bit for bit, with 0 stand-in violations;
+// so do the shards in host memory stepped after backward, clipping and
+// accumulating.
+func TestTrainerZeRO3OffloadOverNCCL(t *testing.T) {
+	l := setup(t)
+	const size = 2
+	type outcome struct {
+		losses []float64
+		params [][]float32
+	}
+	run := func(withNCCL bool, shard int, host, inBackward bool, params []string, clip float64, accum int) []outcome {
+		comms := dist.NewGroup(size)
+		out := make([]outcome, size)
+		errs := ranks(size, func(r int) error {
+			defer comms[r].Close()
+			g, err := openRank(l, comms, r, withNCCL)
+			if err != nil {
+				return err
+			}
+			defer g.close()
+			task := &traintest.MLP{Dev: g.dev, Layers: 3, Width: 32, Rows: 4, Seed: 7}
+			var where []optim.Option
+			if host {
+				where = append(where, optim.OnHost())
+			}
+			opt := optim.NewAdamW(task.Model().Parameters(), 1e-2, where...)
+			defer opt.Release()
+			cfg := train.Config{Steps: 4, Accum: accum, Clip: clip, Optimizer: opt, Comm: comms[r], CheckEvery: 1, Shard: shard,
+				Memory: offload.Setup{OptimizerInBackward: inBackward, ParamsOnHost: params},
+				Hooks:  train.Hooks{Step: func(s train.StepInfo) { out[r].losses = append(out[r].losses, s.Loss) }}}
+			if withNCCL {
+				cfg.DeviceComm = g.dc
+			}
+			tr, err := train.New(g.dev, task, cfg)
+			if err != nil {
+				return err
+			}
+			defer tr.Close()
+			if _, err := tr.Run(context.Background()); err != nil {
+				return err
+			}
+			for _, p := range task.Model().Parameters() {
+				out[r].params = append(out[r].params, p.Float32s())
+			}
+			return nil
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("ZeRO-%d, state on the host %v, in backward %v, parameters on the host %v: %v", shard, host, inBackward, params, err)
+		}
+		return out
+	}
+	same := func(what string, got, ref []outcome) {
+		t.Helper()
+		for r := range size {
+			for i := range ref[r].losses {
+				if got[r].losses[i] != ref[r].losses[i] {
+					t.Fatalf("%s, rank %d, step %d: loss %v, ZeRO-0's %v", what, r, i+1, got[r].losses[i], ref[r].losses[i])
+				}
+			}
+			for i := range ref[r].params {
+				for k := range ref[r].params[i] {
+					if math.Float32bits(got[r].params[i][k]) != math.Float32bits(ref[r].params[i][k]) {
+						t.Fatalf("%s, rank %d, parameter %d[%d]: %v, ZeRO-0's %v", what, r, i, k, got[r].params[i][k], ref[r].params[i][k])
+					}
+				}
+			}
+		}
+	}
+	all := []string{"*"}
+	ref := run(true, 0, false, false, nil, 0, 1)
+	before := l.Counter("collectives")
+	same("state on the host, stepping beside", run(true, 3, true, true, nil, 0, 1), ref)
+	same("shards in host memory, stepping beside", run(true, 3, true, true, all, 0, 1), ref)
+	if l.Counter("collectives") == before {
+		t.Fatal("no collective reached the stand-in")
+	}
+	same("shards in host memory, clipped and accumulating", run(true, 3, true, false, all, 0.5, 2), run(true, 0, false, false, nil, 0.5, 2))
 }
