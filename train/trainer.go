@@ -198,7 +198,7 @@ func (t *Trainer) Close() error {
 // there: no offload.Streamer. It reports whether the shards go to host
 // memory: all of the parameters' or none.
 func zero3HostState(s offload.Setup) (offload.Setup, bool, error) {
-	params := s.ParamsOnHost
+	params := append([]string(nil), s.ParamsOnHost...)
 	if s.Policy != nil {
 		pol := *s.Policy
 		params = append(params, pol.ParametersOnHost...)
