@@ -107,8 +107,14 @@ func (o *FullShardOptimizer) LR() float64 { return o.inner.LR() }
 // SetLR sets the inner optimizer's learning rate (every rank alike).
 func (o *FullShardOptimizer) SetLR(lr float64) { o.inner.SetLR(lr) }
 
-// Release frees the inner optimizer's state.
-func (o *FullShardOptimizer) Release() { o.inner.Release() }
+// Release frees the inner optimizer's state, once the shards' steps
+// beside the device have run (an error of one is the next Wait's).
+func (o *FullShardOptimizer) Release() {
+	if err := o.f.settleSteps(); err != nil {
+		o.f.noteErr(err)
+	}
+	o.inner.Release()
+}
 
 // ZeroGrad drops the shards' gradients and any whole gradient left on
 // the parameters (a step that failed before Wait), once the shards'

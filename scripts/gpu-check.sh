@@ -33,7 +33,9 @@
 #     zero3         a one-rank ZeRO-3 step (dist.FullShard: gathers,
 #                   reduce-scatters, the optimizer over shards) against the
 #                   unsharded step, bit for bit, on the GPU, in fp32 and in
-#                   bf16 (the weights gathered as bfloat16 copies)
+#                   bf16 (the weights gathered as bfloat16 copies), and
+#                   offloaded (shards and AdamW state in host memory,
+#                   stepped beside the device)
 #   scripts/gpu-check.sh         both (build, then run)
 #
 # Outputs go to $OUT (default ./out/gpu-check): one file per step, steps.tsv

@@ -126,6 +126,9 @@ def zero3(out):
     m = re.search(r"the same in bf16, the weights gathered as bfloat16 copies: (\S+) \(median of 3\)", text)
     if m:
         r["step_bf16"] = m.group(1)
+    m = re.search(r"the same offloaded, the shards and AdamW's state in host memory, stepped beside the device: (\S+) \(median of 3\)", text)
+    if m:
+        r["step_offload"] = m.group(1)
     m = re.search(r"^\s*zero3_test\.go:\d+: (.*)$", text, re.M)
     if not r["passed"] and m:
         r["why"] = m.group(1)[:200]
@@ -331,7 +334,8 @@ def text(s):
     else:
         what = "bit for bit the unsharded step" if z["passed"] else "FAILED" + (f": {z['why']}" if z.get("why") else "")
         L.append(f"zero3 one rank: {what}" + (f"; step {z['step']}" if "step" in z else "")
-                 + (f", bf16 gathers {z['step_bf16']}" if "step_bf16" in z else ""))
+                 + (f", bf16 gathers {z['step_bf16']}" if "step_bf16" in z else "")
+                 + (f", offloaded {z['step_offload']}" if "step_offload" in z else ""))
     for cfg in s["configs"]:
         L.append("")
         L.append(f"== {cfg['name']}: {cfg.get('description') or ''}".rstrip(": "))

@@ -20,9 +20,12 @@ import (
 // whole parameter, every gather a copy through the device's kernels),
 // in float32 or in bfloat16 autocast (precision; ZeRO-3 then gathers
 // bfloat16 copies of the weights, rounded by the device's Convert), and
-// fails unless the parameters agree bit for bit. It returns the sharded
-// steps' median time.
-func zero3OneRank(t *testing.T, dev device.Device, precision device.DType) time.Duration {
+// fails unless the parameters agree bit for bit. With offload, ZeRO-3
+// keeps the optimizer's state and its shards in host memory and steps
+// each shard beside the device as its gradient lands (no clipping then).
+// It returns the sharded steps' median time.
+func zero3OneRank(t *testing.T, dev device.Device, precision device.DType, offload ...bool) time.Duration {
+	off := len(offload) > 0 && offload[0]
 	t.Helper()
 	var got [2][][]float32
 	var times []time.Duration
@@ -33,9 +36,14 @@ func zero3OneRank(t *testing.T, dev device.Device, precision device.DType) time.
 		}
 		ps := m.Parameters()
 		var fs *dist.FullShard
-		var opt optim.Optimizer = optim.NewAdamW(ps, 0.01)
+		var where []optim.Option
+		if off { // both runs step on the host (the host's kernels are not the GPU's)
+			where = append(where, optim.OnHost())
+		}
+		var opt optim.Optimizer = optim.NewAdamW(ps, 0.01, where...)
+		var fopt *dist.FullShardOptimizer
 		if sharded {
-			if fs, err = dist.NewFullShard(dist.Local(), ps, dist.FullShardOptions{ParamType: precision}); err != nil {
+			if fs, err = dist.NewFullShard(dist.Local(), ps, dist.FullShardOptions{ParamType: precision, ShardsOnHost: off}); err != nil {
 				t.Fatal(err)
 			}
 			if err := fs.Shard(); err != nil {
@@ -46,9 +54,10 @@ func zero3OneRank(t *testing.T, dev device.Device, precision device.DType) time.
 				t.Fatal(err)
 			}
 			opt.Release()
-			if opt, err = fs.Optimizer(inner.(optim.Stepper)); err != nil {
+			if fopt, err = fs.Optimizer(inner.(optim.Stepper)); err != nil {
 				t.Fatal(err)
 			}
+			opt = fopt
 		}
 		for step := 1; step <= 3; step++ {
 			t0 := time.Now()
@@ -58,6 +67,12 @@ func zero3OneRank(t *testing.T, dev device.Device, precision device.DType) time.
 			y.FillInPlace(-0.5)
 			if fs != nil {
 				if err := fs.BeginStep(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if fs != nil && off {
+				o, upd := optim.InBackward(fopt.Inner())
+				if err := fs.SetStepBeside(func(s *ferry.Tensor) error { o.GradReady(s); return upd.Err() }); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -77,21 +92,26 @@ func zero3OneRank(t *testing.T, dev device.Device, precision device.DType) time.
 			if err != nil {
 				t.Fatal(err)
 			}
-			if fs != nil {
+			switch {
+			case fs != nil:
 				if err := fs.Wait(); err != nil {
 					t.Fatal(err)
 				}
-				_, err = fs.ClipGradNorm(0.1)
-			} else {
+				if !off {
+					_, err = fs.ClipGradNorm(0.1)
+				}
+			case !off:
 				_, err = optim.ClipGradNorm(ps, 0.1)
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := opt.Step(); err != nil {
-				t.Fatal(err)
+			if fs == nil || !off { // offloaded, the shards stepped beside
+				if err := opt.Step(); err != nil {
+					t.Fatal(err)
+				}
+				opt.ZeroGrad()
 			}
-			opt.ZeroGrad()
 			if fs != nil {
 				if err := fs.EndStep(); err != nil {
 					t.Fatal(err)
@@ -135,6 +155,8 @@ func TestFullShardOneRankOnCUDAFake(t *testing.T) {
 	defer dev.Close()
 	zero3OneRank(t, dev, device.Float32)
 	zero3OneRank(t, dev, device.BFloat16)
+	zero3OneRank(t, dev, device.Float32, true)
+	zero3OneRank(t, dev, device.BFloat16, true)
 }
 
 // The same on a real GPU (FERRY_CUDA_REAL=1; scripts/gpu-check.sh's zero3
@@ -155,4 +177,5 @@ func TestRealGPUFullShardOneRank(t *testing.T) {
 	defer dev.Close()
 	t.Logf("one ZeRO-3 step of a 2-layer MLP on %s: %v (median of 3)", dev.Name(), zero3OneRank(t, dev, device.Float32))
 	t.Logf("the same in bf16, the weights gathered as bfloat16 copies: %v (median of 3)", zero3OneRank(t, dev, device.BFloat16))
+	t.Logf("the same offloaded, the shards and AdamW's state in host memory, stepped beside the device: %v (median of 3)", zero3OneRank(t, dev, device.Float32, true))
 }
