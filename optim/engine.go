@@ -25,6 +25,9 @@ type Engine struct {
 	state  map[*ferry.Tensor]*paramState
 	index  map[*ferry.Tensor]bool // built on first StepParam
 	host   *hostStore             // the state, with OnHost; nil otherwise
+	// onDevice names the parameters whose state stays on the device with
+	// OnHost (KeepOnDevice).
+	onDevice map[string]bool
 	// path, when not zero, forces one update path of Note [update
 	// paths] (pathKernel…pathCopy): tests compare them.
 	path int
@@ -55,9 +58,31 @@ type paramState struct {
 func (e *Engine) Init(alg Algorithm, params []*ferry.Tensor, lr float32, opts ...Option) {
 	e.alg, e.params, e.lr = alg, unique(params), lr
 	e.state = map[*ferry.Tensor]*paramState{}
-	if buildOptions(opts).host {
+	if o := buildOptions(opts); o.host {
 		e.host = newHostStore()
+		for _, name := range o.onDevice {
+			if e.onDevice == nil {
+				e.onDevice = map[string]bool{}
+			}
+			e.onDevice[name] = true
+		}
 	}
+}
+
+// hostFor reports whether p's state is on the host.
+func (e *Engine) hostFor(p *ferry.Tensor) bool { return e.host != nil && !e.onDevice[p.Name()] }
+
+// StateOnDevice names the parameters whose state stays on the device
+// although the optimizer was made with OnHost (KeepOnDevice), in the
+// parameters' order.
+func (e *Engine) StateOnDevice() []string {
+	var out []string
+	for _, p := range e.params {
+		if e.host != nil && e.onDevice[p.Name()] {
+			out = append(out, p.Name())
+		}
+	}
+	return out
 }
 
 // Params are the parameters, deduplicated, in order. The slice is the
@@ -143,7 +168,7 @@ func (e *Engine) step(p *ferry.Tensor, lr float32) error {
 	if err := checkParam(p); err != nil {
 		return err
 	}
-	if e.host != nil {
+	if e.hostFor(p) {
 		return e.hostStep(p, g, lr)
 	}
 	if err := checkOnDevice(p); err != nil {

@@ -13,7 +13,10 @@ import (
 // Option changes how an optimizer is built (New, NewSGD, NewAdamW, …).
 type Option func(*options)
 
-type options struct{ host bool }
+type options struct {
+	host     bool
+	onDevice []string // with host: the parameters whose state stays on the device
+}
 
 func buildOptions(opts []Option) options {
 	var o options
@@ -40,6 +43,18 @@ func buildOptions(opts []Option) options {
 // StepParam works as on the device, so the state may stay on the host
 // with the optimizer inside backward (InBackward).
 func OnHost() Option { return func(o *options) { o.host = true } }
+
+// KeepOnDevice, with OnHost, keeps the state of the parameters named (by
+// their Name) on the device, where they step as without OnHost: the
+// state is placed per parameter. A planner keeps there the state of the
+// parameters whose update would otherwise end the step on the host's
+// critical path (package plan: the embedding, updated last in backward
+// and used first in forward). State and SetState are as for one
+// placement; a name that is no parameter's is ignored. Without OnHost it
+// does nothing.
+func KeepOnDevice(names ...string) Option {
+	return func(o *options) { o.onDevice = append(o.onDevice, names...) }
+}
 
 // StateOn returns the option that places an optimizer's state: "device"
 // (the default: no option) or "host" (OnHost).
@@ -270,8 +285,10 @@ func (e *Engine) HostStateBytes() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var n int64
-	for _, s := range e.state {
-		n += s.layout.Bytes()
+	for p, s := range e.state {
+		if e.hostFor(p) {
+			n += s.layout.Bytes()
+		}
 	}
 	if cap(h.w) > 0 {
 		n += 8 * int64(cap(h.w))

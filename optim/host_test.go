@@ -240,9 +240,12 @@ func TestHostMatchesDevice(t *testing.T) {
 
 // A checkpoint's state moves between the placements: two steps with the
 // state in one place, State into SetState of an optimizer with it in the
-// other, two more steps, give the bits of four steps on the device.
+// other, two more steps, give the bits of four steps on the device. Mixed
+// is the state on the host but two parameters' (KeepOnDevice), which keep
+// theirs on the device: exactly their state is there.
 func TestHostStateResumesAcrossPlacements(t *testing.T) {
-	placements := map[string][]optim.Option{"device": nil, "host": {optim.OnHost()}}
+	placements := map[string][]optim.Option{"device": nil, "host": {optim.OnHost()},
+		"mixed": {optim.OnHost(), optim.KeepOnDevice("p0", "p2", "no such parameter")}}
 	for _, c := range optCases {
 		dev := newCPU(t)
 		ps := hostParams(dev)
@@ -251,8 +254,8 @@ func TestHostStateResumesAcrossPlacements(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := snap(ps, o)
-		for _, from := range []string{"device", "host"} {
-			for _, to := range []string{"device", "host"} {
+		for _, from := range []string{"device", "host", "mixed"} {
+			for _, to := range []string{"device", "host", "mixed"} {
 				t.Run(c.name+"/"+from+"-to-"+to, func(t *testing.T) {
 					dev := newCPU(t)
 					ps := hostParams(dev)
@@ -269,6 +272,21 @@ func TestHostStateResumesAcrossPlacements(t *testing.T) {
 						t.Fatal(err)
 					}
 					sameSnap(t, snap(ps, b), want)
+					if to == "mixed" && len(b.(optim.Stateful).State().Tensors) > 0 {
+						// p0's and p2's state on the device, the rest's
+						// on the host.
+						var onDevice, total int64
+						for k, st := range b.(optim.Stateful).State().Tensors {
+							total += st.Bytes()
+							if st.Device() == dev && (strings.HasPrefix(k, "p0.") || strings.HasPrefix(k, "p2.")) {
+								onDevice += st.Bytes()
+							}
+						}
+						host := b.(interface{ HostStateBytes() int64 }).HostStateBytes()
+						if got := dev.Allocator().Stats().ByCategory[device.OptimizerState].Current; onDevice == 0 || got < onDevice || host == 0 {
+							t.Errorf("mixed: %d bytes of p0's and p2's state on the device (%d of the category there), %d on the host, of %d", onDevice, dev.Allocator().Stats().ByCategory[device.OptimizerState].Current, host, total)
+						}
+					}
 					b.Release()
 				})
 			}

@@ -152,7 +152,7 @@ func checkLR(name string, lr float64) error {
 
 // Like builds, over params, an optimizer of o's kind: the one registered
 // under o's name, with o's learning rate and hyperparameters, its state
-// where o keeps it (OnHost). ZeRO-3 steps each rank's shards of the
+// where o keeps it (OnHost, KeepOnDevice). ZeRO-3 steps each rank's shards of the
 // parameters with it (dist.FullShard). o must be registered.
 func Like(o Optimizer, params []*ferry.Tensor) (Optimizer, error) {
 	if _, err := Lookup(o.Name()); err != nil {
@@ -179,6 +179,9 @@ func Like(o Optimizer, params []*ferry.Tensor) (Optimizer, error) {
 	var opts []Option
 	if hp, ok := o.(HostPlaced); ok && hp.StateOnHost() {
 		opts = append(opts, OnHost())
+		if d, ok := o.(interface{ StateOnDevice() []string }); ok {
+			opts = append(opts, KeepOnDevice(d.StateOnDevice()...))
+		}
 	}
 	return New(o.Name(), params, h, opts...)
 }

@@ -157,7 +157,7 @@ func (e *Engine) State() State {
 	for p, s := range e.state {
 		for i, sl := range s.layout.Slots {
 			key := p.Name() + "." + sl.Name
-			if e.host == nil {
+			if !e.hostFor(p) {
 				st.Tensors[key] = s.tensors[i]
 				continue
 			}
@@ -209,7 +209,7 @@ func (e *Engine) SetState(st State) (err error) {
 		fresh[p] = s
 		for _, sl := range l.Slots {
 			src := st.Tensors[name+"."+sl.Name]
-			if e.host != nil {
+			if e.hostFor(p) {
 				if device.HasData(p.Device()) {
 					b, err := rawBytes(src)
 					if err != nil {
