@@ -101,6 +101,12 @@ type Setup struct {
 	GradsOnHost bool
 	// SerialGradCopies: see StreamConfig (mode policy takes the policy's).
 	SerialGradCopies bool
+	// StateOnDevice names parameters that keep their optimizer state on
+	// the device although the rest's is on the host (optim.KeepOnDevice;
+	// mode policy takes the policy's): they are neither streamed nor
+	// their gradients sent to the host, whatever ParamsOnHost and
+	// GradsOnHost say, so that they step on the device.
+	StateOnDevice []string
 }
 
 // Memory is a memory mode set up on a device: the hooks and segments a
@@ -161,6 +167,7 @@ func NewMemory(dev device.Device, s Setup) (*Memory, error) {
 		s.ParamsOnHost = s.Policy.ParametersOnHost
 		s.GradsOnHost = s.Policy.Gradients == "host"
 		s.SerialGradCopies = s.Policy.SerialGradCopies
+		s.StateOnDevice = s.Policy.OptimizerStateOnDevice
 	default:
 		return nil, fmt.Errorf("offload: unknown memory mode %q", s.Mode)
 	}
@@ -189,6 +196,23 @@ func (m *Memory) setupStream(dev device.Device, s Setup) error {
 	cfg := StreamConfig{Params: params, HostStepsBeside: m.inBwd, SerialGradCopies: s.SerialGradCopies}
 	if s.GradsOnHost {
 		cfg.Grads = s.Params
+	}
+	if len(s.StateOnDevice) > 0 {
+		// Their state on the device: they stay there and step there.
+		onDevice, err := SelectParams(s.Params, s.StateOnDevice)
+		if err != nil {
+			return err
+		}
+		keep := func(ps []*ferry.Tensor) []*ferry.Tensor {
+			var out []*ferry.Tensor
+			for _, p := range ps {
+				if !slices.Contains(onDevice, p) {
+					out = append(out, p)
+				}
+			}
+			return out
+		}
+		cfg.Params, cfg.Grads = keep(cfg.Params), keep(cfg.Grads)
 	}
 	if m.off != nil {
 		cfg.D2H, cfg.H2D = m.off.d2h, m.off.h2d

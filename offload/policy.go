@@ -47,6 +47,11 @@ type Policy struct {
 	// "" or "device", or "host" (sent to host memory as backward completes
 	// them; the optimizer's state must then be on the host too).
 	Gradients string `json:"gradients,omitempty"`
+	// OptimizerStateOnDevice names the parameters whose optimizer state
+	// the plan keeps on the device although the rest's is on the host
+	// (optim.KeepOnDevice): they are not streamed, and their gradients
+	// stay on the device.
+	OptimizerStateOnDevice []string `json:"optimizer_state_on_device,omitempty"`
 	// SerialGradCopies records that the plan waits for each gradient's
 	// copy to the host when the next gradient completes
 	// (StreamConfig.SerialGradCopies): the fewest gradients on the device,

@@ -2,6 +2,7 @@ package optim
 
 import (
 	"fmt"
+	"sync"
 
 	"ferry"
 	"ferry/device"
@@ -23,8 +24,13 @@ type Engine struct {
 	params []*ferry.Tensor
 	lr     float32
 	state  map[*ferry.Tensor]*paramState
-	index  map[*ferry.Tensor]bool // built on first StepParam
-	host   *hostStore             // the state, with OnHost; nil otherwise
+	// stateMu guards the state map: with the state placed per parameter
+	// (KeepOnDevice), a host worker's steps (package offload's host steps
+	// beside the device) and the device's steps on the training
+	// goroutine add to it at once.
+	stateMu sync.Mutex
+	index   map[*ferry.Tensor]bool // built on first StepParam
+	host    *hostStore             // the state, with OnHost; nil otherwise
 	// onDevice names the parameters whose state stays on the device with
 	// OnHost (KeepOnDevice).
 	onDevice map[string]bool
@@ -192,7 +198,7 @@ func (e *Engine) step(p *ferry.Tensor, lr float32) error {
 // not exist, and whether it was. It panics with a *ferry.Error when the
 // device is full.
 func (e *Engine) deviceState(p *ferry.Tensor) (*paramState, bool) {
-	if s, ok := e.state[p]; ok {
+	if s := e.stateOf(p); s != nil {
 		return s, false
 	}
 	s := &paramState{layout: e.alg.Layout(p.Shape())}
@@ -200,8 +206,22 @@ func (e *Engine) deviceState(p *ferry.Tensor) (*paramState, bool) {
 		t := ferry.ZerosOf(p.Device(), sl.DType, device.OptimizerState, sl.Shape...)
 		s.tensors = append(s.tensors, t)
 	}
-	e.state[p] = s
+	e.setStateOf(p, s)
 	return s, true
+}
+
+// stateOf is p's state, or nil.
+func (e *Engine) stateOf(p *ferry.Tensor) *paramState {
+	e.stateMu.Lock()
+	defer e.stateMu.Unlock()
+	return e.state[p]
+}
+
+// setStateOf makes s p's state.
+func (e *Engine) setStateOf(p *ferry.Tensor, s *paramState) {
+	e.stateMu.Lock()
+	defer e.stateMu.Unlock()
+	e.state[p] = s
 }
 
 // update runs one update of p on its device by the first path of Note

@@ -250,7 +250,7 @@ func (e *Engine) hostStep(p, g *ferry.Tensor, lr float32) error {
 		if err != nil {
 			return err
 		}
-		s, fresh := e.state[p], false
+		s, fresh := e.stateOf(p), false
 		if s == nil {
 			s, fresh = &paramState{layout: e.alg.Layout(p.Shape())}, true
 			if st.w != nil {
@@ -258,7 +258,7 @@ func (e *Engine) hostStep(p, g *ferry.Tensor, lr float32) error {
 					s.host = append(s.host, alignedBytes(b))
 				}
 			}
-			e.state[p] = s
+			e.setStateOf(p, s)
 		}
 		s.step++
 		if st.w != nil {

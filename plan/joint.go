@@ -40,6 +40,10 @@ type State struct {
 	OptimizerState string   `json:"optimizer_state"` // device or host
 	Gradients      string   `json:"gradients"`       // device or host
 	ParamsOnHost   []string `json:"parameters_on_host,omitempty"`
+	// StateOnDevice names parameters that keep their optimizer state, and
+	// so their values and gradients, on the device, with the rest's state
+	// on the host (optim.KeepOnDevice).
+	StateOnDevice []string `json:"optimizer_state_on_device,omitempty"`
 	// SerialGradCopies waits for each gradient's copy to the host when
 	// the next gradient completes (offload.StreamConfig): one gradient
 	// fewer on the device than the copies overlapping backward, and
@@ -59,7 +63,11 @@ func (s State) String() string {
 	if s.SerialGradCopies {
 		serial = ", each copied before the next"
 	}
-	return fmt.Sprintf("optimizer state on the %s, gradients on the %s%s, parameters in host memory: %s", s.OptimizerState, s.Gradients, serial, p)
+	kept := ""
+	if n := len(s.StateOnDevice); n > 0 {
+		kept = fmt.Sprintf(" (but the first %d parameters', their state on the device)", n)
+	}
+	return fmt.Sprintf("optimizer state on the %s, gradients on the %s%s, parameters in host memory: %s%s", s.OptimizerState, s.Gradients, serial, p, kept)
 }
 
 // Param is a parameter as the joint planner sees it: its name and size,
@@ -115,7 +123,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		}
 		o := opts
 		o.Model, o.OptimizerState, o.Gradients, o.ParamsOnHost = m, s.OptimizerState, s.Gradients, s.ParamsOnHost
-		o.SerialGradCopies = s.SerialGradCopies
+		o.SerialGradCopies, o.StateOnDevice = s.SerialGradCopies, s.StateOnDevice
 		o.deferDescent = true
 		p, err := Make(o)
 		if err != nil {
@@ -209,6 +217,32 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			}
 		}
 	}
+	if best != nil && best.OptimizerState == "host" && len(best.ParamsOnHost) == 1 && best.ParamsOnHost[0] == "*" &&
+		opts.Ranks <= 1 && best.Predicted.OverlapRatio > stateOnDeviceAbove {
+		// Every parameter streamed and updated on the host: the first
+		// parameters' updates (the embedding's, whose gradient backward
+		// completes last and forward needs first) end each step on the
+		// host's critical path. Keeping their state, values and
+		// gradients on the device takes them off it, for their bytes
+		// and state on the device: the first 1, 2 and 4 parameters, while
+		// that fits and is faster.
+		base := tried[slices.Index(plans, best)].State
+		for _, k := range []int{1, 2, 4} {
+			if k >= len(params) {
+				break
+			}
+			s := base
+			s.StateOnDevice = names(params[:k])
+			was := best
+			p, err := try(s)
+			if err != nil {
+				return nil, nil, err
+			}
+			if !p.Fits || best == was {
+				break
+			}
+		}
+	}
 	if best == nil && !triedSerial && allow(jo.OptimizerState, "host") && allow(jo.Gradients, "host") {
 		// Nothing fits: the least device memory there is waits for each
 		// gradient's copy before the next (and streams every parameter,
@@ -257,6 +291,12 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 	}
 	return smallest, tried, nil
 }
+
+// stateOnDeviceAbove is how far above its busiest resource a plan that
+// streams every parameter and updates them on the host must step before
+// MakeJoint tries keeping the first parameters' state on the device
+// (each try is a plan of its own).
+const stateOnDeviceAbove = 1.05
 
 func names(ps []Param) []string {
 	out := make([]string, len(ps))

@@ -71,6 +71,10 @@ type Options struct {
 	// chooses them.
 	Gradients    string
 	ParamsOnHost []string
+	// StateOnDevice names parameters that keep their optimizer state on
+	// the device with the rest's on the host (optim.KeepOnDevice), as the
+	// Model builds it: recorded in the plan and its policy.
+	StateOnDevice []string
 	// SerialGradCopies: the step waits for each gradient's copy to the
 	// host when the next gradient completes (offload.StreamConfig), as the
 	// Model builds it; recorded in the plan and its policy.
@@ -140,6 +144,9 @@ type Plan struct {
 	// ParamsOnHostBytes is their size.
 	ParamsOnHost      []string `json:"parameters_on_host,omitempty"`
 	ParamsOnHostBytes int64    `json:"parameters_on_host_bytes,omitempty"`
+	// StateOnDevice names the parameters whose optimizer state stays on
+	// the device with the rest's on the host.
+	StateOnDevice []string `json:"optimizer_state_on_device,omitempty"`
 	// SerialGradCopies: each gradient's copy to the host is waited for
 	// when the next gradient completes (the fewest on the device).
 	SerialGradCopies bool `json:"serial_gradient_copies,omitempty"`
@@ -361,7 +368,7 @@ func makePlan(opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p := &Plan{Model: opts.Model.String(), Profile: opts.Profile.Name, Budget: opts.Budget, HostBudget: opts.HostBudget,
-		OptimizerState: opts.OptimizerState, Gradients: gradientsAt(opts), ParamsOnHost: opts.ParamsOnHost,
+		OptimizerState: opts.OptimizerState, Gradients: gradientsAt(opts), ParamsOnHost: opts.ParamsOnHost, StateOnDevice: opts.StateOnDevice,
 		SerialGradCopies: opts.SerialGradCopies,
 		Precision:        opts.Precision, info: pl.plain[0].modelInfo()}
 	if opts.Ranks > 1 {
@@ -884,6 +891,7 @@ func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offlo
 		pol.SerialGradCopies = pl.opts.SerialGradCopies
 	}
 	pol.ParametersOnHost = pl.opts.ParamsOnHost
+	pol.OptimizerStateOnDevice = pl.opts.StateOnDevice
 	if pl.opts.Precision == "bf16" {
 		pol.Precision = "bf16"
 	}

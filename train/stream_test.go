@@ -61,7 +61,10 @@ type streamRun struct {
 	stats                    offload.StreamStats
 }
 
-func trainStreamed(t *testing.T, gpt bool, setup offload.Setup, hostOpt bool, cfg train.Config) streamRun {
+// trainStreamed trains under setup; hostOpt keeps the optimizer's state
+// on the host, but for the first keep parameters' (optim.KeepOnDevice,
+// offload.Setup.StateOnDevice).
+func trainStreamed(t *testing.T, gpt bool, setup offload.Setup, hostOpt bool, cfg train.Config, keep ...int) streamRun {
 	t.Helper()
 	dev := cpu(t)
 	var task train.Task
@@ -75,6 +78,12 @@ func trainStreamed(t *testing.T, gpt bool, setup offload.Setup, hostOpt bool, cf
 	var opts []optim.Option
 	if hostOpt {
 		opts = append(opts, optim.OnHost())
+		if len(keep) > 0 {
+			for _, p := range model.Parameters()[:keep[0]] {
+				setup.StateOnDevice = append(setup.StateOnDevice, p.Name())
+			}
+			opts = append(opts, optim.KeepOnDevice(setup.StateOnDevice...))
+		}
 	}
 	opt := optim.NewAdamW(model.Parameters(), 1e-2, opts...)
 	defer opt.Release()
@@ -131,17 +140,19 @@ func TestStreamingTrainsToTheSameBits(t *testing.T) {
 				mode           offload.Mode
 				params         []string
 				grads, hostOpt bool
+				keep           int // the first parameters' state on the device
 			}{
-				{"params", offload.None, []string{"*"}, false, false},
-				{"grads", offload.None, nil, true, true},
-				{"params+grads+host optimizer", offload.None, []string{"*"}, true, true},
-				{"params+grads+host optimizer, offload", offload.Offload, []string{"*"}, true, true},
-				{"params+host optimizer", offload.Recompute, []string{"*"}, false, true},
+				{"params", offload.None, []string{"*"}, false, false, 0},
+				{"grads", offload.None, nil, true, true, 0},
+				{"params+grads+host optimizer", offload.None, []string{"*"}, true, true, 0},
+				{"params+grads+host optimizer, offload", offload.Offload, []string{"*"}, true, true, 0},
+				{"params+host optimizer", offload.Recompute, []string{"*"}, false, true, 0},
+				{"params+grads+host optimizer but the first 2 parameters'", offload.None, []string{"*"}, true, true, 2},
 			} {
 				t.Run(fmt.Sprintf("gpt=%v/inBackward=%v/%s", gpt, inBwd, c.name), func(t *testing.T) {
 					s := base
 					s.Mode, s.ParamsOnHost, s.GradsOnHost = c.mode, c.params, c.grads
-					got := trainStreamed(t, gpt, s, c.hostOpt, cfg)
+					got := trainStreamed(t, gpt, s, c.hostOpt, cfg, c.keep)
 					if !sameBits(got.params, want.params) {
 						t.Error("parameters differ from the run on the device")
 					}
@@ -151,7 +162,7 @@ func TestStreamingTrainsToTheSameBits(t *testing.T) {
 						}
 					}
 					if c.params != nil {
-						if got.paramPeak >= want.paramPeak {
+						if c.keep == 0 && got.paramPeak >= want.paramPeak {
 							t.Errorf("parameters peak at %d bytes on the device, as many as without streaming (%d)", got.paramPeak, want.paramPeak)
 						}
 						if got.stats.ParamUploads == 0 || got.stats.Prefetched == 0 {
@@ -164,8 +175,11 @@ func TestStreamingTrainsToTheSameBits(t *testing.T) {
 					if c.grads && !inBwd && got.gradPeak >= want.gradPeak {
 						t.Errorf("gradients peak at %d bytes on the device, as many as without offloading them (%d)", got.gradPeak, want.gradPeak)
 					}
-					if c.hostOpt && got.opt != 0 {
+					switch {
+					case c.hostOpt && c.keep == 0 && got.opt != 0:
 						t.Errorf("%d bytes of optimizer state on the device", got.opt)
+					case c.keep > 0 && (got.opt == 0 || got.opt >= want.opt):
+						t.Errorf("%d bytes of optimizer state on the device with the first %d parameters' there, %d with all", got.opt, c.keep, want.opt)
 					}
 				})
 			}

@@ -221,7 +221,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			if cfg.GradsOnHost, cfg.ParamsOnHost, err = state.resolve(set, p, *policy, cfg.OptimizerState); err != nil {
 				return err
 			}
-			cfg.SerialGradCopies = p.SerialGradCopies
+			cfg.SerialGradCopies, cfg.StateOnDevice = p.SerialGradCopies, p.OptimizerStateOnDevice
 			if err := checkHostPeak(p, *policy, *dev); err != nil {
 				return err
 			}

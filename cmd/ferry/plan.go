@@ -159,6 +159,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 		}
 		cfg.OptimizerState, cfg.GradsOnHost, cfg.ParamsOnHost = p.OptimizerState, p.Gradients == "host", p.ParamsOnHost
+		cfg.StateOnDevice = p.StateOnDevice
 		cfg.SerialGradCopies = p.SerialGradCopies
 		chose := ""
 		if len(tried) > 1 {
@@ -347,7 +348,11 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 	case p.OptimizerInBackward:
 		fmt.Fprintln(w, "  the optimizer updates each parameter inside backward and frees its gradient (optim.InBackward)")
 	}
-	if p.OptimizerState == "host" {
+	switch {
+	case p.OptimizerState == "host" && len(p.StateOnDevice) > 0:
+		fmt.Fprintf(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host), but for the first %d parameters (%s), which keep theirs, their values and gradients on the device, taking their updates off the step's end\n",
+			len(p.StateOnDevice), strings.Join(p.StateOnDevice, ", "))
+	case p.OptimizerState == "host":
 		fmt.Fprintln(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host): no optimizer state on the device")
 	}
 	if p.Gradients == "host" && p.Ranks > 1 {

@@ -440,7 +440,11 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	if err != nil {
 		return nil, err
 	}
-	built, err := optim.New(o.optimizer, model.Parameters(), o.hyper, place)
+	var kept []string // the policy's parameters whose state stays on the device
+	if o.pol != nil {
+		kept = o.pol.OptimizerStateOnDevice
+	}
+	built, err := optim.New(o.optimizer, model.Parameters(), o.hyper, place, optim.KeepOnDevice(kept...))
 	if err != nil {
 		return nil, err
 	}

@@ -100,6 +100,10 @@ type Config struct {
 	// every mode alike.
 	ParamsOnHost []string
 	GradsOnHost  bool
+	// StateOnDevice names parameters that keep their optimizer state on
+	// the device, with the rest's on the host (optim.KeepOnDevice): they
+	// are neither streamed nor their gradients sent to the host.
+	StateOnDevice []string
 	// SerialGradCopies waits for each gradient's copy to the host when
 	// the next gradient completes (offload.StreamConfig), as a plan for
 	// the least memory says.
@@ -382,7 +386,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	opt, err := models.NewOptimizer(m, cfg.Optimizer, cfg.LR, where)
+	opt, err := models.NewOptimizer(m, cfg.Optimizer, cfg.LR, where, optim.KeepOnDevice(cfg.StateOnDevice...))
 	if err != nil {
 		return nil, err
 	}
@@ -405,7 +409,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	// planner replays a step.
 	setup := offload.Setup{Mode: offload.Mode(mode), Config: &cfg.Offload, DiskDir: cfg.DiskDir,
 		OptimizerInBackward: cfg.OptimizerInBackward, Params: m.Parameters(), ParamsOnHost: cfg.ParamsOnHost, GradsOnHost: cfg.GradsOnHost,
-		SerialGradCopies: cfg.SerialGradCopies}
+		SerialGradCopies: cfg.SerialGradCopies, StateOnDevice: cfg.StateOnDevice}
 	switch mode {
 	case Naive:
 		setup.Mode = offload.None

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"fmt"
+	"slices"
 
 	"ferry"
 	"ferry/device"
@@ -110,7 +111,7 @@ func StateModels(cfg Config) plan.StateModels {
 	return func(s plan.State) (plan.Model, error) {
 		c := cfg
 		c.OptimizerState, c.GradsOnHost, c.ParamsOnHost = s.OptimizerState, s.Gradients == "host", s.ParamsOnHost
-		c.SerialGradCopies = s.SerialGradCopies
+		c.SerialGradCopies, c.StateOnDevice = s.SerialGradCopies, s.StateOnDevice
 		return PlanModel(c), nil
 	}
 }
@@ -173,7 +174,7 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		w.Release()
 		return nil, err
 	}
-	opt, err := models.NewOptimizer(w, cfg.Optimizer, cfg.LR, where)
+	opt, err := models.NewOptimizer(w, cfg.Optimizer, cfg.LR, where, optim.KeepOnDevice(cfg.StateOnDevice...))
 	if err != nil {
 		w.Release()
 		return nil, err
@@ -193,6 +194,14 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 			SerialGradCopies: cfg.SerialGradCopies}
 		if sc.Params, err = offload.SelectParams(w.Parameters(), cfg.ParamsOnHost); err == nil && cfg.GradsOnHost {
 			sc.Grads = w.Parameters()
+		}
+		if err == nil && len(cfg.StateOnDevice) > 0 {
+			// As offload.Memory does: their state on the device, they
+			// stay and step there.
+			var onDevice []*ferry.Tensor
+			if onDevice, err = offload.SelectParams(w.Parameters(), cfg.StateOnDevice); err == nil {
+				sc.Params, sc.Grads = without(sc.Params, onDevice), without(sc.Grads, onDevice)
+			}
 		}
 		if err == nil {
 			stream, err = offload.NewStreamer(dev, sc)
@@ -377,6 +386,17 @@ func (rk *rankStep) fullShard(comm dist.Comm, params []*ferry.Tensor, opt optim.
 	fs.SetReduce(true)
 	rk.full, rk.opt, rk.hook, rk.wait, rk.inner = fs, fo, fs.GradReady, fs.Wait, st
 	return nil
+}
+
+// without is ps but those in drop, in order.
+func without(ps, drop []*ferry.Tensor) []*ferry.Tensor {
+	var out []*ferry.Tensor
+	for _, p := range ps {
+		if !slices.Contains(drop, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // optimStateOnHost reports whether opt keeps its state on the host.
