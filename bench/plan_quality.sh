@@ -3,8 +3,9 @@
 # (100, 60, 35 and 15 % of the model's unlimited peak), the predicted step
 # over its busiest resource (step_over_bound), the planning time, and
 # whether ferry demo's replay of the written policy on the meta device
-# peaks at the predicted bytes (replay: exact, or the two peaks). One line
-# each; a ratio above 1.15 is marked. Usage:
+# peaks at the predicted bytes (replay: exact, or the two peaks); also the
+# predicted step and how many parameters keep their optimizer state on the
+# device (kept). One line each; a ratio above 1.15 is marked. Usage:
 #   bash bench/plan_quality.sh [ferry binary]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ models=(
 )
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-printf '%-20s %-11s %5s %-10s %-6s %-8s %-8s %-6s %s\n' model profile "%" budget fits ratio seconds copies replay
+printf '%-20s %-11s %5s %-10s %-6s %-8s %-9s %-8s %-6s %-4s %s\n' model profile "%" budget fits ratio step seconds copies kept replay
 for m in "${models[@]}"; do
 	name=${m%%|*} args=${m#*|}
 	for prof in h100-pcie5 h200-pcie5; do
@@ -62,8 +63,9 @@ except Exception:
 pr = p.get("predicted") or {}
 r = pr.get("step_over_bound") or (pr.get("step_seconds", 0) / pr["bound_seconds"] if pr.get("bound_seconds") else 0)
 mark = " *" if p.get("fits") and r > 1.15 else ""
-print("%-20s %-11s %5s %-10.3g %-6s %-8s %-8.2f %-6s %s%s" % (name, prof, pct, float(budget) / 2**30, p.get("fits"),
-      ("%.3f" % r) if p.get("fits") else "-", float(secs), p.get("copies_in_flight", ""), replay, mark))
+print("%-20s %-11s %5s %-10.3g %-6s %-8s %-9s %-8.2f %-6s %-4s %s%s" % (name, prof, pct, float(budget) / 2**30, p.get("fits"),
+      ("%.3f" % r) if p.get("fits") else "-", ("%.4g" % pr["step_seconds"]) if p.get("fits") else "-", float(secs),
+      p.get("copies_in_flight", ""), len(p.get("optimizer_state_on_device") or []), replay, mark))
 ' "$name" "$prof" "$pct" "$budget" "$secs" "$replay"
 		done
 	done

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"ferry/device"
+	"ferry/offload"
 )
 
 // The whole of training memory: where the parameters, the gradients and
@@ -22,6 +23,8 @@ import (
 //	host              host        none
 //	host              host        all
 //	host              host        the first k (model order), k searched
+//	host but the      host        all but the first j
+//	first j (4, or 1)
 //
 // (parameters in host memory only when the state on the device does not
 // fit; the first k only when nothing above fits; gradients' copies to the
@@ -33,7 +36,13 @@ import (
 // costs its bytes over the link twice a step or more (forward, backward;
 // a tied weight per use), a gradient once, so fewer streamed parameters
 // are faster: k is the fewest that fit, to within 1/32 of the
-// parameters, found by bisection (the peak falls as k grows).
+// parameters, found by bisection (the peak falls as k grows). Where every
+// parameter is streamed and updated on the host and the plan steps above
+// 1.05 × its busiest resource, the first 4 parameters (or, if that does
+// not fit, the first one) keep their state, values and gradients on the
+// device, with the plan's copies in flight: the first parameters' gradients (the embedding's) are the last
+// backward completes and their values the first forward needs, so their
+// host updates end the step; on the device they take a moment.
 
 // State is where a step keeps its training state.
 type State struct {
@@ -116,12 +125,16 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 	var best, smallest, ref *Plan // ref: the state on the device, for Slowdown
 	var plans []*Plan             // by tried's index
 	triedSerial := false
+	var pinned *offload.Config // the copies in flight a candidate keeps (nil: chosen per plan)
 	try := func(s State) (*Plan, error) {
 		m, err := models(s)
 		if err != nil {
 			return nil, err
 		}
 		o := opts
+		if pinned != nil {
+			o.Offload = pinned
+		}
 		o.Model, o.OptimizerState, o.Gradients, o.ParamsOnHost = m, s.OptimizerState, s.Gradients, s.ParamsOnHost
 		o.SerialGradCopies, o.StateOnDevice = s.SerialGradCopies, s.StateOnDevice
 		o.deferDescent = true
@@ -224,24 +237,30 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		// completes last and forward needs first) end each step on the
 		// host's critical path. Keeping their state, values and
 		// gradients on the device takes them off it, for their bytes
-		// and state on the device: the first 1, 2 and 4 parameters, while
-		// that fits and is faster.
+		// and state on the device: the first 4 parameters, or, if that
+		// does not fit, the first one; with the plan's copies in flight
+		// (each candidate is a plan of its own: planning time).
 		base := tried[slices.Index(plans, best)].State
-		for _, k := range []int{1, 2, 4} {
+		if opts.Offload == nil && best.CopiesInFlight > 0 {
+			oc := offload.DefaultConfig()
+			oc.MaxInFlight = best.CopiesInFlight
+			pinned = &oc
+		}
+		for _, k := range []int{4, 1} {
 			if k >= len(params) {
-				break
+				continue
 			}
 			s := base
 			s.StateOnDevice = names(params[:k])
-			was := best
 			p, err := try(s)
 			if err != nil {
 				return nil, nil, err
 			}
-			if !p.Fits || best == was {
+			if p.Fits {
 				break
 			}
 		}
+		pinned = nil
 	}
 	if best == nil && !triedSerial && allow(jo.OptimizerState, "host") && allow(jo.Gradients, "host") {
 		// Nothing fits: the least device memory there is waits for each
