@@ -277,7 +277,7 @@ func checkReplay(t *testing.T, cfg Config, prof *meta.Profile, p *plan.Plan, wha
 	cfg.Steps, cfg.SkipWarmup, cfg.Modes = 2, false, []string{Policy}
 	cfg.Policy, cfg.Segments, cfg.OptimizerInBackward = pol.Place, pol.SegmentHooks(), pol.OptimizerInBackward
 	cfg.OptimizerState, cfg.GradsOnHost, cfg.ParamsOnHost = p.OptimizerState, p.Gradients == "host", p.ParamsOnHost
-	cfg.SerialGradCopies = p.SerialGradCopies
+	cfg.SerialGradCopies, cfg.StateOnDevice = p.SerialGradCopies, pol.OptimizerStateOnDevice
 	cfg.DiskDir = t.TempDir()
 	res, err := Execute(cfg)
 	if err != nil {
