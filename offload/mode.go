@@ -201,7 +201,7 @@ func (m *Memory) setupStream(dev device.Device, s Setup) error {
 		// Their state on the device: they stay there and step there.
 		onDevice, err := SelectParams(s.Params, s.StateOnDevice)
 		if err != nil {
-			return err
+			return fmt.Errorf("the parameters whose optimizer state stays on the device (optimizer_state_on_device): %w", err)
 		}
 		keep := func(ps []*ferry.Tensor) []*ferry.Tensor {
 			var out []*ferry.Tensor
@@ -255,7 +255,7 @@ func SelectParams(params []*ferry.Tensor, names []string) ([]*ferry.Tensor, erro
 			missing = append(missing, n)
 		}
 		slices.Sort(missing)
-		return nil, fmt.Errorf("offload: parameters to place on the host that the model does not have: %s", strings.Join(missing, ", "))
+		return nil, fmt.Errorf("offload: parameters named that the model does not have: %s", strings.Join(missing, ", "))
 	}
 	return out, nil
 }
