@@ -37,12 +37,14 @@ import (
 // a tied weight per use), a gradient once, so fewer streamed parameters
 // are faster: k is the fewest that fit, to within 1/32 of the
 // parameters, found by bisection (the peak falls as k grows). Where every
-// parameter is streamed and updated on the host and the plan steps above
-// 1.05 × its busiest resource, the first 4 parameters (or, if that does
-// not fit, the first one) keep their state, values and gradients on the
-// device, with the plan's copies in flight: the first parameters' gradients (the embedding's) are the last
-// backward completes and their values the first forward needs, so their
-// host updates end the step; on the device they take a moment.
+// parameter is streamed and updated on the host, the plan steps above
+// 1.05 × its busiest resource and neither placement was fixed by the
+// caller, the first 4 parameters (or, if that does not fit, the first
+// one) keep their state, values and gradients on the device, with the
+// plan's copies in flight: the first parameters' gradients (the
+// embedding's) are the last backward completes and their values the
+// first forward needs, so their host updates end the step; on the device
+// they take a moment.
 
 // State is where a step keeps its training state.
 type State struct {
@@ -231,7 +233,8 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		}
 	}
 	if best != nil && best.OptimizerState == "host" && len(best.ParamsOnHost) == 1 && best.ParamsOnHost[0] == "*" &&
-		opts.Ranks <= 1 && best.Predicted.OverlapRatio > stateOnDeviceAbove {
+		opts.Ranks <= 1 && best.Predicted.OverlapRatio > stateOnDeviceAbove &&
+		jo.OptimizerState != "host" && jo.Params != "host" { // (all on the host, if the caller says so)
 		// Every parameter streamed and updated on the host: the first
 		// parameters' updates (the embedding's, whose gradient backward
 		// completes last and forward needs first) end each step on the
@@ -256,6 +259,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			if err != nil {
 				return nil, nil, err
 			}
+			p.CopiesChosen = pinned != nil // the plan's choice, kept
 			if p.Fits {
 				break
 			}
