@@ -285,11 +285,13 @@ func (e *Engine) HostStateBytes() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var n int64
+	e.stateMu.Lock()
 	for p, s := range e.state {
 		if e.hostFor(p) {
 			n += s.layout.Bytes()
 		}
 	}
+	e.stateMu.Unlock()
 	if cap(h.w) > 0 {
 		n += 8 * int64(cap(h.w))
 	}
