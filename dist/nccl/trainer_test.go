@@ -3,6 +3,7 @@ package nccl_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -13,6 +14,58 @@ import (
 	"ferry/train"
 	"ferry/train/traintest"
 )
+
+// outcome is one rank's training: its losses and final parameters.
+type outcome struct {
+	losses []float64
+	params [][]float32
+}
+
+// trainMLP trains the test MLP (3 layers of 32, 4 rows, seed 7) on dev
+// under cfg, with AdamW at 1e-2 made with opts as its optimizer.
+func trainMLP(dev device.Device, cfg train.Config, opts ...optim.Option) (outcome, error) {
+	var out outcome
+	task := &traintest.MLP{Dev: dev, Layers: 3, Width: 32, Rows: 4, Seed: 7}
+	opt := optim.NewAdamW(task.Model().Parameters(), 1e-2, opts...)
+	defer opt.Release()
+	cfg.Optimizer = opt
+	cfg.Hooks.Step = func(s train.StepInfo) { out.losses = append(out.losses, s.Loss) }
+	tr, err := train.New(dev, task, cfg)
+	if err != nil {
+		return out, err
+	}
+	defer tr.Close()
+	if _, err := tr.Run(context.Background()); err != nil {
+		return out, err
+	}
+	for _, p := range task.Model().Parameters() {
+		out.params = append(out.params, p.Float32s())
+	}
+	return out, nil
+}
+
+// sameOutcomes fails t unless every rank of got has ref's losses and
+// parameters, bit for bit.
+func sameOutcomes(t *testing.T, what string, got, ref []outcome) {
+	t.Helper()
+	for r := range ref {
+		if len(got[r].losses) != len(ref[r].losses) {
+			t.Fatalf("%s, rank %d: %d losses, want %d", what, r, len(got[r].losses), len(ref[r].losses))
+		}
+		for i := range ref[r].losses {
+			if got[r].losses[i] != ref[r].losses[i] {
+				t.Fatalf("%s, rank %d, step %d: loss %v, want %v", what, r, i+1, got[r].losses[i], ref[r].losses[i])
+			}
+		}
+		for i := range ref[r].params {
+			for k := range ref[r].params[i] {
+				if math.Float32bits(got[r].params[i][k]) != math.Float32bits(ref[r].params[i][k]) {
+					t.Fatalf("%s, rank %d, parameter %d[%d]: %v, want %v", what, r, i, k, got[r].params[i][k], ref[r].params[i][k])
+				}
+			}
+		}
+	}
+}
 
 // train.Trainer on two fake GPUs with Config.DeviceComm (the gradients
 // averaged on the device through NCCL, the stand-in) trains to the losses
@@ -27,10 +80,6 @@ import (
 func TestTrainerOverNCCL(t *testing.T) {
 	l := setup(t)
 	const size = 2
-	type outcome struct {
-		losses []float64
-		params [][]float32
-	}
 	run := func(withNCCL, onCPU bool, shard int, precision ...device.DType) []outcome {
 		comms := dist.NewGroup(size)
 		out := make([]outcome, size)
@@ -56,7 +105,6 @@ func TestTrainerOverNCCL(t *testing.T) {
 					dc = g.dc
 				}
 			}
-			task := &traintest.MLP{Dev: dev, Layers: 3, Width: 32, Rows: 4, Seed: 7}
 			// Small buckets (several all-reduces), and at ZeRO-2 one
 			// bucket of all six parameters, which splits evenly enough
 			// between the ranks to be reduce-scattered.
@@ -64,26 +112,13 @@ func TestTrainerOverNCCL(t *testing.T) {
 			if shard == 2 {
 				bucket = 1 << 20
 			}
-			opt := optim.NewAdamW(task.Model().Parameters(), 1e-2)
-			defer opt.Release()
-			cfg := train.Config{Steps: 4, Accum: 2, Clip: 0.5, Optimizer: opt, Comm: comms[r], BucketBytes: bucket, CheckEvery: 1, Shard: shard,
-				Hooks: train.Hooks{Step: func(s train.StepInfo) { out[r].losses = append(out[r].losses, s.Loss) }}}
-			cfg.DeviceComm = dc
+			cfg := train.Config{Steps: 4, Accum: 2, Clip: 0.5, Comm: comms[r], BucketBytes: bucket, CheckEvery: 1, Shard: shard, DeviceComm: dc}
 			if len(precision) > 0 {
 				cfg.Precision = precision[0]
 			}
-			tr, err := train.New(dev, task, cfg)
-			if err != nil {
-				return err
-			}
-			defer tr.Close()
-			if _, err := tr.Run(context.Background()); err != nil {
-				return err
-			}
-			for _, p := range task.Model().Parameters() {
-				out[r].params = append(out[r].params, p.Float32s())
-			}
-			return nil
+			var err error
+			out[r], err = trainMLP(dev, cfg)
+			return err
 		})
 		if err := errors.Join(errs...); err != nil {
 			t.Fatalf("NCCL %v: %v", withNCCL, err)
@@ -106,20 +141,7 @@ func TestTrainerOverNCCL(t *testing.T) {
 	same := func(what string, runs [][]outcome, ref []outcome) {
 		t.Helper()
 		for which, z3 := range runs {
-			for r := range size {
-				for i := range ref[r].losses {
-					if z3[r].losses[i] != ref[r].losses[i] {
-						t.Fatalf("%s run %d, rank %d, step %d: loss %v, ZeRO-0's %v", what, which, r, i+1, z3[r].losses[i], ref[r].losses[i])
-					}
-				}
-				for i := range ref[r].params {
-					for k := range ref[r].params[i] {
-						if math.Float32bits(z3[r].params[i][k]) != math.Float32bits(ref[r].params[i][k]) {
-							t.Fatalf("%s run %d, rank %d, parameter %d[%d]: %v, ZeRO-0's %v", what, which, r, i, k, z3[r].params[i][k], ref[r].params[i][k])
-						}
-					}
-				}
-			}
+			sameOutcomes(t, fmt.Sprintf("%s run %d (against ZeRO-0)", what, which), z3, ref)
 		}
 	}
 	// ZeRO-1 and ZeRO-2 with their broadcasts (and ZeRO-2's buckets) on
@@ -140,19 +162,8 @@ func TestTrainerOverNCCL(t *testing.T) {
 		if len(dev[r].losses) != 4 {
 			t.Fatalf("rank %d: %d losses", r, len(dev[r].losses))
 		}
-		for i := range host[r].losses {
-			if dev[r].losses[i] != host[r].losses[i] {
-				t.Fatalf("rank %d, step %d: loss %v on NCCL, %v through the host", r, i+1, dev[r].losses[i], host[r].losses[i])
-			}
-		}
-		for i := range host[r].params {
-			for k := range host[r].params[i] {
-				if math.Float32bits(dev[r].params[i][k]) != math.Float32bits(host[r].params[i][k]) {
-					t.Fatalf("rank %d, parameter %d[%d]: %v on NCCL, %v through the host", r, i, k, dev[r].params[i][k], host[r].params[i][k])
-				}
-			}
-		}
 	}
+	sameOutcomes(t, "on NCCL (against through the host)", dev, host)
 	// Against the CPU device (MPI's path, here the group's): the same
 	// reduction (a+b, then × 1/2). The fake GPU's kernels are not the
 	// CPU's, so in general the losses agree to rounding; on this MLP
@@ -178,10 +189,6 @@ func TestTrainerOverNCCL(t *testing.T) {
 func TestTrainerZeRO3OffloadOverNCCL(t *testing.T) {
 	l := setup(t)
 	const size = 2
-	type outcome struct {
-		losses []float64
-		params [][]float32
-	}
 	run := func(withNCCL bool, shard int, host, inBackward bool, params []string, clip float64, accum int) []outcome {
 		comms := dist.NewGroup(size)
 		out := make([]outcome, size)
@@ -192,61 +199,30 @@ func TestTrainerZeRO3OffloadOverNCCL(t *testing.T) {
 				return err
 			}
 			defer g.close()
-			task := &traintest.MLP{Dev: g.dev, Layers: 3, Width: 32, Rows: 4, Seed: 7}
 			var where []optim.Option
 			if host {
 				where = append(where, optim.OnHost())
 			}
-			opt := optim.NewAdamW(task.Model().Parameters(), 1e-2, where...)
-			defer opt.Release()
-			cfg := train.Config{Steps: 4, Accum: accum, Clip: clip, Optimizer: opt, Comm: comms[r], CheckEvery: 1, Shard: shard,
-				Memory: offload.Setup{OptimizerInBackward: inBackward, ParamsOnHost: params},
-				Hooks:  train.Hooks{Step: func(s train.StepInfo) { out[r].losses = append(out[r].losses, s.Loss) }}}
+			cfg := train.Config{Steps: 4, Accum: accum, Clip: clip, Comm: comms[r], CheckEvery: 1, Shard: shard,
+				Memory: offload.Setup{OptimizerInBackward: inBackward, ParamsOnHost: params}}
 			if withNCCL {
 				cfg.DeviceComm = g.dc
 			}
-			tr, err := train.New(g.dev, task, cfg)
-			if err != nil {
-				return err
-			}
-			defer tr.Close()
-			if _, err := tr.Run(context.Background()); err != nil {
-				return err
-			}
-			for _, p := range task.Model().Parameters() {
-				out[r].params = append(out[r].params, p.Float32s())
-			}
-			return nil
+			out[r], err = trainMLP(g.dev, cfg, where...)
+			return err
 		})
 		if err := errors.Join(errs...); err != nil {
 			t.Fatalf("ZeRO-%d, state on the host %v, in backward %v, parameters on the host %v: %v", shard, host, inBackward, params, err)
 		}
 		return out
 	}
-	same := func(what string, got, ref []outcome) {
-		t.Helper()
-		for r := range size {
-			for i := range ref[r].losses {
-				if got[r].losses[i] != ref[r].losses[i] {
-					t.Fatalf("%s, rank %d, step %d: loss %v, ZeRO-0's %v", what, r, i+1, got[r].losses[i], ref[r].losses[i])
-				}
-			}
-			for i := range ref[r].params {
-				for k := range ref[r].params[i] {
-					if math.Float32bits(got[r].params[i][k]) != math.Float32bits(ref[r].params[i][k]) {
-						t.Fatalf("%s, rank %d, parameter %d[%d]: %v, ZeRO-0's %v", what, r, i, k, got[r].params[i][k], ref[r].params[i][k])
-					}
-				}
-			}
-		}
-	}
 	all := []string{"*"}
 	ref := run(true, 0, false, false, nil, 0, 1)
 	before := l.Counter("collectives")
-	same("state on the host, stepping beside", run(true, 3, true, true, nil, 0, 1), ref)
-	same("shards in host memory, stepping beside", run(true, 3, true, true, all, 0, 1), ref)
+	sameOutcomes(t, "state on the host, stepping beside", run(true, 3, true, true, nil, 0, 1), ref)
+	sameOutcomes(t, "shards in host memory, stepping beside", run(true, 3, true, true, all, 0, 1), ref)
 	if l.Counter("collectives") == before {
 		t.Fatal("no collective reached the stand-in")
 	}
-	same("shards in host memory, clipped and accumulating", run(true, 3, true, false, all, 0.5, 2), run(true, 0, false, false, nil, 0.5, 2))
+	sameOutcomes(t, "shards in host memory, clipped and accumulating", run(true, 3, true, false, all, 0.5, 2), run(true, 0, false, false, nil, 0.5, 2))
 }
