@@ -180,6 +180,23 @@ type fsParam struct {
 	rsSend, rsRecv  []float32
 }
 
+// land marks fp's share of the step's reduced gradient finished, once per
+// step, after waiting for its reduce-scatter (on the device path, for its
+// copy down to host memory), and reports whether this rank has a shard
+// whose gradient is to be written.
+func (fp *fsParam) land() (write bool, err error) {
+	if fp.finished {
+		return false, nil
+	}
+	fp.finished = true
+	if fp.rs != nil {
+		if err := fp.rs.Synchronize(); err != nil {
+			return false, err
+		}
+	}
+	return fp.shard != nil, nil
+}
+
 // linkSim is implemented by devices that simulate time (the meta
 // device): it accounts a transfer over the link.
 type linkSim interface {
@@ -939,17 +956,8 @@ func (f *FullShard) Wait() error {
 // in host memory when the shards step beside the device; host path),
 // once per step.
 func (f *FullShard) finishGrad(fp *fsParam) error {
-	if fp.finished {
-		return nil
-	}
-	fp.finished = true
-	if fp.rs != nil {
-		if err := fp.rs.Synchronize(); err != nil {
-			return err
-		}
-	}
-	if fp.shard == nil {
-		return nil
+	if write, err := fp.land(); !write || err != nil {
+		return err
 	}
 	return ferry.Catch(func() error {
 		g := fp.shard.Grad()

@@ -223,17 +223,8 @@ func (f *FullShard) finishDevice() error {
 // gradient into host memory and scales it there by 1/ranks (the same
 // float32 multiply), once per step.
 func (f *FullShard) finishGradDevice(fp *fsParam) error {
-	if fp.finished {
-		return nil
-	}
-	fp.finished = true
-	if fp.rs != nil {
-		if err := fp.rs.Synchronize(); err != nil {
-			return err
-		}
-	}
-	if fp.shard == nil {
-		return nil
+	if write, err := fp.land(); !write || err != nil {
+		return err
 	}
 	if g := fp.shard.Grad(); g != nil && f.c.Size() > 1 {
 		return ferry.Catch(func() error { g.ScaleInPlace(1 / float32(f.c.Size())); return nil })
