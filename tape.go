@@ -435,12 +435,28 @@ func (n *node) releaseSaved() error {
 // tapeOf returns the tape shared by the inputs (nil if none has one); it
 // panics if they come from different tapes or the tape is closed.
 func tapeOf(op string, inputs ...*Tensor) *Tape {
+	tp := sharedTape(op, inputs, true)
+	if tp != nil {
+		tp.usable(op)
+	}
+	return tp
+}
+
+// sharedTape checks that the inputs are live, bringing paged-out ones
+// back if pageIn (else the caller brings back those the op reads), and
+// returns the tape they share (nil if none has one); it panics if they
+// come from different tapes.
+func sharedTape(op string, inputs []*Tensor, pageIn bool) *Tape {
 	var tp *Tape
 	for _, t := range inputs {
 		if t == nil {
 			continue
 		}
-		t.use(op)
+		if pageIn {
+			t.use(op)
+		} else {
+			t.live(op)
+		}
 		if t.tape == nil {
 			continue
 		}
@@ -448,9 +464,6 @@ func tapeOf(op string, inputs ...*Tensor) *Tape {
 			panicf(op, "inputs belong to different tapes")
 		}
 		tp = t.tape
-	}
-	if tp != nil {
-		tp.usable(op)
 	}
 	return tp
 }
@@ -461,21 +474,8 @@ func tapeOf(op string, inputs ...*Tensor) *Tape {
 // cast source gives (SetCastSource) is not brought back to the device,
 // since the op reads that copy instead (castOf).
 func tapeOfAutocast(op string, cast []*Tensor, others ...*Tensor) *Tape {
-	var tp *Tape
 	inputs := append(cast[:len(cast):len(cast)], others...)
-	for _, t := range inputs {
-		if t == nil {
-			continue
-		}
-		t.live(op)
-		if t.tape == nil {
-			continue
-		}
-		if tp != nil && t.tape != tp {
-			panicf(op, "inputs belong to different tapes")
-		}
-		tp = t.tape
-	}
+	tp := sharedTape(op, inputs, false)
 	for i, t := range inputs {
 		if t == nil || !t.st.pagedOut {
 			continue
