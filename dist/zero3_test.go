@@ -279,6 +279,35 @@ func z3OnRanks(t *testing.T, comms []dist.Comm, f func(tb, dist.Comm) *z3Run) []
 	return runs
 }
 
+// sameAsZeRO0 fails t unless every rank of full (ZeRO-3, what) had
+// zero's parameters after every step, bit for bit, and the state full
+// gathered on rank 0 is the unsharded optimizer's: the same tensors,
+// shapes, bytes and scalars. It releases full's gathered state when the
+// test ends.
+func sameAsZeRO0(t *testing.T, what string, zero, full []*z3Run) {
+	t.Helper()
+	for r := range full {
+		t.Cleanup(full[r].release)
+		for s := range zero[r].params {
+			for i := range zero[r].params[s] {
+				if !sameBits(zero[r].params[s][i], full[r].params[s][i]) {
+					t.Fatalf("rank %d, step %d: parameter %d differs between ZeRO-0 and %s", r, s+1, i, what)
+				}
+			}
+		}
+	}
+	want, got := zero[0].state, full[0].state
+	if len(want.Tensors) != len(got.Tensors) || !maps(want.Scalars, got.Scalars) {
+		t.Fatalf("%s gathered state has %d tensors and scalars %v, want %d and %v", what, len(got.Tensors), got.Scalars, len(want.Tensors), want.Scalars)
+	}
+	for k, w := range want.Tensors {
+		g := got.Tensors[k]
+		if g == nil || !slices.Equal(g.Shape(), w.Shape()) || !slices.Equal(g.RawBytes(), w.RawBytes()) {
+			t.Fatalf("%s gathered state %q differs from the unsharded optimizer's", what, k)
+		}
+	}
+}
+
 // ZeRO-3 on 3 in-process ranks trains to the parameters, norms and
 // optimizer state of unsharded data parallelism, bit for bit, with
 // AdamW, AdamW8bit and SGD, clipping and accumulation, in float32 and in
@@ -320,15 +349,8 @@ func TestFullShardEqualsDataParallel(t *testing.T) {
 					t.Errorf("gathered %d bytes in %d steps (%d gathers), want %d", st.BytesGathered, steps, st.Gathers, want)
 				}
 			}
+			sameAsZeRO0(t, "ZeRO-3", zero, full)
 			for r := range ranks {
-				defer full[r].release()
-				for s := range steps {
-					for i := range zero[r].params[s] {
-						if !sameBits(zero[r].params[s][i], full[r].params[s][i]) {
-							t.Fatalf("rank %d, step %d: parameter %d differs between ZeRO-0 and ZeRO-3", r, s+1, i)
-						}
-					}
-				}
 				if !slices.Equal(zero[r].norms, full[r].norms) {
 					t.Fatalf("rank %d: norms %v (ZeRO-0) and %v (ZeRO-3)", r, zero[r].norms, full[r].norms)
 				}
@@ -344,17 +366,6 @@ func TestFullShardEqualsDataParallel(t *testing.T) {
 			}
 			if full[0].shard > 4*(7200+300+1500+5)/2 {
 				t.Fatalf("rank 0 holds %d parameter bytes of %d", full[0].shard, total)
-			}
-			// The state gathered on rank 0 is the unsharded optimizer's.
-			want, got := zero[0].state, full[0].state
-			if len(want.Tensors) != len(got.Tensors) || !maps(want.Scalars, got.Scalars) {
-				t.Fatalf("gathered state has %d tensors and scalars %v, want %d and %v", len(got.Tensors), got.Scalars, len(want.Tensors), want.Scalars)
-			}
-			for k, w := range want.Tensors {
-				g := got.Tensors[k]
-				if g == nil || !slices.Equal(g.Shape(), w.Shape()) || !slices.Equal(g.RawBytes(), w.RawBytes()) {
-					t.Fatalf("gathered state %q differs from the unsharded optimizer's", k)
-				}
 			}
 			if len(full[1].state.Tensors) != 0 {
 				t.Fatalf("rank 1 got %d state tensors; only the root does", len(full[1].state.Tensors))
@@ -385,23 +396,7 @@ func TestFullShardStepsBesideEqualDataParallel(t *testing.T) {
 			full := z3OnRanks(t, dist.NewGroup(ranks), func(rt tb, c dist.Comm) *z3Run {
 				return trainZ3With(rt, c, 3, tc.name, steps, tc.accum, tc.clip, false, tc.beside, tc.onHost)
 			})
-			for r := range ranks {
-				defer full[r].release()
-				for s := range steps {
-					for i := range zero[r].params[s] {
-						if !sameBits(zero[r].params[s][i], full[r].params[s][i]) {
-							t.Fatalf("rank %d, step %d: parameter %d differs between ZeRO-0 and ZeRO-3 stepping beside", r, s+1, i)
-						}
-					}
-				}
-			}
-			want, got := zero[0].state, full[0].state
-			for k, w := range want.Tensors {
-				g := got.Tensors[k]
-				if g == nil || !slices.Equal(g.RawBytes(), w.RawBytes()) {
-					t.Fatalf("gathered state %q differs from the unsharded optimizer's", k)
-				}
-			}
+			sameAsZeRO0(t, "ZeRO-3 stepping beside", zero, full)
 		})
 	}
 }
