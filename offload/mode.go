@@ -198,21 +198,9 @@ func (m *Memory) setupStream(dev device.Device, s Setup) error {
 		cfg.Grads = s.Params
 	}
 	if len(s.StateOnDevice) > 0 {
-		// Their state on the device: they stay there and step there.
-		onDevice, err := SelectParams(s.Params, s.StateOnDevice)
-		if err != nil {
+		if cfg.StayOnDevice, err = SelectParams(s.Params, s.StateOnDevice); err != nil {
 			return fmt.Errorf("the parameters whose optimizer state stays on the device (optimizer_state_on_device): %w", err)
 		}
-		keep := func(ps []*ferry.Tensor) []*ferry.Tensor {
-			var out []*ferry.Tensor
-			for _, p := range ps {
-				if !slices.Contains(onDevice, p) {
-					out = append(out, p)
-				}
-			}
-			return out
-		}
-		cfg.Params, cfg.Grads = keep(cfg.Params), keep(cfg.Grads)
 	}
 	if m.off != nil {
 		cfg.D2H, cfg.H2D = m.off.d2h, m.off.h2d

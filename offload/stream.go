@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"ferry"
@@ -45,6 +46,11 @@ type StreamConfig struct {
 	// once later gradients cover it (coveredCopies): backward's compute hides
 	// the copies, for about one gradient's bytes more on the device.
 	SerialGradCopies bool
+	// StayOnDevice are parameters that stay on the device, neither
+	// streamed nor their gradients sent to the host, whatever Params and
+	// Grads say: their optimizer state is on the device
+	// (optim.KeepOnDevice), so they step there.
+	StayOnDevice []*ferry.Tensor
 	// D2H and H2D are the side streams the copies run on (offload.Memory
 	// passes its Offloader's, so that parameters and activations share
 	// them); nil makes the Streamer's own.
@@ -186,6 +192,19 @@ func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
 			return nil, fmt.Errorf("offload: %w", err)
 		}
 	}
+	stay := func(ps []*ferry.Tensor) []*ferry.Tensor {
+		if len(cfg.StayOnDevice) == 0 {
+			return ps
+		}
+		var out []*ferry.Tensor
+		for _, p := range ps {
+			if !slices.Contains(cfg.StayOnDevice, p) {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	cfg.Params, cfg.Grads = stay(cfg.Params), stay(cfg.Grads)
 	for _, p := range cfg.Grads {
 		if p.Device() != dev && p.Device() != dev.Host() {
 			return nil, fmt.Errorf("offload: parameter %q is on %s, the streamer on %s", p.Name(), p.Device().Name(), dev.Name())

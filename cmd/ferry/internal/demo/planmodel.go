@@ -2,7 +2,6 @@ package demo
 
 import (
 	"fmt"
-	"slices"
 
 	"ferry"
 	"ferry/device"
@@ -195,13 +194,8 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		if sc.Params, err = offload.SelectParams(w.Parameters(), cfg.ParamsOnHost); err == nil && cfg.GradsOnHost {
 			sc.Grads = w.Parameters()
 		}
-		if err == nil && len(cfg.StateOnDevice) > 0 {
-			// As offload.Memory does: their state on the device, they
-			// stay and step there.
-			var onDevice []*ferry.Tensor
-			if onDevice, err = offload.SelectParams(w.Parameters(), cfg.StateOnDevice); err == nil {
-				sc.Params, sc.Grads = without(sc.Params, onDevice), without(sc.Grads, onDevice)
-			}
+		if err == nil && len(cfg.StateOnDevice) > 0 { // as offload.Memory does
+			sc.StayOnDevice, err = offload.SelectParams(w.Parameters(), cfg.StateOnDevice)
 		}
 		if err == nil {
 			stream, err = offload.NewStreamer(dev, sc)
@@ -386,17 +380,6 @@ func (rk *rankStep) fullShard(comm dist.Comm, params []*ferry.Tensor, opt optim.
 	fs.SetReduce(true)
 	rk.full, rk.opt, rk.hook, rk.wait, rk.inner = fs, fo, fs.GradReady, fs.Wait, st
 	return nil
-}
-
-// without is ps but those in drop, in order.
-func without(ps, drop []*ferry.Tensor) []*ferry.Tensor {
-	var out []*ferry.Tensor
-	for _, p := range ps {
-		if !slices.Contains(drop, p) {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // optimStateOnHost reports whether opt keeps its state on the host.
