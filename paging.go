@@ -79,6 +79,28 @@ func (t *Tensor) PageOut() {
 	st.pagedOut = true
 }
 
+// TakeBlock pages out t's storage without freeing its device block,
+// which it returns (nil if the storage was already paged out or holds no
+// block): the caller, being the pager, owns the block from now on and
+// keeps the data elsewhere, typically to refill the block and give it
+// back (InstallBlock) at the next page-in. A parameter that stays on the
+// device while its host copy is updated pages out this way, so that its
+// next use waits for the new values while its memory stays allocated.
+func (t *Tensor) TakeBlock() *device.Block {
+	t.live("page_out")
+	st := t.st
+	if st.pager == nil {
+		panicf("page_out", "%s has no pager (SetPager)", t.describe())
+	}
+	if st.pagedOut || st.block == nil {
+		return nil
+	}
+	b := st.block
+	st.block = nil
+	st.pagedOut = true
+	return b
+}
+
 // InstallBlock gives a paged-out storage the device block b holding its
 // data, making it resident again; the storage owns b from now on. For
 // pagers, from PageIn (or ahead of it). b must be of t's device and as

@@ -38,6 +38,17 @@ type StreamConfig struct {
 	// worker runs first the update the next forward needs first; a
 	// parameter's next upload waits for its update (beside.go). Settle,
 	// the next BeginBackward and Close wait for them all.
+	//
+	// With it, a parameter in Grads but not in Params (partial
+	// streaming) is pinned: it stays on the device, its memory allocated
+	// throughout, but gets a master in host memory as a streamed one
+	// does, which its host step updates beside the device like theirs;
+	// when its gradient leaves, its device copy is set aside (the block
+	// kept), and its next use waits for the upload of the new values
+	// into that block. So its update too is off the training goroutine,
+	// and it crosses the link once each way a step (its gradient down,
+	// its values up), as in ZeRO-Offload, where a streamed parameter
+	// also comes up for backward.
 	HostStepsBeside bool
 	// SerialGradCopies waits for each offloaded gradient's copy to the
 	// host as soon as the next gradient is complete, which keeps the
@@ -153,6 +164,13 @@ type streamed struct {
 	// resident: the storage holds a device block (installed).
 	resident bool
 	used     bool // used since it was installed
+	// pinned: a parameter that stays on the device (see
+	// StreamConfig.HostStepsBeside): paging it out sets its block aside
+	// in kept, still allocated, and bringing it in refills that block
+	// from the master. Neither forward nor backward pages it out after
+	// a use; only its gradient's completion (or its host step) does.
+	pinned bool
+	kept   *device.Block
 }
 
 // gradCopy is one gradient on its way to the host.
@@ -216,7 +234,18 @@ func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
 			if _, dup := s.byStorage[p.Storage()]; dup {
 				continue
 			}
-			if err := s.adopt(p); err != nil {
+			if err := s.adopt(p, false); err != nil {
+				return err
+			}
+		}
+		if !s.beside {
+			return nil
+		}
+		for _, p := range cfg.Grads {
+			if _, done := s.byStorage[p.Storage()]; done || p.Numel() == 0 || !p.IsContiguous() || p.StorageBytes() != p.Bytes() || p.Pager() != nil {
+				continue // (a view, or paged by someone else: stepped on the training goroutine)
+			}
+			if err := s.adopt(p, true); err != nil {
 				return err
 			}
 		}
@@ -231,23 +260,23 @@ func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
 
 // adopt copies p to a new master on the host and pages p out; a p built
 // on the host is migrated instead, its memory the master (no device
-// memory is used).
-func (s *Streamer) adopt(p *ferry.Tensor) error {
+// memory is used). A pinned p (see streamed.pinned) stays on the device:
+// one built on the host is brought there now.
+func (s *Streamer) adopt(p *ferry.Tensor, pinned bool) error {
+	st := &streamed{p: p, cat: device.Parameter, pinned: pinned}
 	if p.Device() == s.host && s.host != s.dev {
 		if p.Pager() != nil {
 			return fmt.Errorf("offload: parameter %q already has a pager", p.Name())
 		}
-		st := &streamed{p: p, cat: device.Parameter}
 		st.master = p.MigrateToPager(s.dev, s)
 		if st.master.Numel() == 0 {
 			st.master.Release()
 			st.master = nil
 		}
-		s.stats.HostParamBytes += p.Bytes()
-		s.params = append(s.params, st)
-		s.byStorage[p.Storage()] = st
-		s.largest = max(s.largest, p.Bytes())
-		st.version = p.Version()
+		s.register(st)
+		if pinned {
+			return s.PageIn(p)
+		}
 		return nil
 	}
 	switch {
@@ -258,7 +287,6 @@ func (s *Streamer) adopt(p *ferry.Tensor) error {
 	case !p.IsContiguous() || p.StorageBytes() != p.Bytes():
 		return fmt.Errorf("offload: parameter %q is a view of a larger storage; stream whole parameters", p.Name())
 	}
-	st := &streamed{p: p, cat: device.Parameter}
 	if p.Numel() > 0 {
 		m := ferry.ZerosAs(s.host, device.Parameter, p.Shape()...)
 		if err := s.copy(s.d2h, m, p, true); err != nil {
@@ -266,15 +294,25 @@ func (s *Streamer) adopt(p *ferry.Tensor) error {
 			return err
 		}
 		st.master = m
-		s.stats.HostParamBytes += p.Bytes()
 	}
-	s.params = append(s.params, st)
-	s.byStorage[p.Storage()] = st
-	s.largest = max(s.largest, p.Bytes())
+	s.register(st)
 	p.SetPager(s)
 	st.resident = p.Numel() > 0
-	st.version = p.Version()
+	if pinned {
+		return nil
+	}
 	return s.pageOut(st)
+}
+
+// register records st, a parameter storage adopted with its master.
+func (s *Streamer) register(st *streamed) {
+	if st.master != nil {
+		s.stats.HostParamBytes += st.p.Bytes()
+	}
+	s.params = append(s.params, st)
+	s.byStorage[st.p.Storage()] = st
+	s.largest = max(s.largest, st.p.Bytes())
+	st.version = st.p.Version()
 }
 
 // copy copies src into dst (whole blocks, same size) on stream, after the
@@ -373,9 +411,13 @@ func (s *Streamer) bringIn(st *streamed, prefetched bool) error {
 	if err := s.waitBeside(st); err != nil {
 		return err
 	}
-	b, err := s.dev.Allocator().Alloc(st.p.PagedBytes(), st.cat)
-	if err != nil {
-		return err
+	b := st.kept
+	st.kept = nil
+	if b == nil {
+		var err error
+		if b, err = s.dev.Allocator().Alloc(st.p.PagedBytes(), st.cat); err != nil {
+			return err
+		}
 	}
 	st.pending = b
 	// The new block may have been used by compute work not yet finished.
@@ -383,7 +425,11 @@ func (s *Streamer) bringIn(st *streamed, prefetched bool) error {
 	mb, _ := st.master.Block()
 	if err := s.dev.Copy(s.h2d, device.Whole(b), device.Span{Block: mb, Len: st.p.PagedBytes()}); err != nil {
 		st.pending = nil
-		s.dev.Allocator().Free(b)
+		if st.pinned {
+			st.kept = b
+		} else {
+			s.dev.Allocator().Free(b)
+		}
 		return err
 	}
 	st.ready = s.h2d.Record()
@@ -438,14 +484,19 @@ func (s *Streamer) noteUse(st *streamed) {
 	}
 }
 
-// pageOut frees st's device copy, first copying it back to the master if
-// an in-place op changed it since it came in; a prefetch in flight is
-// waited for and dropped.
+// pageOut frees st's device copy (a pinned one's is set aside, still
+// allocated), first copying it back to the master if an in-place op
+// changed it since it came in; a prefetch in flight is waited for and
+// dropped.
 func (s *Streamer) pageOut(st *streamed) error {
 	if st.pending != nil {
 		err := st.ready.Synchronize()
-		s.dev.Allocator().RecordStream(st.pending, s.h2d)
-		s.dev.Allocator().Free(st.pending)
+		if st.pinned {
+			st.kept = st.pending
+		} else {
+			s.dev.Allocator().RecordStream(st.pending, s.h2d)
+			s.dev.Allocator().Free(st.pending)
+		}
 		st.pending, st.ready = nil, nil
 		if err != nil {
 			return err
@@ -459,6 +510,13 @@ func (s *Streamer) pageOut(st *streamed) error {
 			return err
 		}
 		s.stats.WrittenBack++
+	}
+	if st.pinned {
+		// Its next upload waits for compute's work so far (bringIn):
+		// the block may be refilled once backward is done with it.
+		st.kept = st.p.TakeBlock()
+		st.resident, st.used = false, false
+		return nil
 	}
 	if b, _ := st.p.Block(); b != nil {
 		// Uploads read the master on h2d; the block goes back for compute.
@@ -485,7 +543,7 @@ func (s *Streamer) recorded(op string, inputs []*ferry.Tensor) {
 		}
 	}
 	for _, st := range s.params {
-		if !st.resident || !st.used || s.usedBy(st, inputs) {
+		if !st.resident || !st.used || st.pinned || s.usedBy(st, inputs) {
 			continue
 		}
 		if err := s.pageOut(st); err != nil {
@@ -526,10 +584,13 @@ func (s *Streamer) BeginStep() error {
 }
 
 // pageOutAll pages out every resident parameter (used ones only, unless
-// all).
+// all) but the pinned ones, whose device copies stay current.
 func (s *Streamer) pageOutAll(all bool) error {
 	return ferry.Catch(func() error {
 		for _, st := range s.params {
+			if st.pinned {
+				continue
+			}
 			if st.resident || all && st.pending != nil {
 				if err := s.pageOut(st); err != nil {
 					return err

@@ -58,19 +58,48 @@ type streamRun struct {
 	losses                   []float64
 	params                   [][]float32
 	paramPeak, gradPeak, opt int64
+	paramBytes               int64 // the parameters' bytes
 	stats                    offload.StreamStats
 }
 
+// firstNames names the first n parameters of trainStreamed's model.
+func firstNames(t *testing.T, gpt bool, n int) []string {
+	dev := cpu(t)
+	var model nn.Module
+	if gpt {
+		model = newGPTTask(t, dev).Model()
+	} else {
+		model = (&traintest.MLP{Dev: dev, Layers: 3, Width: 16, Rows: 8, Seed: 3}).Model()
+	}
+	defer nn.Release(model)
+	var names []string
+	for _, p := range model.Parameters()[:n] {
+		names = append(names, p.Name())
+	}
+	return names
+}
+
+// streamOpts are trainStreamed's less common choices.
+type streamOpts struct {
+	keep      int  // the first parameters keep their optimizer state on the device
+	hostBuilt bool // the GPT is built in host memory (as ferry train does when it streams parameters)
+}
+
 // trainStreamed trains under setup; hostOpt keeps the optimizer's state
-// on the host, but for the first keep parameters' (optim.KeepOnDevice,
+// on the host, but for the first o.keep parameters' (optim.KeepOnDevice,
 // offload.Setup.StateOnDevice).
-func trainStreamed(t *testing.T, gpt bool, setup offload.Setup, hostOpt bool, cfg train.Config, keep ...int) streamRun {
+func trainStreamed(t *testing.T, gpt bool, setup offload.Setup, hostOpt bool, cfg train.Config, o streamOpts) streamRun {
 	t.Helper()
 	dev := cpu(t)
 	var task train.Task
-	if gpt {
+	switch {
+	case gpt && o.hostBuilt:
+		g := newGPTTask(t, dev.Host())
+		g.dev = dev // its batches on the device
+		task = g
+	case gpt:
 		task = newGPTTask(t, dev)
-	} else {
+	default:
 		task = &traintest.MLP{Dev: dev, Layers: 3, Width: 16, Rows: 8, Seed: 3}
 	}
 	model := task.Model()
@@ -78,8 +107,8 @@ func trainStreamed(t *testing.T, gpt bool, setup offload.Setup, hostOpt bool, cf
 	var opts []optim.Option
 	if hostOpt {
 		opts = append(opts, optim.OnHost())
-		if len(keep) > 0 {
-			for _, p := range model.Parameters()[:keep[0]] {
+		if o.keep > 0 {
+			for _, p := range model.Parameters()[:o.keep] {
 				setup.StateOnDevice = append(setup.StateOnDevice, p.Name())
 			}
 			opts = append(opts, optim.KeepOnDevice(setup.StateOnDevice...))
@@ -110,6 +139,7 @@ func trainStreamed(t *testing.T, gpt bool, setup offload.Setup, hostOpt bool, cf
 		t.Fatal(err)
 	}
 	for _, p := range model.Parameters() {
+		r.paramBytes += p.Bytes()
 		if p.PagedOut() {
 			t.Errorf("%s is still paged out after Close", p.Name())
 		}
@@ -134,31 +164,51 @@ func TestStreamingTrainsToTheSameBits(t *testing.T) {
 				cfg = train.Config{Steps: 4, Schedule: train.Cosine{Peak: 1e-2, Min: 1e-3, Warmup: 1, Total: 4}}
 			}
 			base := offload.Setup{Mode: offload.None, OptimizerInBackward: inBwd}
-			want := trainStreamed(t, gpt, base, false, cfg)
+			want := trainStreamed(t, gpt, base, false, cfg, streamOpts{})
 			for _, c := range []struct {
 				name           string
 				mode           offload.Mode
 				params         []string
 				grads, hostOpt bool
-				keep           int // the first parameters' state on the device
+				keep           int  // the first parameters' state on the device
+				stream         int  // only the first parameters streamed (with params nil)
+				hostBuilt      bool // the GPT built in host memory
 			}{
-				{"params", offload.None, []string{"*"}, false, false, 0},
-				{"grads", offload.None, nil, true, true, 0},
-				{"params+grads+host optimizer", offload.None, []string{"*"}, true, true, 0},
-				{"params+grads+host optimizer, offload", offload.Offload, []string{"*"}, true, true, 0},
-				{"params+host optimizer", offload.Recompute, []string{"*"}, false, true, 0},
-				{"params+grads+host optimizer but the first 2 parameters'", offload.None, []string{"*"}, true, true, 2},
+				{"params", offload.None, []string{"*"}, false, false, 0, 0, false},
+				{"grads", offload.None, nil, true, true, 0, 0, false},
+				{"params+grads+host optimizer", offload.None, []string{"*"}, true, true, 0, 0, false},
+				{"params+grads+host optimizer, offload", offload.Offload, []string{"*"}, true, true, 0, 0, false},
+				{"params+host optimizer", offload.Recompute, []string{"*"}, false, true, 0, 0, false},
+				{"params+grads+host optimizer but the first 2 parameters'", offload.None, []string{"*"}, true, true, 2, 0, false},
+				{"the first 3 params+grads+host optimizer", offload.None, nil, true, true, 0, 3, false},
+				{"the first 3 params+grads+host optimizer, offload", offload.Offload, nil, true, true, 0, 3, false},
+				{"the first 3 params+grads+host optimizer, built on the host", offload.None, nil, true, true, 0, 3, true},
 			} {
 				t.Run(fmt.Sprintf("gpt=%v/inBackward=%v/%s", gpt, inBwd, c.name), func(t *testing.T) {
 					s := base
 					s.Mode, s.ParamsOnHost, s.GradsOnHost = c.mode, c.params, c.grads
-					got := trainStreamed(t, gpt, s, c.hostOpt, cfg, c.keep)
+					if c.stream > 0 {
+						s.ParamsOnHost = firstNames(t, gpt, c.stream)
+					}
+					got := trainStreamed(t, gpt, s, c.hostOpt, cfg, streamOpts{keep: c.keep, hostBuilt: c.hostBuilt && gpt})
 					if !sameBits(got.params, want.params) {
 						t.Error("parameters differ from the run on the device")
 					}
 					for i := range want.losses {
 						if math.Float64bits(got.losses[i]) != math.Float64bits(want.losses[i]) {
 							t.Errorf("step %d: loss %v, want %v", i+1, got.losses[i], want.losses[i])
+						}
+					}
+					if c.grads && c.hostOpt && inBwd && c.keep == 0 {
+						// Every parameter has a master in host memory: the
+						// ones not streamed are pinned, and their updates
+						// run beside the device too, their values uploaded
+						// after (offload.StreamConfig.HostStepsBeside).
+						if got.stats.HostParamBytes != want.paramBytes {
+							t.Errorf("%d bytes of parameters in host memory, want all %d", got.stats.HostParamBytes, want.paramBytes)
+						}
+						if got.stats.ParamUploads == 0 {
+							t.Errorf("stats %+v: no parameter uploaded", got.stats)
 						}
 					}
 					if c.params != nil {
