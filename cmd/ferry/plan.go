@@ -350,8 +350,12 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 	}
 	switch {
 	case p.OptimizerState == "host" && len(p.StateOnDevice) > 0:
-		fmt.Fprintf(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host), but for the first %d parameters (%s), which keep theirs, their values and gradients on the device, taking their updates off the step's end\n",
-			len(p.StateOnDevice), strings.Join(p.StateOnDevice, ", "))
+		kept := p.StateOnDevice
+		if len(kept) > 4 {
+			kept = append(slices.Clip(kept[:3]), fmt.Sprintf("… %s", kept[len(kept)-1]))
+		}
+		fmt.Fprintf(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host), but for the first %d parameters (%s), which keep theirs, their values and gradients on the device and step there, in backward\n",
+			len(p.StateOnDevice), strings.Join(kept, ", "))
 	case p.OptimizerState == "host":
 		fmt.Fprintln(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host): no optimizer state on the device")
 	}

@@ -191,3 +191,82 @@ func TestPlanWeighsSerialGradientCopies(t *testing.T) {
 		t.Errorf("the overlapped copies were not tried: %+v", p.Tried)
 	}
 }
+
+// Where the host's optimizer is the busiest resource, the planner keeps
+// the first parameters' state on the device, as many as the budget lets
+// it and the host needs: here an MLP under AdamW on h200-pcie5, where the
+// whole state does not fit the device. The plan is faster than every
+// placement it tried with the whole state on the host, `ferry demo
+// --device meta` replays it to the byte, and on the CPU it trains to mode
+// none's gradients at the predicted peak.
+func TestPlanKeepsPartOfTheStateOnTheDevice(t *testing.T) {
+	model := []string{"--model", "mlp", "--layers", "8", "--width", "512", "--batch", "16", "--optimizer", "adamw"}
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.json")
+	out, errOut, code := runCLI(t, append([]string{"plan", "--profile", "h200-pcie5", "--budget", "16MiB", "--out", pol, "--json"}, model...)...)
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+	}
+	var p struct {
+		Fits           bool     `json:"fits"`
+		OptimizerState string   `json:"optimizer_state"`
+		Kept           []string `json:"optimizer_state_on_device"`
+		Predicted      struct {
+			PeakBytes   int64   `json:"peak_bytes"`
+			StepSeconds float64 `json:"step_seconds"`
+		} `json:"predicted"`
+		Tried []struct {
+			State struct {
+				OptimizerState string   `json:"optimizer_state"`
+				Kept           []string `json:"optimizer_state_on_device"`
+			} `json:"state"`
+			Fits        bool    `json:"fits"`
+			StepSeconds float64 `json:"step_seconds"`
+		} `json:"state_placements_tried"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Fits || p.OptimizerState != "host" || len(p.Kept) == 0 || len(p.Kept) >= 16 {
+		t.Fatalf("want part of the state kept on the device: %+v", p)
+	}
+	onHost := 0
+	for _, c := range p.Tried {
+		if c.Fits && c.State.OptimizerState == "host" && len(c.State.Kept) == 0 {
+			onHost++
+			if c.StepSeconds <= p.Predicted.StepSeconds {
+				t.Errorf("the whole state on the host steps in %g s, the plan in %g s", c.StepSeconds, p.Predicted.StepSeconds)
+			}
+		}
+	}
+	if onHost == 0 {
+		t.Errorf("no placement with the whole state on the host fits: %+v", p.Tried)
+	}
+	type run struct {
+		Mode       string `json:"mode"`
+		Peak       int64  `json:"peak_step_bytes"`
+		GradsEqual *bool  `json:"grads_equal_none"`
+	}
+	demoRuns := func(dev string, extra ...string) []run {
+		t.Helper()
+		args := append(append([]string{"demo", "--device", dev, "--steps", "3", "--policy", pol, "--json"}, model...), extra...)
+		out, errOut, code := runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+		var d struct {
+			Runs []run `json:"runs"`
+		}
+		if err := json.Unmarshal([]byte(out), &d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Runs
+	}
+	if meta := demoRuns("meta", "--profile", "h200-pcie5", "--modes", "policy"); len(meta) != 1 || meta[0].Peak != p.Predicted.PeakBytes {
+		t.Errorf("meta replay %+v, predicted peak %d", meta, p.Predicted.PeakBytes)
+	}
+	cpu := demoRuns("cpu")
+	if len(cpu) != 2 || cpu[1].Mode != "policy" || cpu[1].GradsEqual == nil || !*cpu[1].GradsEqual || cpu[1].Peak != p.Predicted.PeakBytes {
+		t.Errorf("cpu runs %+v: want mode none's gradients at the predicted peak %d", cpu, p.Predicted.PeakBytes)
+	}
+}
