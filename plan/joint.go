@@ -263,14 +263,16 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 				}
 			}
 		}
-		base := tried[slices.Index(plans, from)].State
-		if opts.Offload == nil && from.CopiesInFlight > 0 {
-			oc := offload.DefaultConfig()
-			oc.MaxInFlight = from.CopiesInFlight
-			pinned = &oc
-		}
-		keep := func(j int) (bool, error) {
-			s := base
+		// keep tries the first j parameters' state on the device, the
+		// rest placed as on, at on's copies in flight.
+		keep := func(on *Plan, j int) (bool, error) {
+			pinned = nil
+			if opts.Offload == nil && on.CopiesInFlight > 0 {
+				oc := offload.DefaultConfig()
+				oc.MaxInFlight = on.CopiesInFlight
+				pinned = &oc
+			}
+			s := tried[slices.Index(plans, on)].State
 			s.StateOnDevice = names(params[:j])
 			p, err := try(s)
 			if err != nil {
@@ -279,23 +281,25 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			p.CopiesChosen = pinned != nil // the plan's choice, kept
 			return p.Fits, nil
 		}
-		var err error
-		switch b := best.Predicted.Busy; {
-		case b.Host >= b.Max():
-			err = keptSearch(params, from, opts.Budget, keep)
-		case best.Predicted.OverlapRatio > stateOnDeviceAbove:
+		last := best
+		if b := best.Predicted.Busy; b.Host >= b.Max() {
+			if err := keptSearch(params, from, opts.Budget, func(j int) (bool, error) { return keep(from, j) }); err != nil {
+				return nil, nil, err
+			}
+		}
+		if best == last && last.Predicted.OverlapRatio > stateOnDeviceAbove {
 			for _, j := range []int{4, 1} {
 				if j >= len(params) {
 					continue
 				}
-				if fits, kerr := keep(j); kerr != nil || fits {
-					err = kerr
+				fits, err := keep(last, j)
+				if err != nil {
+					return nil, nil, err
+				}
+				if fits {
 					break
 				}
 			}
-		}
-		if err != nil {
-			return nil, nil, err
 		}
 		pinned = nil
 	}
