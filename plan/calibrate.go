@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -18,9 +19,10 @@ type CalibrateOptions struct {
 	Width, Batch int     // the Linear layer whose products are timed
 	DiskDir      string  // where the disk test writes ("" = the system's temporary directory)
 	Seconds      float64 // time to spend on each figure (default 0.5)
-	// Fit, if set, fits the profile's elementwise rate and copy share to
-	// timed training steps on dev (the planner knows no model of its own;
-	// cmd/ferry/internal/demo's FitProfile times the origin model).
+	// Fit, if set, fits the profile's elementwise rate and host optimizer
+	// rate to timed training steps on dev (the planner knows no model of
+	// its own; cmd/ferry/internal/demo's FitProfile times the origin
+	// model).
 	Fit func(dev device.Device, p *meta.Profile, o CalibrateOptions) error
 	// FitOn says in the profile's Source what Fit times ("" = training
 	// steps of 8 such layers, as cmd/ferry/internal/demo's FitProfile does).
@@ -46,8 +48,10 @@ func (o CalibrateOptions) progress(what string) {
 // at batch Batch, in float32 and, where the device multiplies bfloat16,
 // with bfloat16 operands (else matmul_bf16_flops stays 0 and the Source
 // says why), the fixed cost of a kernel, copies to and from the host
-// on a side stream, and disk writes and reads as the offloader's disk tier
-// makes them (through the page cache, without fsync). The rate of
+// on a side stream, what such copies take from the products running
+// beside them (the copy share), and disk writes and reads as the
+// offloader's disk tier makes them (through the page cache, without
+// fsync). The rate of
 // elementwise work is then fitted: a few training steps of the origin
 // model (4 layers) are timed on the device, and the rate is the one with
 // which the meta device predicts that time. Each figure is the median of
@@ -181,6 +185,18 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 		}
 		*dir.rate = linkBytes / t
 	}
+	o.progress("what copies on a side stream take from matrix products")
+	if p.CopyComputeShare, err = copyShare(dev, s, db, hb, gemm, o.Seconds, func() error {
+		for _, sh := range shapes {
+			sh.Alpha, sh.Batch = 1, 1
+			if err := k.Gemm(sh); err != nil {
+				return err
+			}
+		}
+		return sync()
+	}, linkBytes/p.H2DBytesPerSec+linkBytes/p.D2HBytesPerSec); err != nil {
+		return nil, err
+	}
 
 	// Disk: a 256 MiB file written and read back in 16 MiB pieces.
 	o.progress("disk writes and reads (a 256 MiB file)")
@@ -198,7 +214,7 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 		return nil, err
 	}
 	if o.Fit != nil {
-		o.progress("training steps, to fit the elementwise rate, the host optimizer's rate and the copy share")
+		o.progress("training steps, to fit the elementwise rate and the host optimizer's rate")
 		p.Source = ""
 		if err := o.Fit(dev, p, o); err != nil {
 			return nil, err
@@ -207,10 +223,10 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	fitNote := p.Source
 	fitOn := o.FitOn
 	if fitOn == "" {
-		fitOn = "training steps of 8 such layers (everything on the device; the optimizer's state and gradients on the host; the parameters there too)"
+		fitOn = "training steps of 8 such layers (everything on the device; the optimizer's state and gradients on the host)"
 	}
 	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, %s, 64 MiB host copies, a 256 MiB file; "+
-		"elementwise rate, host optimizer rate and copy share fitted to %s", dev.Name(), w, b, bf16Note, fitOn)
+		"the copy share measured beside those products; elementwise rate and host optimizer rate fitted to %s", dev.Name(), w, b, bf16Note, fitOn)
 	if fitNote != "" {
 		p.Source += "; " + fitNote
 	}
@@ -274,6 +290,52 @@ func calibrateBF16(dev device.Device, o CalibrateOptions, kern, mem float64) (fl
 	flops := 3 * 2 * float64(b) * float64(w) * float64(w)
 	bytes := 3 * 2 * float64(b*w+w*w+b*w)
 	return flops / max(t-3*kern-bytes/mem, 1e-9), nil
+}
+
+// copyShare measures what copies on side stream s take from compute
+// (meta.Profile.CopyComputeShare): the copies of pair (db to hb and back,
+// pairSeconds alone) run while compute repeats products (one call, done
+// when synchronized: alone seconds each, as measured without copies);
+// over the window until the copies are done, compute lost the window
+// less the products it finished at their own pace, for copies that take
+// their bytes at the link rates alone. The median of at least five
+// windows within budget seconds; 0 where it comes out below 0 (compute
+// did not slow: its own cores, a GPU's copy engines).
+func copyShare(dev device.Device, s device.Stream, db, hb *device.Block, alone, budget float64, products func() error, pairSeconds float64) (float64, error) {
+	// Enough pairs for the window to hold about 20 calls of products.
+	pairs := max(1, int(math.Ceil(20*alone/pairSeconds)))
+	var shares []float64
+	start := time.Now()
+	for len(shares) < 5 || time.Since(start).Seconds() < budget {
+		t0 := time.Now()
+		for range pairs {
+			if err := dev.Copy(s, device.Whole(hb), device.Whole(db)); err != nil {
+				return 0, err
+			}
+			if err := dev.Copy(s, device.Whole(db), device.Whole(hb)); err != nil {
+				return 0, err
+			}
+		}
+		copied := s.Record()
+		calls := 0
+		for !copied.Done() {
+			if err := products(); err != nil {
+				return 0, err
+			}
+			calls++
+		}
+		window := time.Since(t0).Seconds()
+		if err := copied.Synchronize(); err != nil {
+			return 0, err
+		}
+		lost := window - float64(calls)*alone
+		shares = append(shares, lost/(float64(pairs)*pairSeconds))
+		if len(shares) > 1000 {
+			break
+		}
+	}
+	slices.Sort(shares)
+	return max(0, shares[len(shares)/2]), nil
 }
 
 // repeat times batch calls of f (then done) until budget seconds have

@@ -23,9 +23,10 @@ func init() {
 
 func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 	dev := fs.String("device", "cpu", "device to measure")
-	// Without --model the elementwise rate and copy share are fitted to
-	// training steps of 8 Linear+ReLU layers; with --model NAME, to
-	// training steps of that model at its sizes (the size flags).
+	// Without --model the elementwise rate and the host optimizer's rate
+	// are fitted to training steps of 8 Linear+ReLU layers; with --model
+	// NAME, to training steps of that model at its sizes (the size
+	// flags). The copy share is measured (plan.Calibrate).
 	sizes := defineSizeFlags(fs, "", nil, nil)
 	diskDir := fs.String("disk-dir", "", "directory for the disk test (default: the system's temporary directory)")
 	seconds := fs.Float64("seconds", 0.5, "time spent on each figure")
@@ -83,8 +84,8 @@ func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 			rows, width := w.MatmulShape()
 			name, _ := w.Optimizer()
-			opts.FitOn = "training steps of " + w.Describe() + ", " + name + ", in mode none with everything on the device, with the optimizer's state and gradients on the host, and with the parameters there too " +
-				"(activations moved to the host or disk, recomputed, the optimizer inside backward and planned policies not fitted)"
+			opts.FitOn = "training steps of " + w.Describe() + ", " + name + ", in mode none with everything on the device and with the optimizer's state and gradients on the host " +
+				"(parameters on the host, activations moved to the host or disk, recomputed, the optimizer inside backward and planned policies not fitted)"
 			w.Release()
 			opts.Width, opts.Batch, opts.Fit = width, rows, demo.FitModelProfile(f, s)
 		}

@@ -24,3 +24,15 @@ func TestFitRateAtItsBounds(t *testing.T) {
 		t.Errorf("fitted %g B/s; want 4e9", r)
 	}
 }
+
+// A fit's timed runs take about the seconds asked for, within bounds.
+func TestFitStepsFor(t *testing.T) {
+	for _, c := range []struct {
+		seconds, step float64
+		want          int
+	}{{1, 0.015, 66}, {1, 0.075, 13}, {1, 0, 3}, {1, 10, 3}, {100, 0.001, 500}, {1, -1, 3}} {
+		if got := fitStepsFor(c.seconds, c.step); got != c.want {
+			t.Errorf("fitStepsFor(%v, %v) = %d, want %d", c.seconds, c.step, got, c.want)
+		}
+	}
+}
