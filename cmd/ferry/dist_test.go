@@ -280,9 +280,9 @@ func TestZeRO3OnTwoMPIRanks(t *testing.T) {
 // 3 writes a policy that offloads, and mpirun -np 2 ferry train --zero 3
 // --policy peaks at the predicted bytes exactly (every rank, on the CPU),
 // the state on the device at 600 KiB; with it on the host at 300 KiB the
-// plan steps each shard beside the device as its mean gradient lands
-// (optimizer_in_backward), and at 250 KiB keeps the shards in host memory
-// too (--parameters host). All train to ZeRO-0's losses, bit for bit.
+// plan may step each shard beside the device as its mean gradient lands
+// (optimizer_in_backward: the `cpu` profile's choice by time), and at
+// 250 KiB keeps the shards in host memory too (--parameters host). All train to ZeRO-0's losses, bit for bit.
 func TestZeRO3PolicyPeakOnTwoMPIRanks(t *testing.T) {
 	_, bin := mpiFerry(t)
 	dir := t.TempDir()
@@ -329,7 +329,10 @@ func TestZeRO3PolicyPeakOnTwoMPIRanks(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &planned); err != nil || planned.Predicted.Peak == 0 {
 			t.Fatalf("plan: %v: %s", err, out)
 		}
-		if planned.InBackward != (state == "host" && tc.params == "device") || (len(planned.OnHost) > 0) != (tc.params == "host") {
+		// (Stepping beside the device is the planner's choice by time
+		// with the state on the host; with it on the device a rank of
+		// several cannot update inside backward.)
+		if planned.InBackward && state == "device" || (len(planned.OnHost) > 0) != (tc.params == "host") {
 			t.Errorf("state on the %s, parameters on the %s: the plan's optimizer_in_backward is %v, its parameters on the host %v", state, tc.params, planned.InBackward, planned.OnHost)
 		}
 		ran := runJob("--zero", "3", "--policy", policy)
