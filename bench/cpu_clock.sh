@@ -11,7 +11,10 @@
 #   bash bench/cpu_clock.sh [ferry binary]
 # Environment: ROUNDS (3), MLP_STEPS and GPT_STEPS (timed steps per
 # measured run, 10 and 40), MLP_PROFILE
-# (cpu), GPT_PROFILE (cpu-gpt), MODELS (mlp gpt), KINDS (all), and
+# (cpu), GPT_PROFILE (cpu-gpt), MODELS (mlp gpt), KINDS (all), FIT=1 to
+# fit each model's profile first (ferry calibrate --seconds 1 on the
+# model, saved in the work directory: the machine as it is now, rather
+# than as the built-in profile found it), and
 # FERRY_CLOCK_QUIET=0 not to wait for quiet cores, and
 # FERRY_CLOCK_RAW=FILE to keep every run's figure (model kind round
 # predicted measured load, one line each: load is the 1-minute load
@@ -80,6 +83,14 @@ step() { # device args...: the run's median step
 	"$bin" demo --device "$@" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["runs"][0]["step_seconds"])'
 }
 
+if [ "${FIT:-0}" = 1 ]; then
+	for m in ${MODELS:-mlp gpt}; do
+		# shellcheck disable=SC2086
+		"$bin" calibrate ${model_args[$m]/--optimizer sgd/} --seconds 1 --save "$work/$m.json" >/dev/null 2>&1
+		model_profile[$m]=$work/$m.json
+		echo "$m: fitted $(python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print("products %.0f GFLOP/s, elementwise %.1f GB/s, host optimizer %.1f GB/s, copy share %.2f" % (p["matmul_flops"]/1e9, p["memory_bytes_per_sec"]/1e9, p["host_optimizer_bytes_per_sec"]/1e9, p["copy_compute_share"]))' "$work/$m.json")"
+	done
+fi
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for m in ${MODELS:-mlp gpt}; do
 	for r in $(seq 1 "$rounds"); do
