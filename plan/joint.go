@@ -24,7 +24,7 @@ import (
 //	host              host        all
 //	host              host        the first k (model order), k searched
 //	host but the      host        as the fastest above
-//	first j (4, or 1)             (but the first j)
+//	first j                       (but the first j)
 //
 // (parameters in host memory only when the state on the device does not
 // fit; the first k only when nothing above fits; gradients' copies to the
@@ -36,18 +36,22 @@ import (
 // costs its bytes over the link twice a step or more (forward, backward;
 // a tied weight per use), a gradient once, so fewer streamed parameters
 // are faster: k is the fewest that fit, to within 1/32 of the
-// parameters, found by bisection (the peak falls as k grows). With the
-// gradients on the host and the optimizer inside backward, the host's
-// updates run beside the device for every parameter, streamed or not
-// (a parameter not streamed is pinned: offload.StreamConfig's
-// HostStepsBeside). Where the fastest plan updates every parameter on
-// the host, steps above 1.05 × its busiest resource and neither
-// placement was fixed by the caller, the first 4 parameters (or, if that
-// does not fit, the first one) keep their state, values and gradients on
-// the device, with the plan's copies in flight: the first parameters'
-// gradients (the embedding's) are the last backward completes and their
-// values the first forward needs, so their host updates end the step; on
-// the device they take a moment.
+// parameters, found by bisection (the peak falls as k grows); where
+// streaming every parameter is bound by the host's optimizer, neither
+// the bisection nor the serial copies can make it faster, and neither is
+// tried. With the gradients on the host and the optimizer inside
+// backward, the host's updates run beside the device for every
+// parameter, streamed or not (a parameter not streamed is pinned:
+// offload.StreamConfig's HostStepsBeside). Where the fastest plan updates
+// every parameter on the host and neither placement was fixed by the
+// caller, the first j parameters keep their state, values and gradients
+// on the device, with the base plan's copies in flight: where the host is
+// the busiest resource, j as keptSearch finds it (as many as bring the
+// host's work down to the device's, or as fit); else, where the plan
+// steps above 1.05 × its busiest resource, j = 4 (or, if that does not
+// fit, 1): the first parameters' gradients (the embedding's) are the last
+// backward completes and their values the first forward needs, so their
+// host updates end the step; on the device they take a moment.
 
 // State is where a step keeps its training state.
 type State struct {
@@ -371,13 +375,13 @@ func hostBound(p *Plan) bool {
 // parameters' bytes kept. The aim is the fewest that leave the host no
 // busier than the device's busiest resource (keptHostShare; more only
 // take memory from the saved tensors), capped by what the budget can
-// hold at all: each
-// kept parameter takes at least 3 × its bytes (its values, and for AdamW
-// two state slots; less for a leaner optimizer, which the bisection then
-// finds), and the saved tensors at least best's smallest baseline. keep
-// tries j and reports whether it fits; the largest j that fits, up to the
-// aim, is found by bisection to within 1/32 of the parameters, in at most
-// keptTries plans (the fastest plan tried wins in MakeJoint).
+// hold at all: each kept parameter takes at least 3 × its bytes (its
+// values, and for AdamW two state slots; less for a leaner optimizer,
+// which the bisection then finds), and the saved tensors at least best's
+// smallest baseline. keep tries j and reports whether it fits; the
+// largest j that fits, up to the aim, is found by bisection to within
+// 1/32 of the parameters, in at most keptTries plans (the fastest plan
+// tried wins in MakeJoint).
 func keptSearch(params []Param, best *Plan, budget int64, keep func(j int) (bool, error)) error {
 	b := best.Predicted.Busy
 	if b.Host <= 0 {
