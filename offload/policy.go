@@ -322,6 +322,12 @@ func ParsePolicy(b []byte) (*Policy, error) {
 	if s := p.Gradients; s != "" && s != "device" && s != "host" {
 		return nil, fmt.Errorf("gradients %q: want device or host", s)
 	}
+	if len(p.OptimizerStateOnDevice) > 0 && p.OptimizerState != "host" {
+		return nil, fmt.Errorf("optimizer_state_on_device keeps some parameters' state on the device while the rest's is on the host; the policy's optimizer_state is %q, not host", p.OptimizerState)
+	}
+	if i := firstRepeat(p.OptimizerStateOnDevice); i >= 0 {
+		return nil, fmt.Errorf("optimizer_state_on_device names %q twice", p.OptimizerStateOnDevice[i])
+	}
 	if p.SerialGradCopies && p.Gradients != "host" {
 		return nil, fmt.Errorf("serial_gradient_copies is for gradients in host memory; the policy's gradients are %q", p.Gradients)
 	}
@@ -335,6 +341,19 @@ func ParsePolicy(b []byte) (*Policy, error) {
 		return nil, err
 	}
 	return &p, nil
+}
+
+// firstRepeat is the index of the first name that appears earlier in
+// names, or -1.
+func firstRepeat(names []string) int {
+	seen := make(map[string]bool, len(names))
+	for i, n := range names {
+		if seen[n] {
+			return i
+		}
+		seen[n] = true
+	}
+	return -1
 }
 
 // SavedTensor describes one tensor a model's step saves, as the planner

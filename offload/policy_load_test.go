@@ -10,8 +10,10 @@ import (
 )
 
 // A policy file's training-state fields are checked when it is read: a
-// misspelt placement, or serial gradient copies without gradients in host
-// memory, is an error that names the field, not a silent default.
+// misspelt placement, serial gradient copies without gradients in host
+// memory, or state kept on the device for some parameters when it is
+// not on the host for the rest, is an error that names the field, not a
+// silent default.
 func TestLoadPolicyChecksTheTrainingState(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct{ body, want string }{
@@ -20,6 +22,10 @@ func TestLoadPolicyChecksTheTrainingState(t *testing.T) {
 		{`{"version": 2, "default": "keep", "serial_gradient_copies": true}`, "serial_gradient_copies"},
 		{`{"version": 2, "default": "keep", "gradients": "device", "serial_gradient_copies": true}`, "serial_gradient_copies"},
 		{`{"version": 2, "default": "keep", "optimizer_state": "host", "gradients": "host", "serial_gradient_copies": true}`, ""},
+		{`{"version": 2, "default": "keep", "optimizer_state_on_device": ["a"]}`, "optimizer_state_on_device"},
+		{`{"version": 2, "default": "keep", "optimizer_state": "device", "optimizer_state_on_device": ["a"]}`, "optimizer_state_on_device"},
+		{`{"version": 2, "default": "keep", "optimizer_state": "host", "optimizer_state_on_device": ["a", "b", "a"]}`, `names "a" twice`},
+		{`{"version": 2, "default": "keep", "optimizer_state": "host", "gradients": "host", "serial_gradient_copies": true, "optimizer_state_on_device": ["a", "b"]}`, ""},
 		{`{"version": 2, "default": "keep", "copies_in_flight": -1}`, "copies_in_flight -1"},
 		{`{"version": 2, "default": "keep", "copies_in_flight": 65}`, "copies_in_flight 65"},
 		{`{"version": 2, "default": "keep", "copies_in_flight": 2.5}`, "copies_in_flight"},
