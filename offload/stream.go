@@ -40,7 +40,7 @@ type StreamConfig struct {
 	// the next BeginBackward and Close wait for them all.
 	//
 	// With it, a parameter in Grads but not in Params (partial
-	// streaming) is pinned: it stays on the device, its memory allocated
+	// streaming) is mirrored: it stays on the device, its memory allocated
 	// throughout, but gets a master in host memory as a streamed one
 	// does, which its host step updates beside the device like theirs;
 	// when its gradient leaves, its device copy is set aside (the block
@@ -164,13 +164,14 @@ type streamed struct {
 	// resident: the storage holds a device block (installed).
 	resident bool
 	used     bool // used since it was installed
-	// pinned: a parameter that stays on the device (see
-	// StreamConfig.HostStepsBeside): paging it out sets its block aside
-	// in kept, still allocated, and bringing it in refills that block
-	// from the master. Neither forward nor backward pages it out after
-	// a use; only its gradient's completion (or its host step) does.
-	pinned bool
-	kept   *device.Block
+	// mirrored: a parameter that stays on the device, its values
+	// mirrored by the master (see StreamConfig.HostStepsBeside): paging
+	// it out sets its block aside in kept, still allocated, and bringing
+	// it in refills that block from the master. Neither forward nor
+	// backward pages it out after a use; only its gradient's completion
+	// (or its host step) does.
+	mirrored bool
+	kept     *device.Block
 }
 
 // gradCopy is one gradient on its way to the host.
@@ -260,10 +261,10 @@ func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
 
 // adopt copies p to a new master on the host and pages p out; a p built
 // on the host is migrated instead, its memory the master (no device
-// memory is used). A pinned p (see streamed.pinned) stays on the device:
+// memory is used). A mirrored p (see streamed.mirrored) stays on the device:
 // one built on the host is brought there now.
-func (s *Streamer) adopt(p *ferry.Tensor, pinned bool) error {
-	st := &streamed{p: p, cat: device.Parameter, pinned: pinned}
+func (s *Streamer) adopt(p *ferry.Tensor, mirrored bool) error {
+	st := &streamed{p: p, cat: device.Parameter, mirrored: mirrored}
 	if p.Device() == s.host && s.host != s.dev {
 		if p.Pager() != nil {
 			return fmt.Errorf("offload: parameter %q already has a pager", p.Name())
@@ -274,7 +275,7 @@ func (s *Streamer) adopt(p *ferry.Tensor, pinned bool) error {
 			st.master = nil
 		}
 		s.register(st)
-		if pinned {
+		if mirrored {
 			return s.PageIn(p)
 		}
 		return nil
@@ -298,7 +299,7 @@ func (s *Streamer) adopt(p *ferry.Tensor, pinned bool) error {
 	s.register(st)
 	p.SetPager(s)
 	st.resident = p.Numel() > 0
-	if pinned {
+	if mirrored {
 		return nil
 	}
 	return s.pageOut(st)
@@ -425,7 +426,7 @@ func (s *Streamer) bringIn(st *streamed, prefetched bool) error {
 	mb, _ := st.master.Block()
 	if err := s.dev.Copy(s.h2d, device.Whole(b), device.Span{Block: mb, Len: st.p.PagedBytes()}); err != nil {
 		st.pending = nil
-		if st.pinned {
+		if st.mirrored {
 			st.kept = b
 		} else {
 			s.dev.Allocator().Free(b)
@@ -484,14 +485,14 @@ func (s *Streamer) noteUse(st *streamed) {
 	}
 }
 
-// pageOut frees st's device copy (a pinned one's is set aside, still
+// pageOut frees st's device copy (a mirrored one's is set aside, still
 // allocated), first copying it back to the master if an in-place op
 // changed it since it came in; a prefetch in flight is waited for and
 // dropped.
 func (s *Streamer) pageOut(st *streamed) error {
 	if st.pending != nil {
 		err := st.ready.Synchronize()
-		if st.pinned {
+		if st.mirrored {
 			st.kept = st.pending
 		} else {
 			s.dev.Allocator().RecordStream(st.pending, s.h2d)
@@ -511,7 +512,7 @@ func (s *Streamer) pageOut(st *streamed) error {
 		}
 		s.stats.WrittenBack++
 	}
-	if st.pinned {
+	if st.mirrored {
 		// Its next upload waits for compute's work so far (bringIn):
 		// the block may be refilled once backward is done with it.
 		st.kept = st.p.TakeBlock()
@@ -543,7 +544,7 @@ func (s *Streamer) recorded(op string, inputs []*ferry.Tensor) {
 		}
 	}
 	for _, st := range s.params {
-		if !st.resident || !st.used || st.pinned || s.usedBy(st, inputs) {
+		if !st.resident || !st.used || st.mirrored || s.usedBy(st, inputs) {
 			continue
 		}
 		if err := s.pageOut(st); err != nil {
@@ -584,11 +585,11 @@ func (s *Streamer) BeginStep() error {
 }
 
 // pageOutAll pages out every resident parameter (used ones only, unless
-// all) but the pinned ones, whose device copies stay current.
+// all) but the mirrored ones, whose device copies stay current.
 func (s *Streamer) pageOutAll(all bool) error {
 	return ferry.Catch(func() error {
 		for _, st := range s.params {
-			if st.pinned {
+			if st.mirrored {
 				continue
 			}
 			if st.resident || all && st.pending != nil {

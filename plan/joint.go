@@ -41,7 +41,7 @@ import (
 // the bisection nor the serial copies can make it faster, and neither is
 // tried. With the gradients on the host and the optimizer inside
 // backward, the host's updates run beside the device for every
-// parameter, streamed or not (a parameter not streamed is pinned:
+// parameter, streamed or not (a parameter not streamed is mirrored:
 // offload.StreamConfig's HostStepsBeside). Where the fastest plan updates
 // every parameter on the host and neither placement was fixed by the
 // caller, the first j parameters keep their state, values and gradients
@@ -248,7 +248,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 	}
 	if best != nil && best.OptimizerState == "host" && best.Gradients == "host" && len(params) > 1 &&
 		opts.Ranks <= 1 && jo.OptimizerState != "host" && jo.Params != "host" { // (all on the host, if the caller says so)
-		// Every parameter updated on the host, streamed or pinned
+		// Every parameter updated on the host, streamed or mirrored
 		// (offload.StreamConfig.HostStepsBeside). Keeping the first
 		// parameters' state, values and gradients on the device takes
 		// their updates off the host, for their bytes and state on the

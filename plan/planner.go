@@ -1011,7 +1011,7 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 // replaySteps is how many steps Replay runs: two (the first allocates the
 // optimizer's state), and a third where host updates run beside the
 // device (gradients on the host, updated inside backward: streamed and
-// pinned parameters alike, offload.StreamConfig.HostStepsBeside): the
+// mirrored parameters alike, offload.StreamConfig.HostStepsBeside): the
 // first step's updates, after a forward with none to wait for, are not
 // the steady state's, and the second step runs them.
 func replaySteps(policy *offload.Policy) int {

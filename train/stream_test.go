@@ -201,7 +201,7 @@ func TestStreamingTrainsToTheSameBits(t *testing.T) {
 					}
 					if c.grads && c.hostOpt && inBwd && c.keep == 0 {
 						// Every parameter has a master in host memory: the
-						// ones not streamed are pinned, and their updates
+						// ones not streamed are mirrored, and their updates
 						// run beside the device too, their values uploaded
 						// after (offload.StreamConfig.HostStepsBeside).
 						if got.stats.HostParamBytes != want.paramBytes {
