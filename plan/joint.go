@@ -265,11 +265,13 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		if hostBound(best) {
 			// Host-bound: the plans of the other parameter placements
 			// step about as fast (the host's work is the same); the one
-			// with the smallest peak leaves the most room for state on
-			// the device.
+			// that needs the least memory for itself (its smallest
+			// baseline: every parameter streamed, usually) leaves the
+			// most room for state on the device. (Not the smallest
+			// peak: a plan fills its budget with saved tensors.)
 			for i, p := range plans {
 				if t := tried[i].State; p.Fits && t.OptimizerState == "host" && t.Gradients == "host" && !t.SerialGradCopies &&
-					p.Predicted.StepSeconds <= best.Predicted.StepSeconds*hostBoundAlike && p.Predicted.PeakBytes < from.Predicted.PeakBytes {
+					p.Predicted.StepSeconds <= best.Predicted.StepSeconds*hostBoundAlike && leastPeak(p) < leastPeak(from) {
 					from = p
 				}
 			}
@@ -303,7 +305,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 				if j >= len(params) {
 					continue
 				}
-				fits, err := keep(last, j)
+				fits, err := keep(from, j)
 				if err != nil {
 					return nil, nil, err
 				}
@@ -369,19 +371,31 @@ func hostBound(p *Plan) bool {
 	return b.Host > 0 && b.Host >= b.Max()
 }
 
+// leastPeak is the least device memory p's state placement takes: the
+// smaller of its all-recompute and all-offload peaks, or its own.
+func leastPeak(p *Plan) int64 {
+	least := p.Predicted.PeakBytes
+	for _, bl := range []Baseline{p.AllRecompute, p.AllOffload} {
+		if bl.Outcome.PeakBytes > 0 {
+			least = min(least, bl.Outcome.PeakBytes)
+		}
+	}
+	return least
+}
+
 // keptSearch tries keeping the first j parameters' optimizer state (and
 // values and gradients) on the device, for a plan best whose busiest
 // resource is the host: the host's work falls about in proportion to the
 // parameters' bytes kept. The aim is the fewest that leave the host no
 // busier than the device's busiest resource (keptHostShare; more only
-// take memory from the saved tensors), capped by what the budget can
-// hold at all: each kept parameter takes at least 3 × its bytes (its
-// values, and for AdamW two state slots; less for a leaner optimizer,
-// which the bisection then finds), and the saved tensors at least best's
-// smallest baseline. keep tries j and reports whether it fits; the
+// take memory from the saved tensors). The first tried is the most of
+// those the budget surely holds: each kept parameter taking 3 × its
+// bytes (its values and, for AdamW, two state slots), the saved tensors
+// at least best's smallest baseline (leastPeak). From there, up (doubling
+// while all fit: a leaner optimizer's state takes less) or down, the
 // largest j that fits, up to the aim, is found by bisection to within
-// 1/32 of the parameters, in at most keptTries plans (the fastest plan
-// tried wins in MakeJoint).
+// 1/32 of the parameters, in at most keptTries plans; keep tries j and
+// reports whether it fits (the fastest plan tried wins in MakeJoint).
 func keptSearch(params []Param, best *Plan, budget int64, keep func(j int) (bool, error)) error {
 	b := best.Predicted.Busy
 	if b.Host <= 0 {
@@ -391,28 +405,30 @@ func keptSearch(params []Param, best *Plan, budget int64, keep func(j int) (bool
 	for _, p := range params {
 		total += p.Bytes
 	}
-	floor := best.Predicted.PeakBytes
-	for _, bl := range []Baseline{best.AllRecompute, best.AllOffload} {
-		if bl.Outcome.PeakBytes > 0 {
-			floor = min(floor, bl.Outcome.PeakBytes)
-		}
-	}
+	floor := leastPeak(best)
 	other := max(b.Compute, b.ToDevice, b.ToHost, b.Interconnect)
 	// The bytes whose updates leave the host: enough that the host's
 	// work falls to keptHostShare of the device's busiest resource.
 	want := float64(total) * (1 - keptHostShare*other/b.Host)
-	aim, room := 0, budget-floor
+	enough, first := 0, 0 // enough: the fewest that bring the host down; first: the most the budget surely holds
 	var cum int64
-	for aim < len(params)-1 && float64(cum) < want && 3*(cum+params[aim].Bytes) <= room {
-		cum += params[aim].Bytes
-		aim++
+	for enough < len(params)-1 && float64(cum) < want {
+		cum += params[enough].Bytes
+		enough++
+		if 3*cum <= budget-floor {
+			first = enough
+		}
 	}
-	if aim == 0 {
+	if first == 0 {
 		return nil
 	}
-	lo, hi := 0, aim+1 // lo fits (best itself); hi is taken not to
+	// Bisection between lo (fits: best itself) and hi (taken not to fit,
+	// or not needed), starting at first; while everything tried fits,
+	// the next is twice the last (a leaner optimizer's state takes less
+	// than 3 × its parameters).
+	lo, hi := 0, enough+1
 	grain := max(1, len(params)/32)
-	for j, tries := aim, 0; tries < keptTries && hi-lo > grain; tries++ {
+	for j, tries := first, 0; tries < keptTries && hi-lo > grain; tries++ {
 		fits, err := keep(j)
 		if err != nil {
 			return err
@@ -422,7 +438,12 @@ func keptSearch(params []Param, best *Plan, budget int64, keep func(j int) (bool
 		} else {
 			hi = j
 		}
-		j = (lo + hi) / 2
+		if j = (lo + hi) / 2; fits && hi == enough+1 {
+			j = min(enough, 2*lo)
+		}
+		if j == lo {
+			break
+		}
 	}
 	return nil
 }
