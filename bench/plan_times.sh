@@ -40,7 +40,8 @@ for c in "${cases[@]}"; do
 		# GNU time writes "Command exited with non-zero status N" first
 		# for a refusal (exit 1): the figures are its last line.
 		read -r secs kb < <(tail -n 1 "$out")
-		fits=$(grep -o '"fits": *[a-z]*' "$out.json" | head -1 | sed 's/.*: *//')
+		# (the plan's own "fits", not the first in the file: a baseline's)
+		fits=$(python3 -c 'import json,sys; print(str(json.load(open(sys.argv[1]))["fits"]).lower())' "$out.json" 2>/dev/null || true)
 		printf '%-8s %-8d %-6s %s\n' "$secs" $((kb / 1024)) "${fits:-error}" "$c --precision $prec"
 	done
 done >"$out.lines"
