@@ -1009,16 +1009,38 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 }
 
 // replaySteps is how many steps Replay runs: two (the first allocates the
-// optimizer's state), and a third where host updates run beside the
-// device (gradients on the host, updated inside backward: streamed and
-// mirrored parameters alike, offload.StreamConfig.HostStepsBeside): the
-// first step's updates, after a forward with none to wait for, are not
-// the steady state's, and the second step runs them.
+// optimizer's state), and a third
+//   - where host updates run beside the device (gradients on the host,
+//     updated inside backward: streamed and mirrored parameters alike,
+//     offload.StreamConfig.HostStepsBeside): the first step's updates,
+//     after a forward with none to wait for, are not the steady state's,
+//     and the second step runs them;
+//   - where the policy keeps every saved tensor (keepsEverything): the
+//     device's cached blocks settle only in the third step there. GPT-2
+//     XL at batch 1 peaked 491,520 bytes higher from its third step on
+//     than in its second, which the planner predicted; a 4-layer GPT of
+//     the same width 491,520 bytes lower. Moved or recomputed tensors
+//     free and reuse blocks each step, and their second step is steady
+//     (every replay of docs/plan.md's quality table).
 func replaySteps(policy *offload.Policy) int {
-	if policy.OptimizerInBackward && policy.Gradients == "host" {
+	if policy.OptimizerInBackward && policy.Gradients == "host" || keepsEverything(policy) {
 		return 3
 	}
 	return 2
+}
+
+// keepsEverything says policy keeps every saved tensor on the device and
+// recomputes nothing.
+func keepsEverything(policy *offload.Policy) bool {
+	if policy.Default != offload.Keep || len(policy.Layers) > 0 || len(policy.Rules) > 0 || len(policy.Recompute) > 0 {
+		return false
+	}
+	for _, t := range policy.Tensors {
+		if t.Placement != offload.Keep {
+			return false
+		}
+	}
+	return true
 }
 
 // explainNoFit fills in why nothing fits and what would: the least
