@@ -256,11 +256,12 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		// copies in flight: planning time):
 		//   - where the host is the busiest resource, as many as make
 		//     it no longer so, or as fit (keptSearch);
-		//   - else, where the plan steps above 1.05 × its busiest
-		//     resource, the first 4, or, if that does not fit, the
-		//     first one: their updates (the embedding's, whose gradient
-		//     backward completes last and forward needs first) end each
-		//     step on the host's critical path.
+		//   - then, where that found nothing faster and the plan steps
+		//     above 1.05 × its busiest resource, the first 4, or, if
+		//     that does not fit, the first one: their updates (the
+		//     embedding's, whose gradient backward completes last and
+		//     forward needs first) end each step on the host's
+		//     critical path.
 		from := best
 		if hostBound(best) {
 			// Host-bound: the plans of the other parameter placements
