@@ -3,9 +3,35 @@ package main
 import (
 	"encoding/json"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
+
+// policyRun is one run of `ferry demo --policy … --json`.
+type policyRun struct {
+	Mode       string `json:"mode"`
+	Peak       int64  `json:"peak_step_bytes"`
+	GradsEqual *bool  `json:"grads_equal_none"`
+}
+
+// demoPolicyRuns runs `ferry demo --device dev --steps steps --policy pol`
+// on model with extra flags and returns its runs.
+func demoPolicyRuns(t *testing.T, pol string, steps int, model []string, dev string, extra ...string) []policyRun {
+	t.Helper()
+	args := append(append([]string{"demo", "--device", dev, "--steps", strconv.Itoa(steps), "--policy", pol, "--json"}, model...), extra...)
+	out, errOut, code := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("%s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	var d struct {
+		Runs []policyRun `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	return d.Runs
+}
 
 // Below the model's own parameter bytes, ferry plan puts the optimizer's
 // state, the gradients and parameters in host memory; the policy records
@@ -59,31 +85,11 @@ func TestPlanPlacesTheTrainingState(t *testing.T) {
 			if p.Predicted.PeakBytes > p.Budget {
 				t.Errorf("predicted peak %d over the budget %d", p.Predicted.PeakBytes, p.Budget)
 			}
-			type run struct {
-				Mode       string `json:"mode"`
-				Peak       int64  `json:"peak_step_bytes"`
-				GradsEqual *bool  `json:"grads_equal_none"`
-			}
-			demoRuns := func(dev string, extra ...string) []run {
-				t.Helper()
-				args := append(append([]string{"demo", "--device", dev, "--steps", "2", "--policy", pol, "--json"}, c.model...), extra...)
-				out, errOut, code := runCLI(t, args...)
-				if code != 0 {
-					t.Fatalf("%s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
-				}
-				var d struct {
-					Runs []run `json:"runs"`
-				}
-				if err := json.Unmarshal([]byte(out), &d); err != nil {
-					t.Fatal(err)
-				}
-				return d.Runs
-			}
-			meta := demoRuns("meta", "--profile", "cpu", "--modes", "policy")
+			meta := demoPolicyRuns(t, pol, 2, c.model, "meta", "--profile", "cpu", "--modes", "policy")
 			if len(meta) != 1 || meta[0].Peak != p.Predicted.PeakBytes {
 				t.Errorf("meta replay %+v, predicted peak %d", meta, p.Predicted.PeakBytes)
 			}
-			cpu := demoRuns("cpu")
+			cpu := demoPolicyRuns(t, pol, 2, c.model, "cpu")
 			if len(cpu) != 2 {
 				t.Fatalf("runs %+v", cpu)
 			}
@@ -242,30 +248,10 @@ func TestPlanKeepsPartOfTheStateOnTheDevice(t *testing.T) {
 	if onHost == 0 {
 		t.Errorf("no placement with the whole state on the host fits: %+v", p.Tried)
 	}
-	type run struct {
-		Mode       string `json:"mode"`
-		Peak       int64  `json:"peak_step_bytes"`
-		GradsEqual *bool  `json:"grads_equal_none"`
-	}
-	demoRuns := func(dev string, extra ...string) []run {
-		t.Helper()
-		args := append(append([]string{"demo", "--device", dev, "--steps", "3", "--policy", pol, "--json"}, model...), extra...)
-		out, errOut, code := runCLI(t, args...)
-		if code != 0 {
-			t.Fatalf("%s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
-		}
-		var d struct {
-			Runs []run `json:"runs"`
-		}
-		if err := json.Unmarshal([]byte(out), &d); err != nil {
-			t.Fatal(err)
-		}
-		return d.Runs
-	}
-	if meta := demoRuns("meta", "--profile", "h200-pcie5", "--modes", "policy"); len(meta) != 1 || meta[0].Peak != p.Predicted.PeakBytes {
+	if meta := demoPolicyRuns(t, pol, 3, model, "meta", "--profile", "h200-pcie5", "--modes", "policy"); len(meta) != 1 || meta[0].Peak != p.Predicted.PeakBytes {
 		t.Errorf("meta replay %+v, predicted peak %d", meta, p.Predicted.PeakBytes)
 	}
-	cpu := demoRuns("cpu")
+	cpu := demoPolicyRuns(t, pol, 3, model, "cpu")
 	if len(cpu) != 2 || cpu[1].Mode != "policy" || cpu[1].GradsEqual == nil || !*cpu[1].GradsEqual || cpu[1].Peak != p.Predicted.PeakBytes {
 		t.Errorf("cpu runs %+v: want mode none's gradients at the predicted peak %d", cpu, p.Predicted.PeakBytes)
 	}
