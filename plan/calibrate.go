@@ -304,9 +304,7 @@ func calibrateBF16(dev device.Device, o CalibrateOptions, kern, mem float64) (fl
 func copyShare(dev device.Device, s device.Stream, db, hb *device.Block, alone, budget float64, products func() error, pairSeconds float64) (float64, error) {
 	// Enough pairs for the window to hold about 20 calls of products.
 	pairs := max(1, int(math.Ceil(20*alone/pairSeconds)))
-	var shares []float64
-	start := time.Now()
-	for len(shares) < 5 || time.Since(start).Seconds() < budget {
+	share, err := medianOf(budget, 1000, func() (float64, error) {
 		t0 := time.Now()
 		for range pairs {
 			if err := dev.Copy(s, device.Whole(hb), device.Whole(db)); err != nil {
@@ -329,13 +327,9 @@ func copyShare(dev device.Device, s device.Stream, db, hb *device.Block, alone, 
 			return 0, err
 		}
 		lost := window - float64(calls)*alone
-		shares = append(shares, lost/(float64(pairs)*pairSeconds))
-		if len(shares) > 1000 {
-			break
-		}
-	}
-	slices.Sort(shares)
-	return max(0, shares[len(shares)/2]), nil
+		return lost / (float64(pairs) * pairSeconds), nil
+	})
+	return max(0, share), err
 }
 
 // repeat times batch calls of f (then done) until budget seconds have
@@ -347,9 +341,7 @@ func repeat(budget float64, f func() error, done func() error, batch int) (float
 	if err := done(); err != nil {
 		return 0, err
 	}
-	var times []float64
-	start := time.Now()
-	for len(times) < 5 || time.Since(start).Seconds() < budget {
+	return medianOf(budget, 10000, func() (float64, error) {
 		t0 := time.Now()
 		for i := 0; i < batch; i++ {
 			if err := f(); err != nil {
@@ -359,13 +351,27 @@ func repeat(budget float64, f func() error, done func() error, batch int) (float
 		if err := done(); err != nil {
 			return 0, err
 		}
-		times = append(times, time.Since(t0).Seconds()/float64(batch))
-		if len(times) > 10000 {
+		return time.Since(t0).Seconds() / float64(batch), nil
+	})
+}
+
+// medianOf takes measure until budget seconds have passed, at least five
+// times and at most most+1, and returns the median of what it measured.
+func medianOf(budget float64, most int, measure func() (float64, error)) (float64, error) {
+	var got []float64
+	start := time.Now()
+	for len(got) < 5 || time.Since(start).Seconds() < budget {
+		v, err := measure()
+		if err != nil {
+			return 0, err
+		}
+		got = append(got, v)
+		if len(got) > most {
 			break
 		}
 	}
-	slices.Sort(times)
-	return times[len(times)/2], nil
+	slices.Sort(got)
+	return got[len(got)/2], nil
 }
 
 // diskLatency is the fixed cost of one disk transfer as the offloader's
