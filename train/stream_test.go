@@ -62,15 +62,24 @@ type streamRun struct {
 	stats                    offload.StreamStats
 }
 
+// streamTask is trainStreamed's task on dev: the GPT (built in host
+// memory with hostBuilt, its batches on dev) or the MLP.
+func streamTask(t *testing.T, dev device.Device, gpt, hostBuilt bool) train.Task {
+	switch {
+	case gpt && hostBuilt:
+		g := newGPTTask(t, dev.Host())
+		g.dev = dev // its batches on the device
+		return g
+	case gpt:
+		return newGPTTask(t, dev)
+	default:
+		return &traintest.MLP{Dev: dev, Layers: 3, Width: 16, Rows: 8, Seed: 3}
+	}
+}
+
 // firstNames names the first n parameters of trainStreamed's model.
 func firstNames(t *testing.T, gpt bool, n int) []string {
-	dev := cpu(t)
-	var model nn.Module
-	if gpt {
-		model = newGPTTask(t, dev).Model()
-	} else {
-		model = (&traintest.MLP{Dev: dev, Layers: 3, Width: 16, Rows: 8, Seed: 3}).Model()
-	}
+	model := streamTask(t, cpu(t), gpt, false).Model()
 	defer nn.Release(model)
 	var names []string
 	for _, p := range model.Parameters()[:n] {
@@ -91,17 +100,7 @@ type streamOpts struct {
 func trainStreamed(t *testing.T, gpt bool, setup offload.Setup, hostOpt bool, cfg train.Config, o streamOpts) streamRun {
 	t.Helper()
 	dev := cpu(t)
-	var task train.Task
-	switch {
-	case gpt && o.hostBuilt:
-		g := newGPTTask(t, dev.Host())
-		g.dev = dev // its batches on the device
-		task = g
-	case gpt:
-		task = newGPTTask(t, dev)
-	default:
-		task = &traintest.MLP{Dev: dev, Layers: 3, Width: 16, Rows: 8, Seed: 3}
-	}
+	task := streamTask(t, dev, gpt, o.hostBuilt)
 	model := task.Model()
 	defer nn.Release(model)
 	var opts []optim.Option
