@@ -67,8 +67,8 @@ type Setup struct {
 	Mode Mode // "" is None
 	// Config tunes the offloader of modes offload, offload-disk,
 	// recompute-offload and policy; the zero value means DefaultConfig.
-	// Mode policy takes the policy's copies in flight where it records
-	// them (Policy.CopiesInFlight).
+	// Mode policy takes the policy's copies in flight and lookahead where
+	// it records them (Policy.CopiesInFlight, Policy.Lookahead).
 	Config *Config
 	// DiskDir is the disk tier's directory: offload-disk's files ("" is
 	// the system's temporary directory) and a policy's disk placements.
@@ -162,6 +162,7 @@ func NewMemory(dev device.Device, s Setup) (*Memory, error) {
 		}
 		cfg.Policy = s.Policy.Place
 		cfg.MaxInFlight = s.Policy.InFlight(cfg.MaxInFlight)
+		cfg.Lookahead = s.Policy.Ahead(cfg.Lookahead)
 		m.segs = s.Policy.SegmentHooks()
 		m.inBwd = m.inBwd || s.Policy.OptimizerInBackward
 		s.ParamsOnHost = s.Policy.ParametersOnHost

@@ -63,6 +63,13 @@ type Policy struct {
 	// on the device until it lands. 0 is the offloader's default
 	// (DefaultConfig).
 	CopiesInFlight int `json:"copies_in_flight,omitempty"`
+	// Lookahead is how many offloaded tensors backward brings back ahead
+	// of the one it needs now (Config.Lookahead), and how many parameter
+	// uses ahead streamed parameters start their uploads
+	// (StreamConfig.Prefetch), which a run applies: more hide a
+	// link-bound backward better, and each holds its tensor on the
+	// device before its use. 0 is the offloader's default (DefaultConfig).
+	Lookahead int `json:"lookahead,omitempty"`
 	// Ranks and Zero record the data-parallel training the plan is one
 	// rank of (ferry plan --ranks): Ranks ranks at ZeRO stage Zero. A run
 	// with other ranks or another stage does not peak as planned. 0
@@ -297,6 +304,19 @@ func (p *Policy) InFlight(def int) int {
 // chooses among counts up to it, and a larger one is a damaged file.
 const MaxCopiesInFlight = 64
 
+// Ahead is the lookahead a run of the policy uses (Config.Lookahead,
+// StreamConfig.Prefetch): the count it records, else def.
+func (p *Policy) Ahead(def int) int {
+	if p.Lookahead > 0 {
+		return p.Lookahead
+	}
+	return def
+}
+
+// MaxLookahead bounds a policy's lookahead, as MaxCopiesInFlight its
+// copies_in_flight.
+const MaxLookahead = 64
+
 // ParsePolicy reads a policy from its JSON. It refuses, naming each, a
 // key given twice, a null value, an unknown key, and entries that place
 // the same tensors differently.
@@ -336,6 +356,9 @@ func ParsePolicy(b []byte) (*Policy, error) {
 	}
 	if p.CopiesInFlight < 0 || p.CopiesInFlight > MaxCopiesInFlight {
 		return nil, fmt.Errorf("copies_in_flight %d: want 0 (the default) to %d", p.CopiesInFlight, MaxCopiesInFlight)
+	}
+	if p.Lookahead < 0 || p.Lookahead > MaxLookahead {
+		return nil, fmt.Errorf("lookahead %d: want 0 (the default) to %d", p.Lookahead, MaxLookahead)
 	}
 	if err := p.checkConflicts(); err != nil {
 		return nil, err

@@ -30,6 +30,11 @@ func TestLoadPolicyChecksTheTrainingState(t *testing.T) {
 		{`{"version": 2, "default": "keep", "copies_in_flight": 65}`, "copies_in_flight 65"},
 		{`{"version": 2, "default": "keep", "copies_in_flight": 2.5}`, "copies_in_flight"},
 		{`{"version": 2, "default": "keep", "copies_in_flight": "4"}`, "copies_in_flight"},
+		{`{"version": 2, "default": "keep", "lookahead": -1}`, "lookahead -1"},
+		{`{"version": 2, "default": "keep", "lookahead": 65}`, "lookahead 65"},
+		{`{"version": 2, "default": "keep", "lookahead": 1e9}`, "lookahead"},
+		{`{"version": 2, "default": "keep", "lookahead": "8"}`, "lookahead"},
+		{`{"version": 2, "default": "keep", "optimizer_state": "host", "gradients": "host", "serial_gradient_copies": true, "lookahead": 64}`, ""},
 	} {
 		path := filepath.Join(dir, "p.json")
 		if err := os.WriteFile(path, []byte(c.body), 0o644); err != nil {

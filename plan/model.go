@@ -33,6 +33,18 @@ type Step struct {
 	HostStateBytes func() int64
 }
 
+// PrefetchModel is a Model whose step streams parameters to the device
+// (offload.Streamer): Replay builds it with the policy's lookahead as the
+// streamer's prefetch (offload.StreamConfig.Prefetch), as a run of the
+// policy sets it from its offloader's (offload.Memory). A Model that is
+// not one streams with the default.
+type PrefetchModel interface {
+	Model
+	// WithPrefetch is the model whose streamer starts each upload n
+	// parameter uses ahead.
+	WithPrefetch(n int) Model
+}
+
 // RankModel is a Model that can also be one rank of data-parallel
 // training (Options.Ranks).
 type RankModel interface {

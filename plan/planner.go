@@ -47,6 +47,11 @@ type Options struct {
 	// recorded in the policy (offload.Policy.CopiesInFlight); a config
 	// given pins its MaxInFlight.
 	Offload *offload.Config
+	// Lookahead, if positive, is the offloader's lookahead the plan
+	// assumes (offload.Config.Lookahead, and the streamed parameters'
+	// prefetch), in place of Offload's: recorded in the policy
+	// (offload.Policy.Lookahead). MakeJoint chooses it.
+	Lookahead int
 	// Ranks, above 1, plans one rank of data-parallel training over
 	// Ranks ranks (the rank with the largest share of sharded state),
 	// with Shard's ZeRO stage (train.Config.Shard): 0 every rank holds
@@ -154,11 +159,17 @@ type Plan struct {
 	// in flight at once (offload.Config.MaxInFlight), as its policy
 	// records; CopiesChosen says the planner chose it (Options.Offload
 	// nil) among copiesInFlight.
-	CopiesInFlight int     `json:"copies_in_flight,omitempty"`
-	CopiesChosen   bool    `json:"copies_in_flight_chosen,omitempty"`
-	Precision      string  `json:"precision"` // fp32 or bf16
-	Counts         Counts  `json:"placements"`
-	Predicted      Outcome `json:"predicted"`
+	CopiesInFlight int  `json:"copies_in_flight,omitempty"`
+	CopiesChosen   bool `json:"copies_in_flight_chosen,omitempty"`
+	// Lookahead is how many offloaded tensors backward brings back ahead
+	// of its need, and streamed parameters' uploads start ahead
+	// (offload.Config.Lookahead), as its policy records; LookaheadChosen
+	// says MakeJoint chose it among lookaheads.
+	Lookahead       int     `json:"lookahead,omitempty"`
+	LookaheadChosen bool    `json:"lookahead_chosen,omitempty"`
+	Precision       string  `json:"precision"` // fp32 or bf16
+	Counts          Counts  `json:"placements"`
+	Predicted       Outcome `json:"predicted"`
 	// ModelPeakBytes and ModelStepSeconds are the cost model's figures
 	// for the plan; Predicted is its replay on the meta device.
 	ModelPeakBytes   int64   `json:"model_peak_bytes"`
@@ -317,6 +328,19 @@ func makePlan(opts Options) (*Plan, error) {
 		oc := offload.DefaultConfig()
 		opts.Offload = &oc
 	}
+	if opts.Lookahead < 0 || opts.Lookahead > offload.MaxLookahead {
+		return nil, fmt.Errorf("plan: lookahead %d: want 0 (the offloader's) to %d", opts.Lookahead, offload.MaxLookahead)
+	}
+	if opts.Lookahead > 0 {
+		oc := *opts.Offload
+		oc.Lookahead = opts.Lookahead
+		opts.Offload = &oc
+	}
+	if pm, ok := opts.Model.(PrefetchModel); ok {
+		// Recorded as replayed: streamed parameters prefetch as far
+		// ahead as the offloader brings tensors back.
+		opts.Model = pm.WithPrefetch(opts.Offload.Lookahead)
+	}
 	switch opts.OptimizerState {
 	case "":
 		opts.OptimizerState = "device"
@@ -409,7 +433,7 @@ func makePlan(opts Options) (*Plan, error) {
 		p.ModelPeakBytes, p.ModelStepSeconds = pl.plain[index(ib)].peak, pl.plain[index(ib)].seconds
 		p.Counts = pl.problem(ib, opts.Budget, 0).counts(keepAll)
 		p.policy = pl.policy(pl.problem(ib, opts.Budget, 0), keepAll, ib, p)
-		p.CopiesInFlight = p.policy.CopiesInFlight // nothing moves: not chosen
+		p.CopiesInFlight, p.Lookahead = p.policy.CopiesInFlight, p.policy.Lookahead // nothing moves: not chosen
 		return p, nil
 	}
 	best, err := pl.choose(p)
@@ -439,6 +463,7 @@ func makePlan(opts Options) (*Plan, error) {
 	p.Counts = pr.counts(best.choice)
 	p.policy = pl.policy(pr, best.choice, best.ib, p)
 	p.CopiesInFlight, p.CopiesChosen = p.policy.CopiesInFlight, pl.chooseInFlight
+	p.Lookahead = p.policy.Lookahead
 	return p, nil
 }
 
@@ -883,6 +908,7 @@ func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offlo
 	if pol.CopiesInFlight == 0 {
 		pol.CopiesInFlight = pl.opts.Offload.MaxInFlight // pinned, or not chosen yet
 	}
+	pol.Lookahead = pl.opts.Offload.Lookahead
 	if pl.opts.OptimizerState == "host" {
 		pol.OptimizerState = "host"
 	}
@@ -966,6 +992,10 @@ func (pl *planner) replay(choice []option, ib bool) (Outcome, error) {
 func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.Config) (Outcome, error) {
 	dev := meta.New(device.Options{}, profile)
 	defer dev.Close()
+	oc.Lookahead = policy.Ahead(oc.Lookahead)
+	if pm, ok := m.(PrefetchModel); ok {
+		m = pm.WithPrefetch(oc.Lookahead) // as offload.Memory sets the streamer's
+	}
 	step, err := m.Build(dev, policy.OptimizerInBackward)
 	if err != nil {
 		return Outcome{}, err

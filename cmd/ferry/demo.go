@@ -36,7 +36,7 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 	poison := fs.Bool("poison", false, "fill freed device memory with NaN (catches use after free)")
 	keepLast := fs.Int("keep-last", -1, "offloader: saved storages kept on the device at the end of forward (default 1)")
 	inFlight := fs.Int("max-in-flight", -1, "offloader: copies off the device in flight at once (default: the policy's copies_in_flight, else 2)")
-	lookahead := fs.Int("lookahead", -1, "offloader: tensors prefetched ahead during backward (default 2)")
+	lookahead := fs.Int("lookahead", -1, "offloader: tensors prefetched ahead during backward, and streamed parameters' uses (default: the policy's lookahead, else 2)")
 	var minBytes byteSize = -1
 	fs.Var(&minBytes, "min-bytes", "offloader: tensors smaller than this stay on the device (default 1KiB)")
 	params := fs.String("device-param", "", "driver parameters, key=value[,key=value] (cpu: copy_delay=1ms)")
@@ -178,6 +178,8 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 		}
 		if set["lookahead"] {
 			cfg.Offload.Lookahead = *lookahead
+		} else if pol != nil {
+			cfg.Offload.Lookahead = pol.Ahead(cfg.Offload.Lookahead) // what the plan assumed
 		}
 		if set["min-bytes"] {
 			cfg.Offload.MinBytes = int64(minBytes)

@@ -33,6 +33,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 	precision := fs.String("precision", "fp32", precisionUsage)
 	optimizer := defineOptimizerFlag(fs, "")
 	inFlight := fs.String("copies-in-flight", "auto", "copies off the device in flight at once that the plan assumes (1 to 64), or auto: the planner chooses per plan; the policy records it")
+	lookahead := fs.String("lookahead", "auto", "offloaded tensors backward brings back ahead of their use, and parameter uses streamed ahead, that the plan assumes (1 to 64), or auto: the planner chooses where the step waits for the link; the policy records it")
 	zero := fs.String("zero", "auto", "with --ranks above 1, the ZeRO stage: 0 every rank holds the whole optimizer state and gradients, 1 its share of the optimizer state, 2 of the gradients too, 3 of the parameters too (ZeRO-3); or auto: the planner plans each and takes the fastest that fits (the policy records it)")
 	return func(w io.Writer, asJSON bool) error {
 		if budget <= 0 {
@@ -78,6 +79,14 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			oc := offload.DefaultConfig()
 			oc.MaxInFlight = n
 			offCfg = &oc
+		}
+		ahead := 0 // chosen
+		if *lookahead != "auto" {
+			n, err := strconv.Atoi(*lookahead)
+			if err != nil || n < 1 || n > offload.MaxLookahead {
+				return fmt.Errorf("--lookahead %q: want auto or a count in [1, %d]", *lookahead, offload.MaxLookahead)
+			}
+			ahead = n
 		}
 		jo := plan.JointOptions{OptimizerState: *optState, Gradients: *grads, Params: *params}
 		if *ranks > 1 {
@@ -135,7 +144,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 				continue // only ZeRO-3's
 			}
 			q, t, err := plan.MakeJoint(plan.Options{Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
-				Offload: offCfg, Ranks: *ranks, Shard: shard, Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), j)
+				Offload: offCfg, Lookahead: ahead, Ranks: *ranks, Shard: shard, Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), j)
 			if err != nil {
 				return err
 			}
@@ -147,7 +156,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 		if !p.Fits && *ranks == 1 && (*optState != "auto" || *grads != "auto" || *params != "auto") {
 			// Would the planner's own choice of the state fit? Say so.
 			ap, _, err := plan.MakeJoint(plan.Options{Budget: int64(budget), HostBudget: int64(hostBudget), Profile: prof, NoDisk: *noDisk,
-				Offload: offCfg, Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), plan.JointOptions{})
+				Offload: offCfg, Lookahead: ahead, Precision: offload.PrecisionName(cfg.Precision)}, modelParams, demo.StateModels(cfg), plan.JointOptions{})
 			if err == nil && ap.Fits {
 				flags := "--optimizer-state " + ap.OptimizerState + " --gradients " + ap.Gradients
 				if len(ap.ParamsOnHost) > 0 {
@@ -341,6 +350,13 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 			}
 			fmt.Fprintf(w, "  at most %d copies off the device in flight at once (%s)\n", p.CopiesInFlight, how)
 		}
+	}
+	if p.Lookahead > 0 && (p.Counts.Host+p.Counts.Disk > 0 || len(p.ParamsOnHost) > 0) {
+		how := "--lookahead N sets it"
+		if p.LookaheadChosen {
+			how = "chosen for this plan; --lookahead N pins it"
+		}
+		fmt.Fprintf(w, "  backward brings offloaded tensors back %d ahead of their use, and streamed parameters %d uses ahead (%s)\n", p.Lookahead, p.Lookahead, how)
 	}
 	switch {
 	case p.OptimizerInBackward && p.Ranks > 1:

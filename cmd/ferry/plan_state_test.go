@@ -2,17 +2,21 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"ferry/offload"
 )
 
 // policyRun is one run of `ferry demo --policy … --json`.
 type policyRun struct {
-	Mode       string `json:"mode"`
-	Peak       int64  `json:"peak_step_bytes"`
-	GradsEqual *bool  `json:"grads_equal_none"`
+	Mode       string  `json:"mode"`
+	Peak       int64   `json:"peak_step_bytes"`
+	Step       float64 `json:"step_seconds"`
+	GradsEqual *bool   `json:"grads_equal_none"`
 }
 
 // demoPolicyRuns runs `ferry demo --device dev --steps steps --policy pol`
@@ -254,5 +258,60 @@ func TestPlanKeepsPartOfTheStateOnTheDevice(t *testing.T) {
 	cpu := demoPolicyRuns(t, pol, 3, model, "cpu")
 	if len(cpu) != 2 || cpu[1].Mode != "policy" || cpu[1].GradsEqual == nil || !*cpu[1].GradsEqual || cpu[1].Peak != p.Predicted.PeakBytes {
 		t.Errorf("cpu runs %+v: want mode none's gradients at the predicted peak %d", cpu, p.Predicted.PeakBytes)
+	}
+}
+
+// Where backward waits for the link, ferry plan brings tensors back
+// further ahead than the offloader's default: the plan and its policy
+// record the lookahead, ferry demo's replay of the policy on the meta
+// device runs it (and gives the predicted peak and step), and the same
+// placements at the default lookahead are slower. --lookahead pins it.
+func TestPlanChoosesTheLookahead(t *testing.T) {
+	// At 269 MiB on h200-pcie5 this Llama streams its parameters and
+	// offloads its activations, and the link is its busiest resource.
+	model := []string{"--model", "llama", "--layers", "6", "--heads", "8", "--kv-heads", "2", "--embd", "512", "--hidden", "1408",
+		"--vocab", "4000", "--seq", "1024", "--batch", "4"}
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.json")
+	planned := func(extra ...string) (p struct {
+		Fits      bool `json:"fits"`
+		Lookahead int  `json:"lookahead"`
+		Chosen    bool `json:"lookahead_chosen"`
+		Predicted struct {
+			PeakBytes   int64   `json:"peak_bytes"`
+			StepSeconds float64 `json:"step_seconds"`
+		} `json:"predicted"`
+	}) {
+		t.Helper()
+		args := append(append([]string{"plan", "--profile", "h200-pcie5", "--budget", "269MiB", "--out", pol, "--json"}, model...), extra...)
+		out, errOut, code := runCLI(t, args...)
+		if code != 0 {
+			t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+		}
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := planned()
+	written, err := offload.LoadPolicy(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Fits || !p.Chosen || p.Lookahead <= offload.DefaultConfig().Lookahead || written.Lookahead != p.Lookahead {
+		t.Fatalf("plan lookahead %d (chosen %v, fits %v), policy %d; want one above the default %d, recorded",
+			p.Lookahead, p.Chosen, p.Fits, written.Lookahead, offload.DefaultConfig().Lookahead)
+	}
+	profile := []string{"--profile", "h200-pcie5"}
+	run := demoPolicyRuns(t, pol, 3, append(model, profile...), "meta", "--modes", "policy")[0]
+	if run.Peak != p.Predicted.PeakBytes || math.Abs(run.Step-p.Predicted.StepSeconds) > 1e-9*p.Predicted.StepSeconds {
+		t.Errorf("replay: peak %d, step %g s; predicted %d, %g s", run.Peak, run.Step, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
+	}
+	def := demoPolicyRuns(t, pol, 3, append(model, profile...), "meta", "--modes", "policy", "--lookahead", "2")[0]
+	if def.Step <= run.Step {
+		t.Errorf("at the default lookahead the plan steps in %g s, at its chosen %d in %g s: the choice gained nothing", def.Step, p.Lookahead, run.Step)
+	}
+	if q := planned("--lookahead", "3"); q.Chosen || q.Lookahead != 3 {
+		t.Errorf("--lookahead 3: plan lookahead %d (chosen %v)", q.Lookahead, q.Chosen)
 	}
 }

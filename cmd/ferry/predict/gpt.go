@@ -62,6 +62,7 @@ func runGPT(p *meta.Profile, g nn.GPTConfig, batch, rounds, steps int, frac floa
 			pol := pl.Policy()
 			m.Policy, m.Segments, m.OptimizerInBackward = pol.Place, pol.SegmentHooks(), pol.OptimizerInBackward
 			m.Offload.MaxInFlight = pol.InFlight(m.Offload.MaxInFlight)
+			m.Offload.Lookahead = pol.Ahead(m.Offload.Lookahead)
 		}
 		return m
 	}

@@ -71,6 +71,23 @@ func (m planModel) ForRanks(ranks, shard int) (plan.Model, error) {
 	return planModel{cfg: m.cfg, ranks: ranks, shard: shard, rank: rank}, nil
 }
 
+// WithPrefetch is the model whose streamed parameters start their uploads
+// n uses ahead (plan.PrefetchModel), as a run whose offloader brings n
+// tensors back ahead does (offload.Memory).
+func (m planModel) WithPrefetch(n int) plan.Model {
+	m.cfg.Offload.Lookahead = n
+	return m
+}
+
+// prefetch is the streamer's prefetch: the offloader's lookahead, as
+// offload.Memory sets it.
+func (m planModel) prefetch() int {
+	if n := m.cfg.Offload.Lookahead; n > 0 {
+		return n
+	}
+	return offload.DefaultConfig().Lookahead
+}
+
 // buildOn is where a workload's parameters are made: on dev's host when
 // some are streamed from there (they never take device memory but around
 // their uses; the others move to dev), else on dev.
@@ -189,7 +206,7 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		// As the Trainer sets it up (offload.Memory), on streams of its
 		// own: the meta device's link is one each way whatever the
 		// streams.
-		sc := offload.StreamConfig{Prefetch: offload.DefaultConfig().Lookahead, HostStepsBeside: inBackward,
+		sc := offload.StreamConfig{Prefetch: m.prefetch(), HostStepsBeside: inBackward,
 			SerialGradCopies: cfg.SerialGradCopies}
 		if sc.Params, err = offload.SelectParams(w.Parameters(), cfg.ParamsOnHost); err == nil && cfg.GradsOnHost {
 			sc.Grads = w.Parameters()
