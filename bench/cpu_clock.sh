@@ -5,16 +5,21 @@
 # measures (ferry demo --device cpu), same flags. Rounds alternate: in each
 # round every kind is predicted and then measured, one kind after the
 # other; each run's figure is its median step, and the table gives the
-# median over the rounds of each, their ratio (predicted / measured) and
-# the measured range. The load average is printed before and after.
+# median over the rounds of each, the median of the rounds' ratios
+# (predicted / measured) and the measured range. The load average is printed before and after.
 # Usage:
 #   bash bench/cpu_clock.sh [ferry binary]
-# Environment: ROUNDS (3), MLP_STEPS and GPT_STEPS (timed steps per
-# measured run, 10 and 40), MLP_PROFILE
-# (cpu), GPT_PROFILE (cpu-gpt), MODELS (mlp gpt), KINDS (all), FIT=1 to
+# Environment: ROUNDS (3), MLP_STEPS, GPT_STEPS and GPT8_STEPS (timed
+# steps per measured run, 10, 40 and 20), MLP_PROFILE
+# (cpu), GPT_PROFILE (cpu-gpt, both GPTs), MODELS (mlp gpt; gpt8 the
+# larger GPT), KINDS (all), FIT=1 to
 # fit each model's profile first (ferry calibrate --seconds 1 on the
 # model, saved in the work directory: the machine as it is now, rather
-# than as the built-in profile found it), and
+# than as the built-in profile found it) or
+# FIT=round to fit it again before each round of each model (each
+# measurement is then set against a profile of the machine as it was a
+# few seconds before: on a machine whose speed drifts by a fifth over
+# minutes, the clock checked apart from the drift),
 # FERRY_CLOCK_QUIET=0 not to wait for quiet cores, and
 # FERRY_CLOCK_RAW=FILE to keep every run's figure (model kind round
 # predicted measured load, one line each: load is the 1-minute load
@@ -35,6 +40,12 @@ raw=${FERRY_CLOCK_RAW:-$work/raw}
 declare -A model_args model_profile model_steps
 model_args[mlp]="--model mlp --layers 16 --width 1024 --batch 128 --optimizer sgd"
 model_args[gpt]="--model gpt --layers 4 --heads 4 --embd 128 --seq 64 --vocab 256 --batch 4"
+# gpt8: the same GPT at twice the sequence and batch 8 (four times the
+# tokens): a step of tens of milliseconds rather than 15, where the
+# runtime's fixed costs per tensor weigh less (docs/plan.md).
+model_args[gpt8]="--model gpt --layers 4 --heads 4 --embd 128 --seq 128 --vocab 256 --batch 8"
+model_profile[gpt8]=${GPT_PROFILE:-cpu-gpt}
+model_steps[gpt8]=${GPT8_STEPS:-20}
 model_profile[mlp]=${MLP_PROFILE:-cpu}
 model_profile[gpt]=${GPT_PROFILE:-cpu-gpt}
 model_steps[mlp]=${MLP_STEPS:-10}
@@ -83,17 +94,25 @@ step() { # device args...: the run's median step
 	"$bin" demo --device "$@" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["runs"][0]["step_seconds"])'
 }
 
+# fit MODEL [WHEN]: ferry calibrate on the model, its profile from now on.
+fit() {
+	# shellcheck disable=SC2086
+	"$bin" calibrate ${model_args[$1]/--optimizer sgd/} --seconds 1 --save "$work/$1.json" >/dev/null 2>&1
+	model_profile[$1]=$work/$1.json
+	echo "$1${2:+ $2}: fitted $(python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print("products %.0f GFLOP/s, elementwise %.1f GB/s, host optimizer %.1f GB/s, copy share %.2f" % (p["matmul_flops"]/1e9, p["memory_bytes_per_sec"]/1e9, p["host_optimizer_bytes_per_sec"]/1e9, p["copy_compute_share"]))' "$work/$1.json")"
+}
 if [ "${FIT:-0}" = 1 ]; then
 	for m in ${MODELS:-mlp gpt}; do
-		# shellcheck disable=SC2086
-		"$bin" calibrate ${model_args[$m]/--optimizer sgd/} --seconds 1 --save "$work/$m.json" >/dev/null 2>&1
-		model_profile[$m]=$work/$m.json
-		echo "$m: fitted $(python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print("products %.0f GFLOP/s, elementwise %.1f GB/s, host optimizer %.1f GB/s, copy share %.2f" % (p["matmul_flops"]/1e9, p["memory_bytes_per_sec"]/1e9, p["host_optimizer_bytes_per_sec"]/1e9, p["copy_compute_share"]))' "$work/$m.json")"
+		fit "$m"
 	done
 fi
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for m in ${MODELS:-mlp gpt}; do
 	for r in $(seq 1 "$rounds"); do
+		if [ "${FIT:-0}" = round ]; then
+			quiet
+			fit "$m" "round $r"
+		fi
 		for k in "${kinds[@]}"; do
 			name=${k%%|*} flags=${k#*|}
 			# shellcheck disable=SC2086

@@ -1,7 +1,10 @@
 """The table of bench/cpu_clock.sh: reads lines "model kind round
 predicted measured [load]" (seconds; the 1-minute load average as the
 measured run started) and prints, per model and kind, the median
-predicted and measured steps over the rounds, their ratio and the
+predicted and measured steps over the rounds, the median over the rounds of each
+round's ratio (predicted / measured: the ratio of the medians where the
+prediction is the same every round, and each measurement against the
+prediction of the profile fitted just before it with FIT=round) and the
 measured range; a ratio outside 0.9 to 1.1 is marked with '*'."""
 import statistics
 import sys
@@ -27,7 +30,7 @@ def table(lines):
     for key in order:
         p, m = runs[key]
         pm, mm = statistics.median(p), statistics.median(m)
-        ratio = pm / mm
+        ratio = statistics.median([a / b for a, b in zip(p, m)])
         mark = "" if 0.9 <= ratio <= 1.1 else " *"
         out.append("%-5s %-12s %6d %12.4f %12.4f %8.3f%s  %.4f–%.4f" % (key[0], key[1], len(m), pm, mm, ratio, mark, min(m), max(m)))
     if loads:

@@ -79,3 +79,74 @@ echo "{\"runs\": [{\"step_seconds\": $s}]}"
 		}
 	}
 }
+
+// With FIT=round the script fits the model's profile again before each
+// round (ferry calibrate … --save FILE) and predicts that round with it;
+// the ratio is the median of the rounds' ratios, each measurement against
+// the prediction made beside it.
+func TestCPUClockScriptFitsEachRound(t *testing.T) {
+	for _, tool := range []string{"bash", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	// A fit writes a profile; the n-th fit's predictions are 0.10 × n.
+	stub := `#!/usr/bin/env bash
+echo "$*" >>` + calls + `
+if [ "$1" = calibrate ]; then
+	while [ $# -gt 0 ]; do [ "$1" = --save ] && out=$2; shift; done
+	echo '{"matmul_flops": 1e11, "memory_bytes_per_sec": 1e10, "host_optimizer_bytes_per_sec": 1e10, "copy_compute_share": 0.5}' >"$out"
+	exit 0
+fi
+case " $* " in
+*" --device meta "*)
+	n=$(grep -c "^calibrate" ` + calls + `)
+	s=$(echo "0.10 0.20 0.30" | cut -d' ' -f"$n") ;;
+*)
+	n=$(grep -c -- "--device cpu" ` + calls + `)
+	s=$(echo "0.10 0.11 0.09" | cut -d' ' -f"$n") ;;
+esac
+echo "{\"runs\": [{\"step_seconds\": $s}]}"
+`
+	bin := filepath.Join(dir, "ferry")
+	if err := os.WriteFile(bin, []byte(stub), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", filepath.Join("..", "bench", "cpu_clock.sh"), bin)
+	cmd.Env = append(os.Environ(), "ROUNDS=3", "MODELS=mlp", "KINDS=none", "FERRY_CLOCK_QUIET=0", "FIT=round")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var none string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 7 && f[0] == "mlp" && f[1] == "none" {
+			none = strings.Join(f[2:], " ")
+		}
+	}
+	// Rounds' ratios 0.10/0.10, 0.20/0.11, 0.30/0.09: median 1.818 (the
+	// ratio of the medians would be 2.000).
+	if want := "3 0.2000 0.1000 1.818 * 0.0900–0.1100"; none != want {
+		t.Errorf("none: %q, want %q\n%s", none, want, out)
+	}
+	b, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		switch {
+		case strings.HasPrefix(l, "calibrate"):
+			kinds = append(kinds, "fit")
+		case strings.Contains(l, "--device meta"):
+			kinds = append(kinds, "predict")
+		default:
+			kinds = append(kinds, "measure")
+		}
+	}
+	if got, want := strings.Join(kinds, " "), "fit predict measure fit predict measure fit predict measure"; got != want {
+		t.Errorf("runs: %s, want %s", got, want)
+	}
+}
