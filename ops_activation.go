@@ -94,16 +94,86 @@ func SiLU(x *Tensor) *Tensor {
 	const op = "silu"
 	out, tp := unary(op, device.SiLU, x, 0)
 	record(tp, op, out, []*Tensor{x}, []*Tensor{x}, func(bk *backward) {
-		// d/dx x·σ(x) = σ(x)·(1 + x·(1 - σ(x))) = σ + x·σ - x·σ²
-		x := bk.Saved(0)
-		s := Sigmoid(x)
-		xs := Mul(x, s)
-		xss := Mul(xs, s)
-		a := Add(s, xs)
-		d := Sub(a, xss)
+		d := siluDerivative(bk.Saved(0))
 		dx := Mul(bk.Grad(), d)
-		releaseAll(s, xs, xss, a, d)
+		d.Release()
 		bk.Accumulate(0, dx)
+	})
+	return out
+}
+
+// siluDerivative is d/dx x·σ(x) = σ(x)·(1 + x·(1 - σ(x))) = σ + x·σ -
+// x·σ², composed of public ops in x's element type: SiLU's backward
+// multiplies the gradient by it.
+func siluDerivative(x *Tensor) *Tensor {
+	s := Sigmoid(x)
+	xs := Mul(x, s)
+	a := Add(s, xs)
+	xss := Mul(xs, s)
+	releaseAll(s, xs) // (four temporaries alive at most, not five)
+	d := Sub(a, xss)
+	releaseAll(a, xss)
+	return d
+}
+
+// SwiGLU returns SiLU(g)·u, the gated product of a Llama MLP (PyTorch:
+// silu(gate_proj(x)) * up_proj(x)), saving g and u only. Written as two
+// ops, SiLU saves g and the product saves SiLU(g) and u: a third tensor
+// of the MLP's hidden width a layer, for an elementwise kernel. Here
+// backward computes SiLU(g) again from the saved g, as Liger's and
+// llm.c's fused SwiGLU do, so forward saves a quarter less of the MLP's
+// hidden activations (which the planner then need not offload, keep or
+// recompute).
+//
+// Every value is bitwise that of SiLU then Mul, in both directions and
+// in bfloat16 (widened or not; g and u of two types run as those ops): forward runs those two ops, unrecorded;
+// backward runs Mul's and SiLU's backward ops in the same element types
+// (TestSwiGLUIsSiLUThenMul).
+func SwiGLU(g, u *Tensor) *Tensor {
+	const op = "swiglu"
+	if !slices.Equal(g.Shape(), u.Shape()) {
+		panicf(op, "gate %v and up %v differ in shape", g.Shape(), u.Shape())
+	}
+	if g.DType() != u.DType() { // (their types' mix rounds SiLU's gradient where the ops would)
+		s := SiLU(g)
+		defer s.Release()
+		return Mul(s, u)
+	}
+	tp := tapeOf(op, g, u)
+	out := composite(tp, func() *Tensor {
+		s := SiLU(g)
+		defer s.Release()
+		return Mul(s, u)
+	})
+	widened := isBF16(g) && !nativeBF16(g)
+	record(tp, op, out, []*Tensor{g, u}, []*Tensor{g, u}, func(bk *backward) {
+		gy, g, u := bk.Grad(), bk.Saved(0), bk.Saved(1)
+		if bk.Needs(0) {
+			var dg *Tensor
+			if widened { // SiLU's backward ran in float32, rounded once
+				gs := Mul(gy, u) // the product's gradient for SiLU(g), in its type
+				dg = inFloat32(true, func(w []*Tensor) *Tensor {
+					d := siluDerivative(w[1])
+					defer d.Release()
+					return Mul(w[0], d)
+				}, gs, g)
+				gs.Release()
+			} else {
+				// The derivative first, then the product's gradient:
+				// no more of the hidden width alive at once than the two
+				// ops' backward had.
+				d := siluDerivative(g)
+				gs := Mul(gy, u)
+				dg = Mul(gs, d)
+				releaseAll(d, gs)
+			}
+			bk.Accumulate(0, dg)
+		}
+		if bk.Needs(1) {
+			s := SiLU(g) // rounded to g's type, as forward's product saw it
+			bk.Accumulate(1, Mul(gy, s))
+			s.Release()
+		}
 	})
 	return out
 }

@@ -97,3 +97,98 @@ func savedShapes(t *testing.T, dev device.Device, f func(tape *ferry.Tape, x *fe
 	}
 	return shapes
 }
+
+func TestGradcheckSwiGLU(t *testing.T) {
+	dev := newCPU(t, device.Options{PoisonFreed: true})
+	c := fdCase{"swiglu", []fdInput{fdIn(3, 5), fdIn(3, 5)}, func(x []*ferry.Tensor) *ferry.Tensor { return ferry.SwiGLU(x[0], x[1]) }}
+	t.Run(c.name, func(t *testing.T) { gradcheck(t, dev, c, 101) })
+}
+
+// SwiGLU is SiLU then Mul to the bit: its output and both inputs'
+// gradients, in float32 and in bfloat16 with the CPU's bfloat16 kernels
+// and widened into float32 (SetWidenAlways), and with g and u of two
+// types. Only what it saves differs: g and u, not SiLU(g) too.
+func TestSwiGLUIsSiLUThenMul(t *testing.T) {
+	dev := newCPU(t, device.Options{PoisonFreed: true})
+	for _, c := range []struct {
+		name   string
+		gt, ut device.DType
+		widen  bool
+	}{
+		{"float32", device.Float32, device.Float32, false},
+		{"bfloat16", device.BFloat16, device.BFloat16, false},
+		{"bfloat16 widened", device.BFloat16, device.BFloat16, true},
+		{"bfloat16 gate, float32 up", device.BFloat16, device.Float32, false},
+		{"float32 gate, bfloat16 up widened", device.Float32, device.BFloat16, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer ferry.SetWidenAlways(c.widen)()
+			type run struct {
+				y, dg, du []float32
+				saved     []string
+			}
+			do := func(f func(g, u *ferry.Tensor) *ferry.Tensor) run {
+				rng := rand.New(rand.NewPCG(7, 8))
+				g0 := ferry.Randn(dev, rng, 4, 6, 10).RequireGrad()
+				u0 := ferry.Randn(dev, rng, 4, 6, 10).RequireGrad()
+				w := ferry.Randn(dev, rng, 4, 6, 10)
+				defer releaseAll(g0, u0, w)
+				var r run
+				hooks := &ferry.SavedTensorHooks{
+					Pack: func(x *ferry.Tensor, info ferry.SaveInfo) any {
+						r.saved = append(r.saved, info.Op)
+						return x
+					},
+					Unpack: func(p any) (*ferry.Tensor, error) { return p.(*ferry.Tensor), nil },
+				}
+				err := ferry.Step(func(tape *ferry.Tape) error {
+					g, u := ferry.Cast(tape.Input(g0), c.gt), ferry.Cast(tape.Input(u0), c.ut)
+					var y *ferry.Tensor
+					tape.WithHooks(hooks, func() { y = f(g, u) })
+					y32 := ferry.Cast(y, device.Float32)
+					r.y = y32.Float32s()
+					return ferry.Sum(ferry.Mul(y32, w)).Backward()
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.dg, r.du = g0.Grad().Float32s(), u0.Grad().Float32s()
+				return r
+			}
+			fused := do(ferry.SwiGLU)
+			ops := do(func(g, u *ferry.Tensor) *ferry.Tensor {
+				s := ferry.SiLU(g)
+				defer s.Release()
+				return ferry.Mul(s, u)
+			})
+			for _, v := range []struct {
+				what      string
+				got, want []float32
+			}{{"output", fused.y, ops.y}, {"gate's gradient", fused.dg, ops.dg}, {"up's gradient", fused.du, ops.du}} {
+				if i := firstBitDiff(v.got, v.want); i >= 0 {
+					t.Errorf("%s differs from SiLU then Mul at %d: %g, want %g", v.what, i, v.got[i], v.want[i])
+				}
+			}
+			if c.gt == c.ut && !slices.Equal(fused.saved, []string{"swiglu", "swiglu"}) {
+				t.Errorf("SwiGLU saved %v, want its two inputs", fused.saved)
+			}
+			if len(ops.saved) < 3 {
+				t.Errorf("SiLU then Mul saved %v: the comparison is void", ops.saved)
+			}
+		})
+	}
+}
+
+// firstBitDiff is the first index where a and b differ in bits (or -1;
+// a length mismatch is index 0).
+func firstBitDiff(a, b []float32) int {
+	if len(a) != len(b) {
+		return 0
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}

@@ -200,7 +200,8 @@ func (a *LlamaAttention) ForwardRotary(x, cos, sin *ferry.Tensor) *ferry.Tensor 
 	return out
 }
 
-// LlamaMLP is SwiGLU: down_proj(silu(gate_proj(x)) · up_proj(x)).
+// LlamaMLP is SwiGLU: down_proj(silu(gate_proj(x)) · up_proj(x)), the
+// gated product one op (ferry.SwiGLU) that saves its two inputs only.
 type LlamaMLP struct {
 	GateProj, UpProj, DownProj *Linear
 }
@@ -214,9 +215,9 @@ func (m *LlamaMLP) NamedParameters() []Named {
 }
 
 func (m *LlamaMLP) Forward(x *ferry.Tensor) *ferry.Tensor {
-	g := releaseInto(scoped(x, "gate_proj", m.GateProj.Forward), ferry.SiLU)
+	g := scoped(x, "gate_proj", m.GateProj.Forward)
 	u := scoped(x, "up_proj", m.UpProj.Forward)
-	h := ferry.Mul(g, u)
+	h := ferry.SwiGLU(g, u) // saves g and u, not SiLU(g) as well
 	g.Release()
 	u.Release()
 	out := scoped(h, "down_proj", m.DownProj.Forward)
