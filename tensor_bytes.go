@@ -33,6 +33,12 @@ func ZerosOf(dev device.Device, dtype device.DType, cat device.Category, shape .
 	return t
 }
 
+// EmptyOf returns an uninitialised tensor of dtype, its memory counted as
+// cat, for a caller that fills every element (a copy's destination).
+func EmptyOf(dev device.Device, dtype device.DType, cat device.Category, shape ...int) *Tensor {
+	return allocate(dev, dtype, cat, shape)
+}
+
 // FromUint8s copies data into a new uint8 tensor of the given shape (a
 // vector of len(data) when shape is empty), counted as cat.
 func FromUint8s(dev device.Device, cat device.Category, data []uint8, shape ...int) *Tensor {

@@ -32,8 +32,13 @@ type Engine struct {
 	index   map[*ferry.Tensor]bool // built on first StepParam
 	host    *hostStore             // the state, with OnHost; nil otherwise
 	// onDevice names the parameters whose state stays on the device with
-	// OnHost (KeepOnDevice).
-	onDevice map[string]bool
+	// OnHost (KeepOnDevice); visiting those whose state is in host
+	// tensors (paramState.tensors on the device's Host) and visits the
+	// device for each update (StateVisits, visit.go), on the side streams
+	// up and down (made at the first such update).
+	onDevice, visiting map[string]bool
+	up, down           device.Stream
+	visitErr           error // a copy down that failed, seen outside a step
 	// path, when not zero, forces one update path of Note [update
 	// paths] (pathKernel…pathCopy): tests compare them.
 	path int
@@ -57,6 +62,10 @@ type paramState struct {
 	// holds no data).
 	tensors []*ferry.Tensor
 	host    [][]byte
+	// down, for state that visits the device (StateVisits): the copy of
+	// the last update's state back into tensors, in flight until it
+	// completes; nil when none is.
+	down device.Event
 }
 
 // Init sets e up to run alg over params (repeats dropped: a tied weight
@@ -66,17 +75,24 @@ func (e *Engine) Init(alg Algorithm, params []*ferry.Tensor, lr float32, opts ..
 	e.state = map[*ferry.Tensor]*paramState{}
 	if o := buildOptions(opts); o.host {
 		e.host = newHostStore()
+		e.onDevice, e.visiting = map[string]bool{}, map[string]bool{}
 		for _, name := range o.onDevice {
-			if e.onDevice == nil {
-				e.onDevice = map[string]bool{}
-			}
 			e.onDevice[name] = true
+		}
+		for _, name := range o.visiting {
+			e.visiting[name] = !e.onDevice[name]
 		}
 	}
 }
 
-// hostFor reports whether p's state is on the host.
-func (e *Engine) hostFor(p *ferry.Tensor) bool { return e.host != nil && !e.onDevice[p.Name()] }
+// hostFor reports whether p's state is on the host and steps there.
+func (e *Engine) hostFor(p *ferry.Tensor) bool {
+	return e.host != nil && !e.onDevice[p.Name()] && !e.visiting[p.Name()]
+}
+
+// visits reports whether p's state is on the host and steps on the device
+// (StateVisits).
+func (e *Engine) visits(p *ferry.Tensor) bool { return e.host != nil && e.visiting[p.Name()] }
 
 // StateOnDevice names the parameters whose state stays on the device
 // although the optimizer was made with OnHost (KeepOnDevice), in the
@@ -85,6 +101,18 @@ func (e *Engine) StateOnDevice() []string {
 	var out []string
 	for _, p := range e.params {
 		if e.host != nil && e.onDevice[p.Name()] {
+			out = append(out, p.Name())
+		}
+	}
+	return out
+}
+
+// StateVisiting names the parameters whose state is on the host and
+// visits the device to step (StateVisits), in the parameters' order.
+func (e *Engine) StateVisiting() []string {
+	var out []string
+	for _, p := range e.params {
+		if e.visits(p) {
 			out = append(out, p.Name())
 		}
 	}
@@ -162,6 +190,9 @@ func (e *Engine) buildIndex() {
 type checker interface{ check() error }
 
 func (e *Engine) step(p *ferry.Tensor, lr float32) error {
+	if e.visitErr != nil {
+		return fmt.Errorf("optim: the state's copy back to the host failed: %w", e.visitErr)
+	}
 	if c, ok := e.alg.(checker); ok {
 		if err := c.check(); err != nil {
 			return err
@@ -179,6 +210,9 @@ func (e *Engine) step(p *ferry.Tensor, lr float32) error {
 	}
 	if err := checkOnDevice(p); err != nil {
 		return err
+	}
+	if e.visits(p) {
+		return e.visitStep(p, g, lr)
 	}
 	return ferry.Catch(func() error {
 		s, fresh := e.deviceState(p)
@@ -313,6 +347,7 @@ func (e *Engine) Release() {
 	if e.host != nil {
 		e.host.release()
 	}
+	e.settleVisits() //ferry:discard a failed copy leaves nothing to keep
 	for p, s := range e.state {
 		for _, t := range s.tensors {
 			t.Release()

@@ -16,6 +16,7 @@ type Option func(*options)
 type options struct {
 	host     bool
 	onDevice []string // with host: the parameters whose state stays on the device
+	visiting []string // with host: the parameters whose state visits the device to step
 }
 
 func buildOptions(opts []Option) options {
@@ -54,6 +55,24 @@ func OnHost() Option { return func(o *options) { o.host = true } }
 // does nothing.
 func KeepOnDevice(names ...string) Option {
 	return func(o *options) { o.onDevice = append(o.onDevice, names...) }
+}
+
+// StateVisits, with OnHost, keeps the state of the parameters named in
+// host memory but steps them on the device, as without OnHost: for each
+// update the state is copied up, the device's update runs, and the state
+// goes back down on a side stream while the device goes on (the next
+// update of that parameter, State and SetState wait for it). The device
+// holds the state only around the update, and the parameter's values and
+// gradient stay on the device, as with KeepOnDevice. A planner sends
+// this way the state of a parameter whose host update would end the step
+// on the critical path where its state does not fit on the device for
+// the whole step (package plan: the embedding, its gradient the last
+// backward completes and its values the first forward needs): the state
+// crosses the link both ways, 16 bytes a parameter for AdamW, which takes
+// less than the host's update. KeepOnDevice wins for a name given to
+// both; without OnHost it does nothing.
+func StateVisits(names ...string) Option {
+	return func(o *options) { o.visiting = append(o.visiting, names...) }
 }
 
 // StateOn returns the option that places an optimizer's state: "device"
@@ -287,7 +306,7 @@ func (e *Engine) HostStateBytes() int64 {
 	var n int64
 	e.stateMu.Lock()
 	for p, s := range e.state {
-		if e.hostFor(p) {
+		if e.hostFor(p) || e.visits(p) {
 			n += s.layout.Bytes()
 		}
 	}

@@ -242,10 +242,13 @@ func TestHostMatchesDevice(t *testing.T) {
 // state in one place, State into SetState of an optimizer with it in the
 // other, two more steps, give the bits of four steps on the device. Mixed
 // is the state on the host but two parameters' (KeepOnDevice), which keep
-// theirs on the device: exactly their state is there.
+// theirs on the device: exactly their state is there. Visiting is the
+// state on the host, three parameters' stepping on the device
+// (StateVisits; p2 is kept, which wins; p0 has no elements).
 func TestHostStateResumesAcrossPlacements(t *testing.T) {
 	placements := map[string][]optim.Option{"device": nil, "host": {optim.OnHost()},
-		"mixed": {optim.OnHost(), optim.KeepOnDevice("p0", "p2", "no such parameter")}}
+		"mixed":    {optim.OnHost(), optim.KeepOnDevice("p0", "p2", "no such parameter")},
+		"visiting": {optim.OnHost(), optim.KeepOnDevice("p2"), optim.StateVisits("p0", "p4", "p5", "p2", "no such parameter")}}
 	for _, c := range optCases {
 		dev := newCPU(t)
 		ps := hostParams(dev)
@@ -254,8 +257,8 @@ func TestHostStateResumesAcrossPlacements(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := snap(ps, o)
-		for _, from := range []string{"device", "host", "mixed"} {
-			for _, to := range []string{"device", "host", "mixed"} {
+		for _, from := range []string{"device", "host", "mixed", "visiting"} {
+			for _, to := range []string{"device", "host", "mixed", "visiting"} {
 				t.Run(c.name+"/"+from+"-to-"+to, func(t *testing.T) {
 					dev := newCPU(t)
 					ps := hostParams(dev)
@@ -509,6 +512,63 @@ func BenchmarkHostAdamWStep(b *testing.B) {
 			}
 			o.Release()
 			p.Release()
+		})
+	}
+}
+
+// State that visits the device (StateVisits) steps there to the bits of
+// the state on the device, for each optimizer, and between steps is on
+// the host only: the device's optimizer-state memory is back to what the
+// kept parameter holds, and peaked at more while the state visited. Its
+// State's tensors are on the host, and Release leaves nothing behind.
+func TestStateVisitsTheDevice(t *testing.T) {
+	for _, c := range optCases {
+		t.Run(c.name, func(t *testing.T) {
+			dev := newCPU(t)
+			ps := hostParams(dev)
+			o := c.make(ps)
+			if err := trainSteps(dev, ps, o, 0, 4); err != nil {
+				t.Fatal(err)
+			}
+			want := snap(ps, o)
+			o.Release()
+			kept := map[bool]int64{}
+			for _, keep := range []bool{false, true} {
+				dev := newCPU(t)
+				ps := hostParams(dev)
+				opts := []optim.Option{optim.OnHost(), optim.StateVisits("p5", "p4")}
+				if keep {
+					opts = append(opts, optim.KeepOnDevice("p4"))
+				}
+				o := c.make(ps, opts...)
+				if err := trainSteps(dev, ps, o, 0, 4); err != nil {
+					t.Fatal(err)
+				}
+				sameSnap(t, snap(ps, o), want)
+				st := dev.Allocator().Stats().ByCategory[device.OptimizerState]
+				kept[keep] = st.Current
+				if st.Peak <= st.Current && len(o.(optim.Stateful).State().Tensors) > 0 {
+					t.Errorf("keep %v: the device's optimizer state peaked at %d, its %d now: the state never visited", keep, st.Peak, st.Current)
+				}
+				for k, s := range o.(optim.Stateful).State().Tensors {
+					if strings.HasPrefix(k, "p5.") && s.Device() == dev {
+						t.Errorf("%s is on the device", k)
+					}
+				}
+				if got := o.(interface{ StateVisiting() []string }).StateVisiting(); keep && !slices.Equal(got, []string{"p5"}) || !keep && !slices.Equal(got, []string{"p4", "p5"}) {
+					t.Errorf("keep %v: StateVisiting %v", keep, got)
+				}
+				o.Release()
+				for _, p := range ps {
+					p.Release()
+				}
+				if n := dev.Allocator().Allocated(); n != 0 {
+					t.Errorf("%d bytes left on the device", n)
+				}
+			}
+			if stateful := len(want.tensors) > 0; kept[false] != 0 || (kept[true] > 0) != stateful {
+				t.Errorf("optimizer state on the device between steps: %d visiting p4 and p5, %d with p4 kept", kept[false], kept[true])
+			}
 		})
 	}
 }

@@ -152,7 +152,7 @@ func checkLR(name string, lr float64) error {
 
 // Like builds, over params, an optimizer of o's kind: the one registered
 // under o's name, with o's learning rate and hyperparameters, its state
-// where o keeps it (OnHost, KeepOnDevice). ZeRO-3 steps each rank's shards of the
+// where o keeps it (OnHost, KeepOnDevice, StateVisits). ZeRO-3 steps each rank's shards of the
 // parameters with it (dist.FullShard). o must be registered.
 func Like(o Optimizer, params []*ferry.Tensor) (Optimizer, error) {
 	if _, err := Lookup(o.Name()); err != nil {
@@ -181,6 +181,9 @@ func Like(o Optimizer, params []*ferry.Tensor) (Optimizer, error) {
 		opts = append(opts, OnHost())
 		if d, ok := o.(interface{ StateOnDevice() []string }); ok {
 			opts = append(opts, KeepOnDevice(d.StateOnDevice()...))
+		}
+		if v, ok := o.(interface{ StateVisiting() []string }); ok {
+			opts = append(opts, StateVisits(v.StateVisiting()...))
 		}
 	}
 	return New(o.Name(), params, h, opts...)

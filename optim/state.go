@@ -149,6 +149,9 @@ func (e *Engine) checkState(st State) (map[string]*ferry.Tensor, error) {
 // algorithms that keep them (see State's note on ownership).
 func (e *Engine) State() State {
 	st := State{Tensors: map[string]*ferry.Tensor{}, Scalars: map[string]float64{}}
+	if err := e.settleVisits(); err != nil && e.visitErr == nil {
+		e.visitErr = err // the next step returns it: the state may be stale
+	}
 	if h := e.host; h != nil {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -219,7 +222,11 @@ func (e *Engine) SetState(st State) (err error) {
 				}
 				continue
 			}
-			t, err := copyState(p, sl, src)
+			dev := p.Device()
+			if e.visits(p) {
+				dev = dev.Host()
+			}
+			t, err := copyState(dev, sl, src)
 			if err != nil {
 				return err
 			}
@@ -247,11 +254,10 @@ func rawBytes(t *ferry.Tensor) (b []byte, err error) {
 	return b, err
 }
 
-// copyState returns a new optimizer-state tensor for slot sl on p's
-// device holding src's values. src may be on another device (the host).
-func copyState(p *ferry.Tensor, sl Slot, src *ferry.Tensor) (t *ferry.Tensor, err error) {
+// copyState returns a new optimizer-state tensor for slot sl on dev
+// holding src's values. src may be on another device (the host).
+func copyState(dev device.Device, sl Slot, src *ferry.Tensor) (t *ferry.Tensor, err error) {
 	err = ferry.Catch(func() error {
-		dev := p.Device()
 		t = ferry.ZerosOf(dev, sl.DType, device.OptimizerState, sl.Shape...)
 		switch {
 		case !device.HasData(dev) || t.Numel() == 0:
