@@ -21,6 +21,12 @@ type BackwardOptions struct {
 	// gradient, so that gradients never all exist at once (see
 	// optim.InBackward). It runs on the goroutine running Backward.
 	GradReady func(leaf *Tensor)
+	// GradComplete, if set with GradReady, is called for each leaf just
+	// before GradReady, on the goroutine running Backward, whoever wraps
+	// GradReady (offload.Streamer runs some updates on a host worker):
+	// the order gradients complete in, for an optimizer that prepares an
+	// update ahead of it (optim.StateVisits).
+	GradComplete func(leaf *Tensor)
 }
 
 // Backward computes the gradient of t (a one-element loss) with respect to
@@ -124,6 +130,9 @@ func (tp *Tape) runBackward(root *Tensor, opts BackwardOptions) (err error) {
 			}
 			if pendingLeaf[e.leaf]--; pendingLeaf[e.leaf] == 0 && e.leaf.grad != nil {
 				tp.inBackward = false // the callback's ops are not backward's
+				if opts.GradComplete != nil {
+					opts.GradComplete(e.leaf)
+				}
 				opts.GradReady(e.leaf)
 				tp.inBackward = true
 			}

@@ -6,8 +6,11 @@
 # peaks at the predicted bytes (replay: exact, or the two peaks); also the
 # predicted step, the copies in flight and lookahead the plan chose, and
 # how many parameters keep their optimizer state on the device (kept).
-# One line each; a ratio above 1.15 is marked. Usage:
-#   bash bench/plan_quality.sh [ferry binary]
+# One line each; a ratio above 1.15 is marked; visit is how many
+# parameters' state visits the device to step (optim.StateVisits).
+# ONLY, a bash regular expression, keeps the models whose names match.
+# Usage:
+#   [ONLY='GPT-2 124M'] bash bench/plan_quality.sh [ferry binary]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-}
@@ -29,9 +32,10 @@ models=(
 )
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-printf '%-20s %-11s %5s %-10s %-6s %-8s %-9s %-8s %-6s %-5s %-4s %s\n' model profile "%" budget fits ratio step seconds copies ahead kept replay
+printf '%-20s %-11s %5s %-10s %-6s %-8s %-9s %-8s %-6s %-5s %-4s %-5s %s\n' model profile "%" budget fits ratio step seconds copies ahead kept visit replay
 for m in "${models[@]}"; do
 	name=${m%%|*} args=${m#*|}
+	[[ $name =~ ${ONLY:-.} ]] || continue
 	for prof in h100-pcie5 h200-pcie5; do
 		# shellcheck disable=SC2086
 		peak=$("$bin" plan $args --profile "$prof" --budget 1000TiB --json 2>/dev/null |
@@ -64,9 +68,10 @@ except Exception:
 pr = p.get("predicted") or {}
 r = pr.get("step_over_bound") or (pr.get("step_seconds", 0) / pr["bound_seconds"] if pr.get("bound_seconds") else 0)
 mark = " *" if p.get("fits") and r > 1.15 else ""
-print("%-20s %-11s %5s %-10.3g %-6s %-8s %-9s %-8.2f %-6s %-5s %-4s %s%s" % (name, prof, pct, float(budget) / 2**30, p.get("fits"),
+print("%-20s %-11s %5s %-10.3g %-6s %-8s %-9s %-8.2f %-6s %-5s %-4s %-5s %s%s" % (name, prof, pct, float(budget) / 2**30, p.get("fits"),
       ("%.3f" % r) if p.get("fits") else "-", ("%.4g" % pr["step_seconds"]) if p.get("fits") else "-", float(secs),
-      p.get("copies_in_flight", ""), p.get("lookahead", ""), len(p.get("optimizer_state_on_device") or []), replay, mark))
+      p.get("copies_in_flight", ""), p.get("lookahead", ""), len(p.get("optimizer_state_on_device") or []),
+      len(p.get("optimizer_state_visiting") or []), replay, mark))
 ' "$name" "$prof" "$pct" "$budget" "$secs" "$replay"
 		done
 	done

@@ -107,6 +107,11 @@ type Setup struct {
 	// their gradients sent to the host, whatever ParamsOnHost and
 	// GradsOnHost say, so that they step on the device.
 	StateOnDevice []string
+	// StateVisiting names parameters whose optimizer state is on the host
+	// but steps on the device (optim.StateVisits; mode policy takes the
+	// policy's): their gradients stay on the device, whatever GradsOnHost
+	// says (StreamConfig.GradsOnDevice).
+	StateVisiting []string
 }
 
 // Memory is a memory mode set up on a device: the hooks and segments a
@@ -168,7 +173,7 @@ func NewMemory(dev device.Device, s Setup) (*Memory, error) {
 		s.ParamsOnHost = s.Policy.ParametersOnHost
 		s.GradsOnHost = s.Policy.Gradients == "host"
 		s.SerialGradCopies = s.Policy.SerialGradCopies
-		s.StateOnDevice = s.Policy.OptimizerStateOnDevice
+		s.StateOnDevice, s.StateVisiting = s.Policy.OptimizerStateOnDevice, s.Policy.OptimizerStateVisiting
 	default:
 		return nil, fmt.Errorf("offload: unknown memory mode %q", s.Mode)
 	}
@@ -201,6 +206,11 @@ func (m *Memory) setupStream(dev device.Device, s Setup) error {
 	if len(s.StateOnDevice) > 0 {
 		if cfg.StayOnDevice, err = SelectParams(s.Params, s.StateOnDevice); err != nil {
 			return fmt.Errorf("the parameters whose optimizer state stays on the device (optimizer_state_on_device): %w", err)
+		}
+	}
+	if len(s.StateVisiting) > 0 {
+		if cfg.GradsOnDevice, err = SelectParams(s.Params, s.StateVisiting); err != nil {
+			return fmt.Errorf("the parameters whose optimizer state visits the device (optimizer_state_visiting): %w", err)
 		}
 	}
 	if m.off != nil {

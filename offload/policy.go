@@ -52,6 +52,15 @@ type Policy struct {
 	// (optim.KeepOnDevice): they are not streamed, and their gradients
 	// stay on the device.
 	OptimizerStateOnDevice []string `json:"optimizer_state_on_device,omitempty"`
+	// OptimizerStateVisiting names the parameters whose optimizer state
+	// is on the host with the rest's but steps on the device, brought up
+	// for each update (optim.StateVisits): their gradients stay on the
+	// device, their values streamed or not as ParametersOnHost says.
+	OptimizerStateVisiting []string `json:"optimizer_state_visiting,omitempty"`
+	// OptimizerStateAhead starts each visiting state's copy up that many
+	// gradients before its parameter's completes in backward
+	// (optim.StateVisitsAhead); 0 at its update.
+	OptimizerStateAhead int `json:"optimizer_state_ahead,omitempty"`
 	// SerialGradCopies records that the plan waits for each gradient's
 	// copy to the host when the next gradient completes
 	// (StreamConfig.SerialGradCopies): the fewest gradients on the device,
@@ -347,6 +356,20 @@ func ParsePolicy(b []byte) (*Policy, error) {
 	}
 	if i := firstRepeat(p.OptimizerStateOnDevice); i >= 0 {
 		return nil, fmt.Errorf("optimizer_state_on_device names %q twice", p.OptimizerStateOnDevice[i])
+	}
+	if len(p.OptimizerStateVisiting) > 0 && p.OptimizerState != "host" {
+		return nil, fmt.Errorf("optimizer_state_visiting steps some parameters' host state on the device; the policy's optimizer_state is %q, not host", p.OptimizerState)
+	}
+	if i := firstRepeat(p.OptimizerStateVisiting); i >= 0 {
+		return nil, fmt.Errorf("optimizer_state_visiting names %q twice", p.OptimizerStateVisiting[i])
+	}
+	if p.OptimizerStateAhead < 0 || p.OptimizerStateAhead > 0 && len(p.OptimizerStateVisiting) == 0 {
+		return nil, fmt.Errorf("optimizer_state_ahead %d: want 0, or more with optimizer_state_visiting", p.OptimizerStateAhead)
+	}
+	for _, name := range p.OptimizerStateVisiting {
+		if slices.Contains(p.OptimizerStateOnDevice, name) {
+			return nil, fmt.Errorf("%q is in both optimizer_state_on_device and optimizer_state_visiting: its state is in one place", name)
+		}
 	}
 	if p.SerialGradCopies && p.Gradients != "host" {
 		return nil, fmt.Errorf("serial_gradient_copies is for gradients in host memory; the policy's gradients are %q", p.Gradients)

@@ -11,9 +11,10 @@ import (
 
 // A policy file's training-state fields are checked when it is read: a
 // misspelt placement, serial gradient copies without gradients in host
-// memory, or state kept on the device for some parameters when it is
-// not on the host for the rest, is an error that names the field, not a
-// silent default.
+// memory, state kept on (or visiting) the device for some parameters when
+// it is not on the host for the rest, or a visiting state's lead without
+// visiting state, is an error that names the field, not a silent
+// default.
 func TestLoadPolicyChecksTheTrainingState(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct{ body, want string }{
@@ -26,6 +27,14 @@ func TestLoadPolicyChecksTheTrainingState(t *testing.T) {
 		{`{"version": 2, "default": "keep", "optimizer_state": "device", "optimizer_state_on_device": ["a"]}`, "optimizer_state_on_device"},
 		{`{"version": 2, "default": "keep", "optimizer_state": "host", "optimizer_state_on_device": ["a", "b", "a"]}`, `names "a" twice`},
 		{`{"version": 2, "default": "keep", "optimizer_state": "host", "gradients": "host", "serial_gradient_copies": true, "optimizer_state_on_device": ["a", "b"]}`, ""},
+		{`{"version": 2, "default": "keep", "optimizer_state_visiting": ["a"]}`, "optimizer_state_visiting"},
+		{`{"version": 2, "default": "keep", "optimizer_state": "host", "optimizer_state_visiting": ["a", "a"]}`, `names "a" twice`},
+		{`{"version": 2, "default": "keep", "optimizer_state": "host", "optimizer_state_on_device": ["a"], "optimizer_state_visiting": ["b", "a"]}`, `"a" is in both`},
+		{`{"version": 2, "default": "keep", "optimizer_state": "host", "optimizer_state_ahead": 3}`, "optimizer_state_ahead 3"},
+		{`{"version": 2, "default": "keep", "optimizer_state": "host", "optimizer_state_visiting": ["a"], "optimizer_state_ahead": -1}`, "optimizer_state_ahead -1"},
+		{`{"version": 2, "default": "keep", "optimizer_state": "host", "optimizer_state_visiting": ["a"], "optimizer_state_ahead": 1.5}`, "optimizer_state_ahead"},
+		{`{"version": 2, "default": "keep", "optimizer_state": "host", "optimizer_state_visiting": ["a"], "optimizer_state_ahead": "x"}`, "optimizer_state_ahead"},
+		{`{"version": 2, "default": "keep", "optimizer_state": "host", "gradients": "host", "serial_gradient_copies": true, "optimizer_state_visiting": ["a"], "optimizer_state_ahead": 40}`, ""},
 		{`{"version": 2, "default": "keep", "copies_in_flight": -1}`, "copies_in_flight -1"},
 		{`{"version": 2, "default": "keep", "copies_in_flight": 65}`, "copies_in_flight 65"},
 		{`{"version": 2, "default": "keep", "copies_in_flight": 2.5}`, "copies_in_flight"},

@@ -62,6 +62,13 @@ type StreamConfig struct {
 	// Grads say: their optimizer state is on the device
 	// (optim.KeepOnDevice), so they step there.
 	StayOnDevice []*ferry.Tensor
+	// GradsOnDevice are parameters whose gradients stay on the device,
+	// whatever Grads says, their values streamed or not as Params says:
+	// their optimizer steps them on the device with its state brought
+	// up from the host for it (optim.StateVisits). A streamed one is
+	// brought in for its update (the update's use: the next step
+	// prefetches it) and written back after.
+	GradsOnDevice []*ferry.Tensor
 	// D2H and H2D are the side streams the copies run on (offload.Memory
 	// passes its Offloader's, so that parameters and activations share
 	// them); nil makes the Streamer's own.
@@ -164,6 +171,12 @@ type streamed struct {
 	// resident: the storage holds a device block (installed).
 	resident bool
 	used     bool // used since it was installed
+	// written: the copy of a changed device copy back to the master
+	// (pageOut), on d2h, in flight until it completes. An upload from
+	// the master (into a new block or the kept one, which the copy
+	// reads) waits for it on h2d; a host reader of the master waits for
+	// it first (HostCopy, HostData, Settle).
+	written device.Event
 	// mirrored: a parameter that stays on the device, its values
 	// mirrored by the master (see StreamConfig.HostStepsBeside): paging
 	// it out sets its block aside in kept, still allocated, and bringing
@@ -211,19 +224,19 @@ func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
 			return nil, fmt.Errorf("offload: %w", err)
 		}
 	}
-	stay := func(ps []*ferry.Tensor) []*ferry.Tensor {
-		if len(cfg.StayOnDevice) == 0 {
+	without := func(ps, drop []*ferry.Tensor) []*ferry.Tensor {
+		if len(drop) == 0 {
 			return ps
 		}
 		var out []*ferry.Tensor
 		for _, p := range ps {
-			if !slices.Contains(cfg.StayOnDevice, p) {
+			if !slices.Contains(drop, p) {
 				out = append(out, p)
 			}
 		}
 		return out
 	}
-	cfg.Params, cfg.Grads = stay(cfg.Params), stay(cfg.Grads)
+	cfg.Params, cfg.Grads = without(cfg.Params, cfg.StayOnDevice), without(without(cfg.Grads, cfg.StayOnDevice), cfg.GradsOnDevice)
 	for _, p := range cfg.Grads {
 		if p.Device() != dev && p.Device() != dev.Host() {
 			return nil, fmt.Errorf("offload: parameter %q is on %s, the streamer on %s", p.Name(), p.Device().Name(), dev.Name())
@@ -347,6 +360,9 @@ func (s *Streamer) HostCopy(p *ferry.Tensor) (*ferry.Tensor, error) {
 	if cerr := ferry.Catch(func() error { err = s.pageOut(st); return nil }); cerr != nil {
 		return nil, cerr
 	}
+	if err == nil && st.written != nil {
+		err = st.written.Synchronize() // the host reads and writes it next
+	}
 	return st.master, err
 }
 
@@ -356,6 +372,9 @@ func (s *Streamer) HostData(t *ferry.Tensor) *ferry.Tensor {
 	if st := s.byStorage[t.Storage()]; st != nil && st.cat == device.Parameter {
 		if t := s.tasks[st]; t != nil {
 			return nil // a host step may be writing it: bring it in instead
+		}
+		if st.written != nil && st.written.Synchronize() != nil {
+			return nil // (the copy back failed: bringing it in says so)
 		}
 		return st.master
 	}
@@ -370,7 +389,10 @@ func (s *Streamer) Settle() error {
 	if err := ferry.Catch(s.drainBeside); err != nil {
 		return err
 	}
-	return s.pageOutAll(true)
+	if err := s.pageOutAll(true); err != nil {
+		return err
+	}
+	return s.d2h.Synchronize() // the copies back to the masters (streamed.written)
 }
 
 // Streams reports whether p lives in host memory.
@@ -421,8 +443,12 @@ func (s *Streamer) bringIn(st *streamed, prefetched bool) error {
 		}
 	}
 	st.pending = b
-	// The new block may have been used by compute work not yet finished.
+	// The new block may have been used by compute work not yet finished;
+	// the master (and a kept block) is the copy back's until it is done.
 	s.h2d.Wait(s.dev.Compute().Record())
+	if st.written != nil {
+		s.h2d.Wait(st.written)
+	}
 	mb, _ := st.master.Block()
 	if err := s.dev.Copy(s.h2d, device.Whole(b), device.Span{Block: mb, Len: st.p.PagedBytes()}); err != nil {
 		st.pending = nil
@@ -506,10 +532,13 @@ func (s *Streamer) pageOut(st *streamed) error {
 	if !st.resident {
 		return nil
 	}
+	written := false
 	if st.p.Version() != st.version && st.master != nil {
-		if err := s.copy(s.d2h, st.master, st.p, true); err != nil {
+		// Written back beside compute (streamed.written says who waits).
+		if err := s.copy(s.d2h, st.master, st.p, false); err != nil {
 			return err
 		}
+		st.written, written = s.d2h.Record(), true
 		s.stats.WrittenBack++
 	}
 	if st.mirrored {
@@ -520,8 +549,12 @@ func (s *Streamer) pageOut(st *streamed) error {
 		return nil
 	}
 	if b, _ := st.p.Block(); b != nil {
-		// Uploads read the master on h2d; the block goes back for compute.
+		// Uploads read the master on h2d; the block goes back for compute
+		// (and the copy back reads it on d2h).
 		s.dev.Allocator().RecordStream(b, s.h2d)
+		if written {
+			s.dev.Allocator().RecordStream(b, s.d2h)
+		}
 	}
 	st.p.PageOut()
 	st.resident, st.used = false, false
@@ -566,14 +599,24 @@ func (s *Streamer) usedBy(st *streamed, inputs []*ferry.Tensor) bool {
 // read them) leave, and the first Prefetch uses of the last step start
 // their uploads.
 func (s *Streamer) BeginStep() error {
-	if err := s.pageOutAll(false); err != nil {
-		return err
-	}
 	if len(s.uses) > 0 {
 		s.order, s.uses = s.uses, s.order[:0]
 	}
+	if err := s.pageOutBut(s.firstUses(s.order), false); err != nil {
+		return err
+	}
 	clear(s.firstUse)
 	s.pos, s.stepping = 0, true
+	// The first uses still on the device are this step's first: their
+	// use will not page them in, which notes a use, so they are noted
+	// now (else the next step's order would lack them, and the step
+	// after would page them in again).
+	for _, st := range s.firstUses(s.order) {
+		if !st.resident {
+			break
+		}
+		s.noteUse(st)
+	}
 	for j := 0; j < len(s.order) && j < s.prefetch; j++ {
 		if next := s.order[j]; !next.resident && next.pending == nil {
 			if err := s.bringIn(next, true); err != nil {
@@ -584,12 +627,27 @@ func (s *Streamer) BeginStep() error {
 	return nil
 }
 
-// pageOutAll pages out every resident parameter (used ones only, unless
-// all) but the mirrored ones, whose device copies stay current.
-func (s *Streamer) pageOutAll(all bool) error {
+// pageOutAll pages out every resident parameter (and, with all, drops
+// every prefetch in flight) but the mirrored ones, whose device copies
+// stay current.
+func (s *Streamer) pageOutAll(all bool) error { return s.pageOutBut(nil, all) }
+
+// firstUses are the first Prefetch uses of order: a step's first uses,
+// which the next step's forward makes first, where order is a step's
+// uses. Between steps they stay on the device (pageOutBut): they would
+// come back at once. (That keeps there a parameter stepped on the device
+// at the end of backward, optim.StateVisits: the embedding, which forward
+// uses first.)
+func (s *Streamer) firstUses(order []*streamed) []*streamed {
+	return order[:min(len(order), s.prefetch)]
+}
+
+// pageOutBut is pageOutAll but for the parameters in keep, which stay
+// on the device or on their way there.
+func (s *Streamer) pageOutBut(keep []*streamed, all bool) error {
 	return ferry.Catch(func() error {
 		for _, st := range s.params {
-			if st.mirrored {
+			if st.mirrored || slices.Contains(keep, st) {
 				continue
 			}
 			if st.resident || all && st.pending != nil {
@@ -882,7 +940,8 @@ func blockOf(t *ferry.Tensor) *device.Block {
 
 // EndBackward waits for the gradients' copies and hands each offloaded
 // gradient to its parameter (Grad, on the host); parameters backward
-// brought back leave the device.
+// brought back leave the device, but the next step's first uses
+// (firstUses).
 func (s *Streamer) EndBackward() error {
 	err := ferry.Catch(func() error {
 		s.reapAll()
@@ -897,11 +956,12 @@ func (s *Streamer) EndBackward() error {
 	if err != nil {
 		return err
 	}
-	return s.pageOutAll(true)
+	return s.pageOutBut(s.firstUses(s.uses), true)
 }
 
 // EndStep is called after the optimizer's step: no parameter stays on the
-// device, and host gradients the optimizer dropped are no longer counted.
+// device but the next step's first uses (firstUses), and host gradients
+// the optimizer dropped are no longer counted.
 func (s *Streamer) EndStep() error {
 	s.hostGrad, s.stepping = 0, false
 	for p := range s.grads {
@@ -912,7 +972,7 @@ func (s *Streamer) EndStep() error {
 			s.hostGrad += g.Bytes()
 		}
 	}
-	return s.pageOutAll(true)
+	return s.pageOutBut(s.firstUses(s.uses), true)
 }
 
 // Stats returns what the streamer moved so far.

@@ -39,6 +39,13 @@ type Engine struct {
 	onDevice, visiting map[string]bool
 	up, down           device.Stream
 	visitErr           error // a copy down that failed, seen outside a step
+	// ahead is StateVisitsAhead's n; completed is the gradients of the
+	// last backward in the order they completed, completing this one's so
+	// far (a parameter seen twice starts the next), at is where in
+	// completed the last one was found (gradComplete, visit.go).
+	ahead                 int
+	completed, completing []*ferry.Tensor
+	at                    int
 	// path, when not zero, forces one update path of Note [update
 	// paths] (pathKernel…pathCopy): tests compare them.
 	path int
@@ -62,6 +69,11 @@ type paramState struct {
 	// holds no data).
 	tensors []*ferry.Tensor
 	host    [][]byte
+	// early, for state that visits the device: its copies there, made
+	// ahead of the update (gradComplete), until the update takes them,
+	// and the event their copy up completes at.
+	early      []*ferry.Tensor
+	earlyReady device.Event
 	// down, for state that visits the device (StateVisits): the copy of
 	// the last update's state back into tensors, in flight until it
 	// completes; nil when none is.
@@ -82,6 +94,7 @@ func (e *Engine) Init(alg Algorithm, params []*ferry.Tensor, lr float32, opts ..
 		for _, name := range o.visiting {
 			e.visiting[name] = !e.onDevice[name]
 		}
+		e.ahead = o.ahead
 	}
 }
 
@@ -118,6 +131,9 @@ func (e *Engine) StateVisiting() []string {
 	}
 	return out
 }
+
+// StateVisitsAhead is StateVisitsAhead's n.
+func (e *Engine) StateVisitsAhead() int { return e.ahead }
 
 // Params are the parameters, deduplicated, in order. The slice is the
 // Engine's: do not change it.
@@ -349,6 +365,7 @@ func (e *Engine) Release() {
 	}
 	e.settleVisits() //ferry:discard a failed copy leaves nothing to keep
 	for p, s := range e.state {
+		s.dropEarly()
 		for _, t := range s.tensors {
 			t.Release()
 		}

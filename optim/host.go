@@ -17,6 +17,7 @@ type options struct {
 	host     bool
 	onDevice []string // with host: the parameters whose state stays on the device
 	visiting []string // with host: the parameters whose state visits the device to step
+	ahead    int      // how many gradients ahead of its update a visiting state comes up
 }
 
 func buildOptions(opts []Option) options {
@@ -74,6 +75,14 @@ func KeepOnDevice(names ...string) Option {
 func StateVisits(names ...string) Option {
 	return func(o *options) { o.visiting = append(o.visiting, names...) }
 }
+
+// StateVisitsAhead, with StateVisits and the optimizer inside backward
+// (InBackward), starts each visiting state's copy up n gradients before
+// its parameter's completes, in the order the last backward completed
+// them, so that the copy overlaps backward's compute instead of delaying
+// the update; the state is then on the device that much longer. 0 (the
+// default) copies it up at the update.
+func StateVisitsAhead(n int) Option { return func(o *options) { o.ahead = max(n, 0) } }
 
 // StateOn returns the option that places an optimizer's state: "device"
 // (the default: no option) or "host" (OnHost).

@@ -572,3 +572,79 @@ func TestStateVisitsTheDevice(t *testing.T) {
 		})
 	}
 }
+
+// Inside backward, a visiting state brought up ahead of its update
+// (StateVisitsAhead) is on the device before its update (as its
+// gradient, backward's last, completes), and the parameters are the
+// device optimizer's to the bit either way.
+func TestStateVisitsAheadInBackward(t *testing.T) {
+	var want [][]float32
+	for _, ahead := range []int{-1, 0, 3, 100} { // -1: the state on the device
+		dev := newCPU(t)
+		m := mlp(t, dev)
+		for i, p := range m.Parameters() {
+			p.SetName(fmt.Sprintf("p%d", i))
+		}
+		var opt optim.Stepper = optim.NewAdamW(m.Parameters(), 1e-2)
+		if ahead >= 0 {
+			opt = optim.NewAdamW(m.Parameters(), 1e-2, optim.OnHost(), optim.StateVisits("p0"), optim.StateVisitsAhead(ahead))
+		}
+		rng := rand.New(rand.NewPCG(9, 9))
+		x := ferry.Randn(dev, rng, 16, 32)
+		y := ferry.Randn(dev, rng, 16, 32)
+		var before int64 // the most optimizer state on the device before an update, in the last step
+		for step := 0; step < 3; step++ {
+			err := ferry.Step(func(tape *ferry.Tape) error {
+				loss := ferry.MSELoss(m.Forward(tape.Input(x)), tape.Input(y))
+				opts, upd := optim.InBackward(opt)
+				update := opts.GradReady
+				before = 0
+				opts.GradReady = func(p *ferry.Tensor) {
+					before = max(before, dev.Allocator().Stats().ByCategory[device.OptimizerState].Current)
+					update(p)
+				}
+				if err := loss.BackwardWith(opts); err != nil {
+					return err
+				}
+				return upd.Err()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		switch {
+		case ahead > 0 && before == 0:
+			t.Errorf("ahead %d: no optimizer state on the device before its update", ahead)
+		case ahead == 0 && before != 0:
+			t.Errorf("ahead 0: %d bytes of optimizer state on the device before its update", before)
+		}
+		var got [][]float32
+		for _, p := range m.Parameters() {
+			got = append(got, p.Float32s())
+		}
+		if want == nil {
+			want = got
+		}
+		for i := range got {
+			if j := firstBitDiff32(got[i], want[i]); j >= 0 {
+				t.Fatalf("ahead %d: parameter %d differs at %d: %v, want %v", ahead, i, j, got[i][j], want[i][j])
+			}
+		}
+		x.Release()
+		y.Release()
+		opt.(optim.Optimizer).Release()
+		nn.Release(m)
+		if n := dev.Allocator().Allocated(); n != 0 {
+			t.Errorf("ahead %d: %d bytes left on the device", ahead, n)
+		}
+	}
+}
+
+func firstBitDiff32(a, b []float32) int {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return i
+		}
+	}
+	return -1
+}

@@ -70,7 +70,7 @@ func InBackward(opt Stepper) (ferry.BackwardOptions, *InBackwardErr) {
 		o.buildIndex() // here, not on the goroutines GradReady runs on
 		step = func(p *ferry.Tensor) error { return o.stepParamLR(p, lr) }
 	}
-	return ferry.BackwardOptions{GradReady: func(p *ferry.Tensor) {
+	opts := ferry.BackwardOptions{GradReady: func(p *ferry.Tensor) {
 		if e.Err() != nil {
 			return
 		}
@@ -79,8 +79,16 @@ func InBackward(opt Stepper) (ferry.BackwardOptions, *InBackwardErr) {
 			return
 		}
 		p.SetGrad(nil)
-	}}, e
+	}}
+	if a, ok := opt.(aheadStepper); ok {
+		opts.GradComplete = a.gradComplete
+	}
+	return opts, e
 }
+
+// aheadStepper is an optimizer of this package that prepares updates
+// ahead of them (Engine.gradComplete).
+type aheadStepper interface{ gradComplete(p *ferry.Tensor) }
 
 // lrStepper is an optimizer of this package: it steps a parameter at a
 // given learning rate.

@@ -185,6 +185,9 @@ func Like(o Optimizer, params []*ferry.Tensor) (Optimizer, error) {
 		if v, ok := o.(interface{ StateVisiting() []string }); ok {
 			opts = append(opts, StateVisits(v.StateVisiting()...))
 		}
+		if v, ok := o.(interface{ StateVisitsAhead() int }); ok {
+			opts = append(opts, StateVisitsAhead(v.StateVisitsAhead()))
+		}
 	}
 	return New(o.Name(), params, h, opts...)
 }

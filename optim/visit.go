@@ -2,6 +2,7 @@ package optim
 
 import (
 	"fmt"
+	"slices"
 
 	"ferry"
 	"ferry/device"
@@ -75,7 +76,8 @@ func (e *Engine) visitStep(p, g *ferry.Tensor, lr float32) error {
 		if err != nil {
 			return err
 		}
-		onDevice := make([]*ferry.Tensor, 0, len(s.tensors))
+		onDevice, ready := s.early, s.earlyReady
+		s.early, s.earlyReady = nil, nil
 		defer func() {
 			for _, t := range onDevice {
 				if b, _ := t.Block(); b != nil {
@@ -84,20 +86,14 @@ func (e *Engine) visitStep(p, g *ferry.Tensor, lr float32) error {
 				t.Release()
 			}
 		}()
-		// The new blocks may have been compute's until now, and the host
-		// tensors down's.
-		up.Wait(dev.Compute().Record())
-		if s.down != nil {
-			up.Wait(s.down)
-		}
-		for _, h := range s.tensors {
-			t := ferry.EmptyOf(dev, h.DType(), device.OptimizerState, h.Shape()...)
-			onDevice = append(onDevice, t)
-			if err := copyWhole(dev, up, t, h); err != nil {
+		if onDevice == nil {
+			var err error
+			if onDevice, err = e.bringUp(s, dev, up); err != nil {
 				return err
 			}
+			ready = up.Record()
 		}
-		dev.Compute().Wait(up.Record())
+		dev.Compute().Wait(ready)
 		visit := &paramState{step: s.step, layout: s.layout, tensors: onDevice}
 		if err := e.update(p, g, visit, KernelUpdate{LR: lr, Step: s.step, Fresh: fresh}); err != nil {
 			return err
@@ -110,9 +106,91 @@ func (e *Engine) visitStep(p, g *ferry.Tensor, lr float32) error {
 			ferry.BumpVersion(h, e.alg.Name()+"_step")
 		}
 		s.down = down.Record()
+		// p stays on the device (streamed, it is written back when its
+		// pager next pages it out): a visiting parameter is one whose
+		// next use is the next forward's first.
 		ferry.BumpVersion(p, e.alg.Name()+"_step")
-		return pageOut(p)
+		return nil
 	})
+}
+
+// bringUp allocates s's state on dev and starts its copy up on up.
+func (e *Engine) bringUp(s *paramState, dev device.Device, up device.Stream) (onDevice []*ferry.Tensor, err error) {
+	// The new blocks may have been compute's until now, and the host
+	// tensors down's.
+	up.Wait(dev.Compute().Record())
+	if s.down != nil {
+		up.Wait(s.down)
+	}
+	for _, h := range s.tensors {
+		var t *ferry.Tensor
+		if err := ferry.Catch(func() error {
+			t = ferry.EmptyOf(dev, h.DType(), device.OptimizerState, h.Shape()...)
+			return nil
+		}); err != nil {
+			for _, t := range onDevice {
+				t.Release()
+			}
+			return nil, err
+		}
+		onDevice = append(onDevice, t)
+		if err := copyWhole(dev, up, t, h); err != nil {
+			for _, t := range onDevice {
+				t.Release()
+			}
+			return nil, err
+		}
+	}
+	return onDevice, nil
+}
+
+// gradComplete is InBackward's ferry.BackwardOptions.GradComplete, on
+// the goroutine running backward: p's gradient is complete. With
+// StateVisitsAhead, it starts the copies up of the visiting states whose
+// parameters' gradients completed at most ahead after p's in the last
+// backward.
+func (e *Engine) gradComplete(p *ferry.Tensor) {
+	if e.ahead == 0 || e.host == nil || len(e.visiting) == 0 {
+		return
+	}
+	if slices.Contains(e.completing, p) { // the next backward
+		e.completed, e.completing, e.at = e.completing, e.completed[:0], 0
+	}
+	e.completing = append(e.completing, p)
+	i := e.at
+	for i < len(e.completed) && e.completed[i] != p {
+		i++
+	}
+	if i == len(e.completed) {
+		return // not where the last backward had it: no guess
+	}
+	e.at = i + 1
+	for _, q := range e.completed[i+1 : min(len(e.completed), i+1+e.ahead)] {
+		s := e.stateOf(q)
+		if !e.visits(q) || s == nil || s.early != nil || q.Numel() == 0 {
+			continue // (a fresh state is made at the update)
+		}
+		dev := q.Device()
+		up, _, err := e.visitStreams(dev)
+		if err != nil {
+			return
+		}
+		if s.early, err = e.bringUp(s, dev, up); err != nil {
+			return // out of memory ahead of the update: the update will ask again
+		}
+		s.earlyReady = up.Record()
+	}
+}
+
+// dropEarly frees state brought up ahead of an update that did not come.
+func (s *paramState) dropEarly() {
+	if s.early != nil {
+		_ = s.earlyReady.Synchronize()
+		for _, t := range s.early {
+			t.Release()
+		}
+		s.early, s.earlyReady = nil, nil
+	}
 }
 
 // copyWhole enqueues on stream a copy of src's bytes into dst, tensors of

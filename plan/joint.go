@@ -72,6 +72,15 @@ type State struct {
 	// so their values and gradients, on the device, with the rest's state
 	// on the host (optim.KeepOnDevice).
 	StateOnDevice []string `json:"optimizer_state_on_device,omitempty"`
+	// StateVisiting names parameters whose optimizer state is on the host
+	// with the rest's but visits the device for their update, which runs
+	// there (optim.StateVisits): their values and gradients stay on the
+	// device, as StateOnDevice's do, but their state only around the
+	// update.
+	StateVisiting []string `json:"optimizer_state_visiting,omitempty"`
+	// StateAhead starts a visiting state's copy up that many gradients
+	// before its parameter's completes (optim.StateVisitsAhead).
+	StateAhead int `json:"optimizer_state_ahead,omitempty"`
 	// SerialGradCopies waits for each gradient's copy to the host when
 	// the next gradient completes (offload.StreamConfig): one gradient
 	// fewer on the device than the copies overlapping backward, and
@@ -94,6 +103,13 @@ func (s State) String() string {
 	kept := ""
 	if n := len(s.StateOnDevice); n > 0 {
 		kept = fmt.Sprintf(" (but the first %d parameters', their state on the device)", n)
+	}
+	if n := len(s.StateVisiting); n > 0 {
+		when := "for it"
+		if s.StateAhead > 0 {
+			when = fmt.Sprintf("%d gradients ahead", s.StateAhead)
+		}
+		kept += fmt.Sprintf(" (but the first %d parameters', stepped on the device, their state brought up %s)", n, when)
 	}
 	return fmt.Sprintf("optimizer state on the %s, gradients on the %s%s, parameters in host memory: %s%s", s.OptimizerState, s.Gradients, serial, p, kept)
 }
@@ -169,7 +185,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			o.Offload = pinned
 		}
 		o.Model, o.OptimizerState, o.Gradients, o.ParamsOnHost = m, s.OptimizerState, s.Gradients, s.ParamsOnHost
-		o.SerialGradCopies, o.StateOnDevice = s.SerialGradCopies, s.StateOnDevice
+		o.SerialGradCopies, o.StateOnDevice, o.StateVisiting, o.StateAhead = s.SerialGradCopies, s.StateOnDevice, s.StateVisiting, s.StateAhead
 		o.deferDescent = true
 		o.Lookahead = ahead
 		p, err := Make(o)
@@ -304,10 +320,14 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		}
 		// keep tries the first j parameters' state on the device, the
 		// rest placed as on, at on's copies in flight.
-		keep := func(on *Plan, j int) (bool, error) {
+		keep := func(on *Plan, j int, visiting bool, ahead int) (bool, error) {
 			pinAt(on)
 			s := tried[slices.Index(plans, on)].State
-			s.StateOnDevice = names(params[:j])
+			if visiting {
+				s.StateVisiting, s.StateAhead = names(params[:j]), ahead
+			} else {
+				s.StateOnDevice = names(params[:j])
+			}
 			p, err := try(s)
 			if err != nil {
 				return false, err
@@ -317,7 +337,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		}
 		last := best
 		if hostBound(best) {
-			if err := keptSearch(params, from, opts.Budget, func(j int) (bool, error) { return keep(from, j) }); err != nil {
+			if err := keptSearch(params, from, opts.Budget, func(j int) (bool, error) { return keep(from, j, false, 0) }); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -326,12 +346,27 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 				if j >= len(params) {
 					continue
 				}
-				fits, err := keep(from, j)
+				fits, err := keep(from, j, false, 0)
 				if err != nil {
 					return nil, nil, err
 				}
 				if fits {
 					break
+				}
+			}
+		}
+		if best == last && last.Predicted.OverlapRatio > stateOnDeviceAbove {
+			// Nothing kept was faster (none fit, or the state's bytes
+			// on the device took the saved tensors' room): the first
+			// parameter's state visits the device for its update
+			// instead, brought up as backward's first gradient
+			// completes (its copy beside backward's compute), and for
+			// the update itself (on the device only around it, at the
+			// end of backward, where the saved tensors are gone: more
+			// room for them).
+			for _, ahead := range []int{len(params), 0} {
+				if _, err := keep(from, 1, true, ahead); err != nil {
+					return nil, nil, err
 				}
 			}
 		}
@@ -418,7 +453,11 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 }
 
 // fastestFitting returns the indexes of the n fastest plans that fit
-// among plans[from:], fastest first.
+// among plans[from:], fastest first, one of each placement but for
+// visiting state: a plan whose state visits the device and the one it
+// was made from are one placement, the faster standing for both (else
+// the two would take both places, and a longer lookahead, which holds
+// more on the device, would be tried on one placement's memory only).
 func fastestFitting(plans []*Plan, n, from int) []int {
 	var fit []int
 	for i := from; i < len(plans); i++ {
@@ -429,7 +468,17 @@ func fastestFitting(plans []*Plan, n, from int) []int {
 	slices.SortStableFunc(fit, func(a, b int) int {
 		return cmp.Compare(plans[a].Predicted.StepSeconds, plans[b].Predicted.StepSeconds)
 	})
-	return fit[:min(n, len(fit))]
+	var out []int
+	seen := map[string]bool{}
+	for _, i := range fit {
+		p := plans[i]
+		family := fmt.Sprint(p.OptimizerState, p.Gradients, p.ParamsOnHost, p.StateOnDevice, p.SerialGradCopies)
+		if !seen[family] && len(out) < n {
+			seen[family] = true
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // hostBound says the host's optimizer is p's busiest resource.

@@ -80,6 +80,13 @@ type Options struct {
 	// the device with the rest's on the host (optim.KeepOnDevice), as the
 	// Model builds it: recorded in the plan and its policy.
 	StateOnDevice []string
+	// StateVisiting names parameters whose optimizer state is on the host
+	// with the rest's but steps on the device (optim.StateVisits), as the
+	// Model builds it: recorded in the plan and its policy.
+	StateVisiting []string
+	// StateAhead: optim.StateVisitsAhead, as the Model builds it; recorded
+	// in the plan and its policy.
+	StateAhead int
 	// SerialGradCopies: the step waits for each gradient's copy to the
 	// host when the next gradient completes (offload.StreamConfig), as the
 	// Model builds it; recorded in the plan and its policy.
@@ -152,6 +159,12 @@ type Plan struct {
 	// StateOnDevice names the parameters whose optimizer state stays on
 	// the device with the rest's on the host.
 	StateOnDevice []string `json:"optimizer_state_on_device,omitempty"`
+	// StateVisiting names the parameters whose optimizer state is on the
+	// host but visits the device for each update.
+	StateVisiting []string `json:"optimizer_state_visiting,omitempty"`
+	// StateAhead: how many gradients before its parameter's a visiting
+	// state starts up.
+	StateAhead int `json:"optimizer_state_ahead,omitempty"`
 	// SerialGradCopies: each gradient's copy to the host is waited for
 	// when the next gradient completes (the fewest on the device).
 	SerialGradCopies bool `json:"serial_gradient_copies,omitempty"`
@@ -393,8 +406,8 @@ func makePlan(opts Options) (*Plan, error) {
 	}
 	p := &Plan{Model: opts.Model.String(), Profile: opts.Profile.Name, Budget: opts.Budget, HostBudget: opts.HostBudget,
 		OptimizerState: opts.OptimizerState, Gradients: gradientsAt(opts), ParamsOnHost: opts.ParamsOnHost, StateOnDevice: opts.StateOnDevice,
-		SerialGradCopies: opts.SerialGradCopies,
-		Precision:        opts.Precision, info: pl.plain[0].modelInfo()}
+		StateVisiting: opts.StateVisiting, StateAhead: opts.StateAhead, SerialGradCopies: opts.SerialGradCopies,
+		Precision: opts.Precision, info: pl.plain[0].modelInfo()}
 	if opts.Ranks > 1 {
 		p.Ranks, p.Shard = opts.Ranks, opts.Shard
 	}
@@ -917,7 +930,8 @@ func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offlo
 		pol.SerialGradCopies = pl.opts.SerialGradCopies
 	}
 	pol.ParametersOnHost = pl.opts.ParamsOnHost
-	pol.OptimizerStateOnDevice = pl.opts.StateOnDevice
+	pol.OptimizerStateOnDevice, pol.OptimizerStateVisiting = pl.opts.StateOnDevice, pl.opts.StateVisiting
+	pol.OptimizerStateAhead = pl.opts.StateAhead
 	if pl.opts.Precision == "bf16" {
 		pol.Precision = "bf16"
 	}
@@ -987,7 +1001,11 @@ func (pl *planner) replay(choice []option, ib bool) (Outcome, error) {
 
 // Replay runs training steps of m under policy on a meta device with
 // profile (the first allocates the optimizer's state; replaySteps says
-// how many) and returns what the last used and took. `ferry demo --device
+// how many) and returns what the last took and the most any but the first
+// used: the caching allocator may hand a step a whole cached block that
+// the step before split, so that a step's peak can alternate by up to a
+// block's rounding (a visiting optimizer state's copies up, made at the
+// start of backward, did; every step must fit). `ferry demo --device
 // meta --policy FILE` runs the same steps.
 func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.Config) (Outcome, error) {
 	dev := meta.New(device.Options{}, profile)
@@ -1012,6 +1030,7 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 	}
 	defer off.Close()
 	var out Outcome
+	var peak, hostPeak int64
 	for i := 0; i < replaySteps(policy); i++ {
 		dev.Allocator().ResetPeak()
 		dev.Host().Allocator().ResetPeak()
@@ -1030,6 +1049,10 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 			Busy: dev.Busy().Sub(busy0)}
 		if step.HostStateBytes != nil {
 			out.HostPeakBytes += step.HostStateBytes()
+		}
+		if i > 0 {
+			peak, hostPeak = max(peak, out.PeakBytes), max(hostPeak, out.HostPeakBytes)
+			out.PeakBytes, out.HostPeakBytes = peak, hostPeak
 		}
 		if out.Bound = out.Busy.Max(); out.Bound > 0 {
 			out.OverlapRatio = out.StepSeconds / out.Bound
@@ -1052,8 +1075,10 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 //     the same width 491,520 bytes lower. Moved or recomputed tensors
 //     free and reuse blocks each step, and their second step is steady
 //     (every replay of docs/plan.md's quality table).
+//   - where an optimizer state visits the device (its peak may alternate,
+//     Replay's comment).
 func replaySteps(policy *offload.Policy) int {
-	if policy.OptimizerInBackward && policy.Gradients == "host" || keepsEverything(policy) {
+	if policy.OptimizerInBackward && policy.Gradients == "host" || keepsEverything(policy) || len(policy.OptimizerStateVisiting) > 0 {
 		return 3
 	}
 	return 2

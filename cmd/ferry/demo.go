@@ -223,7 +223,8 @@ func setupDemo(fs *flag.FlagSet) func(io.Writer, bool) error {
 			if cfg.GradsOnHost, cfg.ParamsOnHost, err = state.resolve(set, p, *policy, cfg.OptimizerState); err != nil {
 				return err
 			}
-			cfg.SerialGradCopies, cfg.StateOnDevice = p.SerialGradCopies, p.OptimizerStateOnDevice
+			cfg.SerialGradCopies, cfg.StateOnDevice, cfg.StateVisiting = p.SerialGradCopies, p.OptimizerStateOnDevice, p.OptimizerStateVisiting
+			cfg.StateAhead = p.OptimizerStateAhead
 			if err := checkHostPeak(p, *policy, *dev); err != nil {
 				return err
 			}

@@ -168,7 +168,7 @@ func setupPlan(fs *flag.FlagSet) func(io.Writer, bool) error {
 			}
 		}
 		cfg.OptimizerState, cfg.GradsOnHost, cfg.ParamsOnHost = p.OptimizerState, p.Gradients == "host", p.ParamsOnHost
-		cfg.StateOnDevice = p.StateOnDevice
+		cfg.StateOnDevice, cfg.StateVisiting, cfg.StateAhead = p.StateOnDevice, p.StateVisiting, p.StateAhead
 		cfg.SerialGradCopies = p.SerialGradCopies
 		chose := ""
 		if len(tried) > 1 {
@@ -372,6 +372,9 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 		}
 		fmt.Fprintf(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host), but for the first %d parameters (%s), which keep theirs, their values and gradients on the device and step there, in backward\n",
 			len(p.StateOnDevice), strings.Join(kept, ", "))
+	case p.OptimizerState == "host" && len(p.StateVisiting) > 0:
+		fmt.Fprintf(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host), but for the first %d parameters (%s), which step on the device, in backward, their values and gradients there and their state brought up %s and sent back after\n",
+			len(p.StateVisiting), strings.Join(p.StateVisiting, ", "), aheadWords(p.StateAhead))
 	case p.OptimizerState == "host":
 		fmt.Fprintln(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host): no optimizer state on the device")
 	}
@@ -421,4 +424,13 @@ func summarize(names []string) string {
 		return strings.Join(names, ", ")
 	}
 	return fmt.Sprintf("%s, %s, …, %s (%d)", names[0], names[1], names[len(names)-1], len(names))
+}
+
+// aheadWords says when a visiting optimizer state comes up to the device
+// (optim.StateVisitsAhead), for people.
+func aheadWords(ahead int) string {
+	if ahead == 0 {
+		return "for the update"
+	}
+	return fmt.Sprintf("%d gradients ahead of it", ahead)
 }

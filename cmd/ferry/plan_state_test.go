@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -313,5 +314,56 @@ func TestPlanChoosesTheLookahead(t *testing.T) {
 	}
 	if q := planned("--lookahead", "3"); q.Chosen || q.Lookahead != 3 {
 		t.Errorf("--lookahead 3: plan lookahead %d (chosen %v)", q.Lookahead, q.Chosen)
+	}
+}
+
+// TestPlanVisitsTheEmbeddingState: where the embedding's host update ends
+// each step (its gradient is backward's last, its values forward's
+// first) and its state does not fit on the device for the whole step,
+// the plan steps it on the device with its state brought up from the
+// host (optim.StateVisits), ahead of the update. The policy records
+// both; ferry demo replays it to the predicted peak and step; the same
+// policy with the embedding updated on the host is slower.
+func TestPlanVisitsTheEmbeddingState(t *testing.T) {
+	model := []string{"--model", "gpt", "--layers", "4", "--heads", "8", "--embd", "512", "--vocab", "16000", "--seq", "256", "--batch", "8"}
+	profile := []string{"--profile", "h200-pcie5"}
+	pol := filepath.Join(t.TempDir(), "p.json")
+	args := append(append([]string{"plan", "--budget", "348MiB", "--out", pol, "--json"}, profile...), model...)
+	out, errOut, code := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+	}
+	var p struct {
+		Fits      bool     `json:"fits"`
+		Visiting  []string `json:"optimizer_state_visiting"`
+		Ahead     int      `json:"optimizer_state_ahead"`
+		Predicted struct {
+			PeakBytes   int64   `json:"peak_bytes"`
+			StepSeconds float64 `json:"step_seconds"`
+		} `json:"predicted"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	written, err := offload.LoadPolicy(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Fits || !slices.Equal(p.Visiting, []string{"transformer.wte.weight"}) || p.Ahead <= 0 ||
+		!slices.Equal(written.OptimizerStateVisiting, p.Visiting) || written.OptimizerStateAhead != p.Ahead {
+		t.Fatalf("plan: fits %v, visiting %v %d ahead; policy %v %d ahead: want the embedding's state visiting, ahead of its update",
+			p.Fits, p.Visiting, p.Ahead, written.OptimizerStateVisiting, written.OptimizerStateAhead)
+	}
+	run := demoPolicyRuns(t, pol, 3, append(model, profile...), "meta", "--modes", "policy")[0]
+	if run.Peak != p.Predicted.PeakBytes || math.Abs(run.Step-p.Predicted.StepSeconds) > 1e-9*p.Predicted.StepSeconds {
+		t.Errorf("replay: peak %d, step %g s; predicted %d, %g s", run.Peak, run.Step, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
+	}
+	written.OptimizerStateVisiting, written.OptimizerStateAhead = nil, 0
+	host := filepath.Join(t.TempDir(), "host.json")
+	if err := written.Save(host); err != nil {
+		t.Fatal(err)
+	}
+	if h := demoPolicyRuns(t, host, 3, append(model, profile...), "meta", "--modes", "policy")[0]; h.Step <= run.Step {
+		t.Errorf("with the embedding's state stepped on the host the plan steps in %g s, visiting the device in %g s: visiting gained nothing", h.Step, run.Step)
 	}
 }

@@ -440,11 +440,13 @@ func runTrainer(r trainRun, dev device.Device, o *trainOptions, p *progress, ctx
 	if err != nil {
 		return nil, err
 	}
-	var kept []string // the policy's parameters whose state stays on the device
+	var kept, visiting []string // the policy's parameters whose state stays on, or visits, the device
+	ahead := 0
 	if o.pol != nil {
-		kept = o.pol.OptimizerStateOnDevice
+		kept, visiting, ahead = o.pol.OptimizerStateOnDevice, o.pol.OptimizerStateVisiting, o.pol.OptimizerStateAhead
 	}
-	built, err := optim.New(o.optimizer, model.Parameters(), o.hyper, place, optim.KeepOnDevice(kept...))
+	built, err := optim.New(o.optimizer, model.Parameters(), o.hyper, place, optim.KeepOnDevice(kept...),
+		optim.StateVisits(visiting...), optim.StateVisitsAhead(ahead))
 	if err != nil {
 		return nil, err
 	}

@@ -104,6 +104,12 @@ type Config struct {
 	// the device, with the rest's on the host (optim.KeepOnDevice): they
 	// are neither streamed nor their gradients sent to the host.
 	StateOnDevice []string
+	// StateVisiting names parameters whose optimizer state is on the host
+	// with the rest's but steps on the device (optim.StateVisits): their
+	// gradients are not sent to the host.
+	StateVisiting []string
+	// StateAhead: optim.StateVisitsAhead.
+	StateAhead int
 	// SerialGradCopies waits for each gradient's copy to the host when
 	// the next gradient completes (offload.StreamConfig), as a plan for
 	// the least memory says.
@@ -386,7 +392,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	opt, err := models.NewOptimizer(m, cfg.Optimizer, cfg.LR, where, optim.KeepOnDevice(cfg.StateOnDevice...))
+	opt, err := models.NewOptimizer(m, cfg.Optimizer, cfg.LR, where, optim.KeepOnDevice(cfg.StateOnDevice...), optim.StateVisits(cfg.StateVisiting...), optim.StateVisitsAhead(cfg.StateAhead))
 	if err != nil {
 		return nil, err
 	}
@@ -409,7 +415,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 	// planner replays a step.
 	setup := offload.Setup{Mode: offload.Mode(mode), Config: &cfg.Offload, DiskDir: cfg.DiskDir,
 		OptimizerInBackward: cfg.OptimizerInBackward, Params: m.Parameters(), ParamsOnHost: cfg.ParamsOnHost, GradsOnHost: cfg.GradsOnHost,
-		SerialGradCopies: cfg.SerialGradCopies, StateOnDevice: cfg.StateOnDevice}
+		SerialGradCopies: cfg.SerialGradCopies, StateOnDevice: cfg.StateOnDevice, StateVisiting: cfg.StateVisiting}
 	switch mode {
 	case Naive:
 		setup.Mode = offload.None
@@ -502,9 +508,11 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			}
 			r.StepSecondsAll = append(r.StepSecondsAll, elapsed)
 			st := alloc.Stats()
-			r.PeakStepBytes = st.AllocatedBytes.Peak
-			r.ReservedPeakBytes = st.ReservedBytes.Peak
-			r.HostPeakBytes = hostAlloc.Stats().AllocatedBytes.Peak
+			// The most any timed step took (plan.Replay's too: a step's
+			// peak may alternate by a cached block's rounding).
+			r.PeakStepBytes = max(r.PeakStepBytes, st.AllocatedBytes.Peak)
+			r.ReservedPeakBytes = max(r.ReservedPeakBytes, st.ReservedBytes.Peak)
+			r.HostPeakBytes = max(r.HostPeakBytes, hostAlloc.Stats().AllocatedBytes.Peak)
 			if s, ok := stats(); ok {
 				s = s.Since(statsBefore)
 				r.ToHostBytes, r.ToDiskBytes = s.BytesToHost, s.BytesToDisk

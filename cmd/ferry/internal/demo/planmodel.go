@@ -127,7 +127,7 @@ func StateModels(cfg Config) plan.StateModels {
 	return func(s plan.State) (plan.Model, error) {
 		c := cfg
 		c.OptimizerState, c.GradsOnHost, c.ParamsOnHost = s.OptimizerState, s.Gradients == "host", s.ParamsOnHost
-		c.SerialGradCopies, c.StateOnDevice = s.SerialGradCopies, s.StateOnDevice
+		c.SerialGradCopies, c.StateOnDevice, c.StateVisiting, c.StateAhead = s.SerialGradCopies, s.StateOnDevice, s.StateVisiting, s.StateAhead
 		return PlanModel(c), nil
 	}
 }
@@ -190,7 +190,7 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		w.Release()
 		return nil, err
 	}
-	opt, err := models.NewOptimizer(w, cfg.Optimizer, cfg.LR, where, optim.KeepOnDevice(cfg.StateOnDevice...))
+	opt, err := models.NewOptimizer(w, cfg.Optimizer, cfg.LR, where, optim.KeepOnDevice(cfg.StateOnDevice...), optim.StateVisits(cfg.StateVisiting...), optim.StateVisitsAhead(cfg.StateAhead))
 	if err != nil {
 		w.Release()
 		return nil, err
@@ -213,6 +213,9 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		}
 		if err == nil && len(cfg.StateOnDevice) > 0 { // as offload.Memory does
 			sc.StayOnDevice, err = offload.SelectParams(w.Parameters(), cfg.StateOnDevice)
+		}
+		if err == nil && len(cfg.StateVisiting) > 0 {
+			sc.GradsOnDevice, err = offload.SelectParams(w.Parameters(), cfg.StateVisiting)
 		}
 		if err == nil {
 			stream, err = offload.NewStreamer(dev, sc)
