@@ -16,9 +16,18 @@ import (
 
 // CalibrateOptions say what Calibrate measures.
 type CalibrateOptions struct {
-	Width, Batch int     // the Linear layer whose products are timed
-	DiskDir      string  // where the disk test writes ("" = the system's temporary directory)
-	Seconds      float64 // time to spend on each figure (default 0.5)
+	Width, Batch int    // the Linear layer whose products are timed
+	DiskDir      string // where the disk test writes ("" = the system's temporary directory)
+	// DiskBytes is the size of the files whose round trips time the disk
+	// tier's fixed cost per transfer (0 = 4 KiB): a model's activation
+	// size, where the offloader's files are that size. A small file costs
+	// more than its bytes at the rates of a large one (the file system
+	// allocates its pages afresh; 128 KiB took 131 µs a round trip on the
+	// development machine, 4 KiB 77 µs, and the two 8.9 and 15 GB/s of a
+	// 256 MiB file would give 23 µs for the bytes): timed at the
+	// offloader's size, the fixed cost carries that.
+	DiskBytes int
+	Seconds   float64 // time to spend on each figure (default 0.5)
 	// Fit, if set, fits the profile's elementwise rate and host optimizer
 	// rate to timed training steps on dev (the planner knows no model of
 	// its own; cmd/ferry/internal/demo's FitProfile times the origin
@@ -203,7 +212,7 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	if p.DiskWriteBytesPerSec, p.DiskReadBytesPerSec, err = diskRates(o.DiskDir, 256<<20); err != nil {
 		return nil, err
 	}
-	if p.DiskSeconds, err = diskLatency(o.DiskDir, o.Seconds, p.DiskWriteBytesPerSec, p.DiskReadBytesPerSec); err != nil {
+	if p.DiskSeconds, err = diskLatency(o.DiskDir, o.Seconds, p.DiskWriteBytesPerSec, p.DiskReadBytesPerSec, o.DiskBytes); err != nil {
 		return nil, err
 	}
 	// On the CPU device the host is the device: the same memory and the
@@ -225,8 +234,12 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	if fitOn == "" {
 		fitOn = "training steps of 8 such layers (everything on the device; the optimizer's state and gradients on the host)"
 	}
-	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, %s, 64 MiB host copies, a 256 MiB file; "+
-		"the copy share measured beside those products; elementwise rate and host optimizer rate fitted to %s", dev.Name(), w, b, bf16Note, fitOn)
+	diskFiles := "4 KiB"
+	if o.DiskBytes > 0 {
+		diskFiles = device.FormatBytes(int64(o.DiskBytes))
+	}
+	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, %s, 64 MiB host copies, a 256 MiB file, round trips of %s files; "+
+		"the copy share measured beside those products; elementwise rate and host optimizer rate fitted to %s", dev.Name(), w, b, bf16Note, diskFiles, fitOn)
 	if fitNote != "" {
 		p.Source += "; " + fitNote
 	}
@@ -377,15 +390,18 @@ func medianOf(budget float64, most int, measure func() (float64, error)) (float6
 // diskLatency is the fixed cost of one disk transfer as the offloader's
 // disk tier makes them (offload/disk.go): on a goroutine of its own,
 // which the caller hands the work to and waits for, a file created
-// unlinked and 4 KiB written; then, handed over again, read back and the
-// file closed. Half the median round trip, less the bytes at the disk
+// unlinked and size bytes written (0: 4 KiB; CalibrateOptions.DiskBytes);
+// then, handed over again, read back and the file closed. Half the median round trip, less the bytes at the disk
 // rates, is charged to each transfer: the system calls and the two
 // goroutines' hand-offs.
-func diskLatency(dir string, budget, write, read float64) (float64, error) {
+func diskLatency(dir string, budget, write, read float64, size int) (float64, error) {
 	if dir == "" {
 		dir = os.TempDir()
 	}
-	buf := make([]byte, 4<<10)
+	if size <= 0 {
+		size = 4 << 10
+	}
+	buf := make([]byte, size)
 	work, done := make(chan func() error), make(chan error)
 	defer close(work)
 	go func() {

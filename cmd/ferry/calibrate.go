@@ -88,6 +88,8 @@ func setupCalibrate(fs *flag.FlagSet) func(io.Writer, bool) error {
 				"(parameters on the host, activations moved to the host or disk, recomputed, the optimizer inside backward and planned policies not fitted)"
 			w.Release()
 			opts.Width, opts.Batch, opts.Fit = width, rows, demo.FitModelProfile(f, s)
+			// The disk tier's files are about an activation's size.
+			opts.DiskBytes = 4 * rows * width
 		}
 		// What is being measured goes to stderr as it starts: a
 		// calibration takes from seconds to minutes.
