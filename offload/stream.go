@@ -596,8 +596,8 @@ func (s *Streamer) usedBy(st *streamed, inputs []*ferry.Tensor) bool {
 }
 
 // BeginStep starts a step: parameters still on the device (a checkpoint
-// read them) leave, and the first Prefetch uses of the last step start
-// their uploads.
+// read them) leave but the step's first uses (firstUses), and the first
+// Prefetch uses of the last step start their uploads.
 func (s *Streamer) BeginStep() error {
 	if len(s.uses) > 0 {
 		s.order, s.uses = s.uses, s.order[:0]

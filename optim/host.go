@@ -63,15 +63,17 @@ func KeepOnDevice(names ...string) Option {
 // update the state is copied up, the device's update runs, and the state
 // goes back down on a side stream while the device goes on (the next
 // update of that parameter, State and SetState wait for it). The device
-// holds the state only around the update, and the parameter's values and
-// gradient stay on the device, as with KeepOnDevice. A planner sends
-// this way the state of a parameter whose host update would end the step
-// on the critical path where its state does not fit on the device for
-// the whole step (package plan: the embedding, its gradient the last
-// backward completes and its values the first forward needs): the state
-// crosses the link both ways, 16 bytes a parameter for AdamW, which takes
-// less than the host's update. KeepOnDevice wins for a name given to
-// both; without OnHost it does nothing.
+// holds the state only around the update; the parameter's gradient must
+// be on the device, as with KeepOnDevice, and a parameter in host memory
+// (offload.Streamer) is brought in for the update and left on the device
+// after it, for its next use. A planner sends this way the state of a
+// parameter whose host update would end the step on the critical path
+// where its state does not fit on the device for the whole step (package
+// plan: the embedding, its gradient the last backward completes and its
+// values the first forward needs): the state crosses the link both ways,
+// 16 bytes a parameter for AdamW, which takes less than the host's
+// update. KeepOnDevice wins for a name given to both; without OnHost it
+// does nothing.
 func StateVisits(names ...string) Option {
 	return func(o *options) { o.visiting = append(o.visiting, names...) }
 }

@@ -52,7 +52,10 @@ import (
 // steps above 1.05 × its busiest resource, j = 4 (or, if that does not
 // fit, 1): the first parameters' gradients (the embedding's) are the last
 // backward completes and their values the first forward needs, so their
-// host updates end the step; on the device they take a moment.
+// host updates end the step; on the device they take a moment. Where none
+// of that was faster, the first parameter's state stays on the host but
+// visits the device for its update (State.StateVisiting): brought up at
+// backward's first gradient, and, a plan of its own, at the update.
 //
 // Last, where the fastest plan brings tensors back to the device (saved
 // tensors offloaded, parameters streamed), is not bound by the host, and
@@ -74,9 +77,9 @@ type State struct {
 	StateOnDevice []string `json:"optimizer_state_on_device,omitempty"`
 	// StateVisiting names parameters whose optimizer state is on the host
 	// with the rest's but visits the device for their update, which runs
-	// there (optim.StateVisits): their values and gradients stay on the
-	// device, as StateOnDevice's do, but their state only around the
-	// update.
+	// there (optim.StateVisits): their gradients stay on the device, their
+	// values are streamed or not as ParamsOnHost says, and their state is
+	// on the device only from its copy up to the update's end.
 	StateVisiting []string `json:"optimizer_state_visiting,omitempty"`
 	// StateAhead starts a visiting state's copy up that many gradients
 	// before its parameter's completes (optim.StateVisitsAhead).
