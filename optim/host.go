@@ -84,7 +84,7 @@ func StateVisits(names ...string) Option {
 // them, so that the copy overlaps backward's compute instead of delaying
 // the update; the state is then on the device that much longer. 0 (the
 // default) copies it up at the update.
-func StateVisitsAhead(n int) Option { return func(o *options) { o.ahead = max(n, 0) } }
+func StateVisitsAhead(n int) Option { return func(o *options) { o.ahead = min(max(n, 0), 1<<30) } }
 
 // StateOn returns the option that places an optimizer's state: "device"
 // (the default: no option) or "host" (OnHost).
