@@ -237,6 +237,12 @@ func (o *Offloader) Hooks() *ferry.SavedTensorHooks { return o.hooks }
 // Stats returns the statistics so far.
 func (o *Offloader) Stats() Stats { return o.stats }
 
+// Streams are the side streams the offloader's copies run on, to and from
+// the host: offload.Memory's Streamer shares them, and so must a replay
+// of its step (package plan), where a block freed after a copy is reused
+// once that stream has passed it.
+func (o *Offloader) Streams() (d2h, h2d device.Stream) { return o.d2h, o.h2d }
+
 // Close waits for transfers in flight, lets go of everything still held and
 // stops the disk goroutine. Tensors still packed must not be unpacked
 // afterwards (close the tape first). While it holds tensors, closing from a

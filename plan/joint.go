@@ -373,6 +373,15 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 				}
 			}
 		}
+		if b := best.Predicted.Busy; best.OptimizerState == "host" && best.Predicted.OverlapRatio > stateOnDeviceAbove &&
+			b.Host > max(b.ToDevice, b.ToHost) {
+			// The host is busier than the links: the updates of the
+			// parameters after those kept (or visiting) move to the
+			// device, their state over the links (visitRest).
+			if err := visitRest(best, tried[slices.Index(plans, best)].State, params, pinAt, try); err != nil {
+				return nil, nil, err
+			}
+		}
 		pinned = nil
 	}
 	if best != nil && opts.Lookahead == 0 && !hostBound(best) && best.Predicted.OverlapRatio > lookaheadAbove &&
@@ -453,6 +462,44 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		return nil, tried, fmt.Errorf("plan: no state placement to try (optimizer state %q, gradients %q, parameters %q)", jo.OptimizerState, jo.Gradients, jo.Params)
 	}
 	return smallest, tried, nil
+}
+
+// visitAhead is how many gradients ahead of its update a state that
+// visits the device for host work's sake starts up (visitRest): a chain
+// of small updates, each state's copy under the compute of the few
+// gradients before it. On GPT-2 124M at batch 1, 60 % of h200-pcie5, 60
+// parameters visiting stepped in 0.03128 s with 4, 8 or 32, 0.03682 s
+// with 0 (each copy up delaying its update), and held 103 MiB more with
+// 64.
+const visitAhead = 4
+
+// visitRest tries, after the parameters whose state base keeps on the
+// device or sends visiting, the next quarter, half and all of the rest
+// visiting the device (optim.StateVisits, visitAhead ahead), each a plan
+// of its own at on's copies in flight: where the host's optimizer is
+// busier than the links, each parameter moved takes its update off the
+// host for 16 bytes over the links (AdamW's state up and down), and its
+// state is on the device only around its update. (GPT-2 124M at batch
+// 1, 60 % of h200-pcie5: 60 kept and the next 60 visiting stepped in
+// 0.03128 s, 1.016 × its compute, against 0.03576 s, 1.160 ×, with 60
+// kept alone.)
+func visitRest(on *Plan, base State, params []Param, pinAt func(*Plan), try func(State) (*Plan, error)) error {
+	first := len(base.StateOnDevice) + len(base.StateVisiting)
+	rest := len(params) - first
+	for _, v := range []int{rest / 4, rest / 2, rest} {
+		if v < 1 {
+			continue
+		}
+		pinAt(on)
+		s := base
+		s.StateVisiting, s.StateAhead = names(params[len(base.StateOnDevice):first+v]), visitAhead
+		p, err := try(s)
+		if err != nil {
+			return err
+		}
+		p.CopiesChosen = on.CopiesChosen
+	}
+	return nil
 }
 
 // fastestFitting returns the indexes of the n fastest plans that fit

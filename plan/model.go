@@ -45,6 +45,15 @@ type PrefetchModel interface {
 	WithPrefetch(n int) Model
 }
 
+// StreamsModel is a Model whose streamer can run its copies on given side
+// streams, as offload.Memory's shares its offloader's (Offloader.Streams):
+// Replay passes its offloader's, so that each copy's event, and with it
+// when a block freed after the copy is reused, is the run's.
+type StreamsModel interface {
+	Model
+	WithStreams(d2h, h2d device.Stream) Model
+}
+
 // RankModel is a Model that can also be one rank of data-parallel
 // training (Options.Ranks).
 type RankModel interface {

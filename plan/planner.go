@@ -1014,11 +1014,6 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 	if pm, ok := m.(PrefetchModel); ok {
 		m = pm.WithPrefetch(oc.Lookahead) // as offload.Memory sets the streamer's
 	}
-	step, err := m.Build(dev, policy.OptimizerInBackward)
-	if err != nil {
-		return Outcome{}, err
-	}
-	defer step.Release()
 	oc.Policy = policy.Place
 	oc.MaxInFlight = policy.InFlight(oc.MaxInFlight)
 	// The meta device simulates the disk tier: no file is written, so the
@@ -1029,6 +1024,14 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 		return Outcome{}, err
 	}
 	defer off.Close()
+	if sm, ok := m.(StreamsModel); ok {
+		m = sm.WithStreams(off.Streams()) // as offload.Memory shares them
+	}
+	step, err := m.Build(dev, policy.OptimizerInBackward)
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer step.Release()
 	var out Outcome
 	var peak, hostPeak int64
 	for i := 0; i < replaySteps(policy); i++ {

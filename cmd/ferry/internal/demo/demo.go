@@ -443,13 +443,20 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		statsBefore        offload.Stats
 		rec                *trace.Recorder
 		stopRec, endPhase  func()
-		hashes             = map[*ferry.Tensor]uint64{}
-		memory             *offload.Memory
+		// preForward is the most the step held before its forwards (the
+		// streamer's page-outs and prefetches at its start, a micro-batch
+		// before the last), which the peak's reset at each forward's start
+		// would drop: plan.Replay's step peak counts them.
+		preForward, preForwardReserved int64
+		hashes                         = map[*ferry.Tensor]uint64{}
+		memory                         *offload.Memory
 	)
 	stats := func() (offload.Stats, bool) { return memory.Stats() }
 	hooks := train.Hooks{
 		StepStart: func(step int) {
 			hostAlloc.ResetPeak()
+			alloc.ResetPeak()
+			preForward, preForwardReserved = 0, 0
 			if simulated {
 				simStart, simStall = sim.Now(), sim.StallSeconds()
 			}
@@ -466,6 +473,8 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		ForwardStart: func(step, micro int) {
 			t0 = time.Now()
 			r.BeforeForwardBytes = alloc.Allocated()
+			st := alloc.Stats()
+			preForward, preForwardReserved = max(preForward, st.AllocatedBytes.Peak), max(preForwardReserved, st.ReservedBytes.Peak)
 			alloc.ResetPeak()
 			if rec != nil {
 				endPhase = rec.Begin("step", "forward")
@@ -510,8 +519,8 @@ func runMode(cfg Config, mode string) (*Run, error) {
 			st := alloc.Stats()
 			// The most any timed step took (plan.Replay's too: a step's
 			// peak may alternate by a cached block's rounding).
-			r.PeakStepBytes = max(r.PeakStepBytes, st.AllocatedBytes.Peak)
-			r.ReservedPeakBytes = max(r.ReservedPeakBytes, st.ReservedBytes.Peak)
+			r.PeakStepBytes = max(r.PeakStepBytes, preForward, st.AllocatedBytes.Peak)
+			r.ReservedPeakBytes = max(r.ReservedPeakBytes, preForwardReserved, st.ReservedBytes.Peak)
 			r.HostPeakBytes = max(r.HostPeakBytes, hostAlloc.Stats().AllocatedBytes.Peak)
 			if s, ok := stats(); ok {
 				s = s.Since(statsBefore)

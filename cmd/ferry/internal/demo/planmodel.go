@@ -20,6 +20,10 @@ func PlanModel(cfg Config) plan.Model { return planModel{cfg: cfg} }
 
 type planModel struct {
 	cfg Config
+	// d2h and h2d, if set, are the streams the streamer's copies run on
+	// (plan.StreamsModel: the replay's offloader's, as offload.Memory
+	// shares its own).
+	d2h, h2d device.Stream
 	// ranks > 1: the step of rank of ranks in data-parallel training at
 	// ZeRO stage shard (plan.RankModel).
 	ranks, shard, rank int
@@ -74,6 +78,11 @@ func (m planModel) ForRanks(ranks, shard int) (plan.Model, error) {
 // WithPrefetch is the model whose streamed parameters start their uploads
 // n uses ahead (plan.PrefetchModel), as a run whose offloader brings n
 // tensors back ahead does (offload.Memory).
+func (m planModel) WithStreams(d2h, h2d device.Stream) plan.Model {
+	m.d2h, m.h2d = d2h, h2d
+	return m
+}
+
 func (m planModel) WithPrefetch(n int) plan.Model {
 	m.cfg.Offload.Lookahead = n
 	return m
@@ -203,11 +212,12 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 	}
 	var stream *offload.Streamer
 	if m.ranks <= 1 && (len(cfg.ParamsOnHost) > 0 || cfg.GradsOnHost) {
-		// As the Trainer sets it up (offload.Memory), on streams of its
-		// own: the meta device's link is one each way whatever the
-		// streams.
+		// As the Trainer sets it up (offload.Memory), on the replay's
+		// offloader's streams where it passed them (WithStreams), as
+		// offload.Memory shares its offloader's: a block freed after a
+		// copy is reused once the copy's stream has passed it.
 		sc := offload.StreamConfig{Prefetch: m.prefetch(), HostStepsBeside: inBackward,
-			SerialGradCopies: cfg.SerialGradCopies}
+			SerialGradCopies: cfg.SerialGradCopies, D2H: m.d2h, H2D: m.h2d}
 		if sc.Params, err = offload.SelectParams(w.Parameters(), cfg.ParamsOnHost); err == nil && cfg.GradsOnHost {
 			sc.Grads = w.Parameters()
 		}
