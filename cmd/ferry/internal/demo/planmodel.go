@@ -204,8 +204,17 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 		w.Release()
 		return nil, err
 	}
+	// The input on the host, copied in each step, and the target cloned
+	// each step, as the demo's task gives the Trainer its batch
+	// (demoTask.Batch): the replay's clock and memory are the run's.
 	var input, target *ferry.Tensor
-	if err := ferry.Catch(func() error { input, target = w.Data(dev, cfg.Seed); return nil }); err != nil {
+	if err := ferry.Catch(func() error {
+		var in *ferry.Tensor
+		in, target = w.Data(dev, cfg.Seed)
+		input = in.To(dev.Host())
+		in.Release()
+		return nil
+	}); err != nil {
 		opt.Release()
 		w.Release()
 		return nil, err
@@ -276,10 +285,11 @@ func (m planModel) Build(dev device.Device, inBackward bool) (*plan.Step, error)
 			}
 			stream.Attach(tape)
 		}
-		x := tape.Input(input)
+		xb, yb := tape.Adopt(input.To(dev)), tape.Adopt(target.Clone())
+		x := tape.Input(xb)
 		var y *ferry.Tensor
 		tape.Autocast(m.cfg.Precision, func() { y = w.Forward(tape, x, false) })
-		l := w.Loss(y, tape.Adopt(target.To(dev)))
+		l := w.Loss(y, tape.Input(yb).To(dev))
 		y.Release() // as the Trainer does: the loss keeps what it saved
 		if rk != nil {
 			if err := rk.backwardAndStep(l); err != nil {
