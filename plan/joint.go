@@ -112,7 +112,11 @@ func (s State) String() string {
 		if s.StateAhead > 0 {
 			when = fmt.Sprintf("%d gradients ahead", s.StateAhead)
 		}
-		kept += fmt.Sprintf(" (but the first %d parameters', stepped on the device, their state brought up %s)", n, when)
+		which := "the first"
+		if len(s.StateOnDevice) > 0 {
+			which = "the next"
+		}
+		kept += fmt.Sprintf(" (%s %d parameters', stepped on the device, their state brought up %s)", which, n, when)
 	}
 	return fmt.Sprintf("optimizer state on the %s, gradients on the %s%s, parameters in host memory: %s%s", s.OptimizerState, s.Gradients, serial, p, kept)
 }
@@ -474,18 +478,21 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 const visitAhead = 4
 
 // visitRest tries, after the parameters whose state base keeps on the
-// device or sends visiting, the next quarter, half and all of the rest
-// visiting the device (optim.StateVisits, visitAhead ahead), each a plan
-// of its own at on's copies in flight: where the host's optimizer is
-// busier than the links, each parameter moved takes its update off the
-// host for 16 bytes over the links (AdamW's state up and down), and its
-// state is on the device only around its update. (GPT-2 124M at batch
-// 1, 60 % of h200-pcie5: 60 kept and the next 60 visiting stepped in
-// 0.03128 s, 1.016 × its compute, against 0.03576 s, 1.160 ×, with 60
-// kept alone.)
+// device or sends visiting, the next quarter of the rest visiting the
+// device (optim.StateVisits, visitAhead ahead), then half and all of it
+// while each is faster than the last, each a plan of its own at on's
+// copies in flight: where the host's optimizer is busier than the links,
+// each parameter moved takes its update off the host for 16 bytes over
+// the links (AdamW's state up and down), and its state is on the device
+// only around its update. (GPT-2 124M at batch 1, 60 % of h200-pcie5: 60
+// kept and the next 60 visiting stepped in 0.03128 s, 1.016 × its
+// compute, against 0.03576 s, 1.160 ×, with 60 kept alone; TinyLlama at
+// 4 GiB, whose links carry its activations, was slower with a quarter
+// and tries no more.)
 func visitRest(on *Plan, base State, params []Param, pinAt func(*Plan), try func(State) (*Plan, error)) error {
 	first := len(base.StateOnDevice) + len(base.StateVisiting)
 	rest := len(params) - first
+	last := on
 	for _, v := range []int{rest / 4, rest / 2, rest} {
 		if v < 1 {
 			continue
@@ -498,6 +505,10 @@ func visitRest(on *Plan, base State, params []Param, pinAt func(*Plan), try func
 			return err
 		}
 		p.CopiesChosen = on.CopiesChosen
+		if !p.Fits || p.Predicted.StepSeconds >= last.Predicted.StepSeconds {
+			return nil
+		}
+		last = p
 	}
 	return nil
 }

@@ -366,17 +366,20 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 	}
 	switch {
 	case p.OptimizerState == "host" && len(p.StateOnDevice) > 0:
-		kept := p.StateOnDevice
-		if len(kept) > 4 {
-			kept = append(slices.Clip(kept[:3]), fmt.Sprintf("… %s", kept[len(kept)-1]))
-		}
 		fmt.Fprintf(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host), but for the first %d parameters (%s), which keep theirs, their values and gradients on the device and step there, in backward\n",
-			len(p.StateOnDevice), strings.Join(kept, ", "))
-	case p.OptimizerState == "host" && len(p.StateVisiting) > 0:
-		fmt.Fprintf(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host), but for the first %d parameters (%s), which step on the device, in backward, their values and gradients there and their state brought up %s and sent back after\n",
-			len(p.StateVisiting), strings.Join(p.StateVisiting, ", "), aheadWords(p.StateAhead))
-	case p.OptimizerState == "host":
+			len(p.StateOnDevice), shortList(p.StateOnDevice))
+	case p.OptimizerState == "host" && len(p.StateVisiting) == 0:
 		fmt.Fprintln(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host): no optimizer state on the device")
+	}
+	if p.OptimizerState == "host" && len(p.StateVisiting) > 0 {
+		which := "the first"
+		if len(p.StateOnDevice) > 0 {
+			which = "the next"
+		} else {
+			fmt.Fprintln(w, "  the optimizer keeps its state on the host and steps there (--optimizer-state host)")
+		}
+		fmt.Fprintf(w, "  %s %d parameters (%s) step on the device, in backward, their state brought up from the host %s and sent back after (optimizer_state_visiting)\n",
+			which, len(p.StateVisiting), shortList(p.StateVisiting), aheadWords(p.StateAhead))
 	}
 	if p.Gradients == "host" && p.Ranks > 1 {
 		fmt.Fprintln(w, "  each rank's share of the gradients lands in host memory after its reduce-scatter (ZeRO-3 with the state on the host)")
@@ -426,11 +429,20 @@ func summarize(names []string) string {
 	return fmt.Sprintf("%s, %s, …, %s (%d)", names[0], names[1], names[len(names)-1], len(names))
 }
 
+// shortList is names for people: all of up to four, else the first three
+// and the last.
+func shortList(names []string) string {
+	if len(names) > 4 {
+		names = append(slices.Clip(names[:3]), "… "+names[len(names)-1])
+	}
+	return strings.Join(names, ", ")
+}
+
 // aheadWords says when a visiting optimizer state comes up to the device
 // (optim.StateVisitsAhead), for people.
 func aheadWords(ahead int) string {
 	if ahead == 0 {
 		return "for the update"
 	}
-	return fmt.Sprintf("%d gradients ahead of it", ahead)
+	return fmt.Sprintf("%d gradients ahead of its update", ahead)
 }
