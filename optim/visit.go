@@ -16,7 +16,8 @@ import (
 //
 //	up:      waits for compute's work so far and for the last update's
 //	         copy down (paramState.down), then copies each slot into a
-//	         new device tensor;
+//	         new device tensor (with StateVisitsAhead, gradComplete has
+//	         done so some gradients before: paramState.early);
 //	compute: waits for up, runs the device's update (Engine.update) on
 //	         the parameter, its gradient and those tensors;
 //	down:    waits for compute, copies each slot back into its host
@@ -25,7 +26,9 @@ import (
 // The device tensors are freed once down has read them (the allocator's
 // RecordStream), so the device holds the state from the copy up to the
 // copy down only, and compute goes on to what follows (the next forward)
-// while the state goes down. Whoever reads or replaces the host tensors
+// while the state goes down. The parameter stays on the device after its
+// update: a streamed one is written back when its pager next pages it
+// out (offload.Streamer keeps the next step's first uses). Whoever reads or replaces the host tensors
 // waits for down first (settleVisits: State, SetState, Release).
 //
 // The update is the device's, on the same values, so it is bitwise the
