@@ -306,7 +306,9 @@ func (e *Engine) hostStep(p, g *ferry.Tensor, lr float32) error {
 
 // HostStateBytes is the host memory the state holds with OnHost (on a
 // device without data, what it would hold), staging buffers included; 0
-// with the state on the device.
+// with the state on the device. State that visits the device
+// (StateVisits) is not in it: its host tensors are the device's host
+// allocator's, which counts them.
 func (e *Engine) HostStateBytes() int64 {
 	h := e.host
 	if h == nil {
@@ -317,7 +319,7 @@ func (e *Engine) HostStateBytes() int64 {
 	var n int64
 	e.stateMu.Lock()
 	for p, s := range e.state {
-		if e.hostFor(p) || e.visits(p) {
+		if e.hostFor(p) {
 			n += s.layout.Bytes()
 		}
 	}
