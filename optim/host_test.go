@@ -173,6 +173,20 @@ func sameSnap(t *testing.T, got, want snapshot) {
 	}
 }
 
+// onDevice is c's optimizer over hostParams after four steps with its
+// state on the device: what the other placements must give to the bit.
+func onDevice(t *testing.T, c optCase) snapshot {
+	t.Helper()
+	dev := newCPU(t)
+	ps := hostParams(dev)
+	o := c.make(ps)
+	if err := trainSteps(dev, ps, o, 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	defer o.Release()
+	return snap(ps, o)
+}
+
 func firstDiff(a, b []uint32) int {
 	if len(a) != len(b) {
 		return 0
@@ -204,13 +218,7 @@ func trainSteps(dev device.Device, ps []*ferry.Tensor, o optim.Optimizer, first,
 func TestHostMatchesDevice(t *testing.T) {
 	for _, c := range optCases {
 		t.Run(c.name, func(t *testing.T) {
-			dev := newCPU(t)
-			ps := hostParams(dev)
-			o := c.make(ps)
-			if err := trainSteps(dev, ps, o, 0, 4); err != nil {
-				t.Fatal(err)
-			}
-			want := snap(ps, o)
+			want := onDevice(t, c)
 			for _, isa := range optim.HostISAs() {
 				t.Run(isa, func(t *testing.T) {
 					defer optim.SetHostISA(isa)()
@@ -250,13 +258,7 @@ func TestHostStateResumesAcrossPlacements(t *testing.T) {
 		"mixed":    {optim.OnHost(), optim.KeepOnDevice("p0", "p2", "no such parameter")},
 		"visiting": {optim.OnHost(), optim.KeepOnDevice("p2"), optim.StateVisits("p0", "p4", "p5", "p2", "no such parameter")}}
 	for _, c := range optCases {
-		dev := newCPU(t)
-		ps := hostParams(dev)
-		o := c.make(ps)
-		if err := trainSteps(dev, ps, o, 0, 4); err != nil {
-			t.Fatal(err)
-		}
-		want := snap(ps, o)
+		want := onDevice(t, c)
 		for _, from := range []string{"device", "host", "mixed", "visiting"} {
 			for _, to := range []string{"device", "host", "mixed", "visiting"} {
 				t.Run(c.name+"/"+from+"-to-"+to, func(t *testing.T) {
@@ -524,14 +526,7 @@ func BenchmarkHostAdamWStep(b *testing.B) {
 func TestStateVisitsTheDevice(t *testing.T) {
 	for _, c := range optCases {
 		t.Run(c.name, func(t *testing.T) {
-			dev := newCPU(t)
-			ps := hostParams(dev)
-			o := c.make(ps)
-			if err := trainSteps(dev, ps, o, 0, 4); err != nil {
-				t.Fatal(err)
-			}
-			want := snap(ps, o)
-			o.Release()
+			want := onDevice(t, c)
 			kept := map[bool]int64{}
 			for _, keep := range []bool{false, true} {
 				dev := newCPU(t)
@@ -578,14 +573,14 @@ func TestStateVisitsTheDevice(t *testing.T) {
 // gradient, backward's last, completes), and the parameters are the
 // device optimizer's to the bit either way.
 func TestStateVisitsAheadInBackward(t *testing.T) {
-	var want [][]float32
+	var want *snapshot
 	for _, ahead := range []int{-1, 0, 3, 100} { // -1: the state on the device
 		dev := newCPU(t)
 		m := mlp(t, dev)
 		for i, p := range m.Parameters() {
 			p.SetName(fmt.Sprintf("p%d", i))
 		}
-		var opt optim.Stepper = optim.NewAdamW(m.Parameters(), 1e-2)
+		opt := optim.NewAdamW(m.Parameters(), 1e-2)
 		if ahead >= 0 {
 			opt = optim.NewAdamW(m.Parameters(), 1e-2, optim.OnHost(), optim.StateVisits("p0"), optim.StateVisitsAhead(ahead))
 		}
@@ -618,33 +613,17 @@ func TestStateVisitsAheadInBackward(t *testing.T) {
 		case ahead == 0 && before != 0:
 			t.Errorf("ahead 0: %d bytes of optimizer state on the device before its update", before)
 		}
-		var got [][]float32
-		for _, p := range m.Parameters() {
-			got = append(got, p.Float32s())
-		}
+		got := snap(m.Parameters(), opt)
 		if want == nil {
-			want = got
+			want = &got
 		}
-		for i := range got {
-			if j := firstBitDiff32(got[i], want[i]); j >= 0 {
-				t.Fatalf("ahead %d: parameter %d differs at %d: %v, want %v", ahead, i, j, got[i][j], want[i][j])
-			}
-		}
+		sameSnap(t, got, *want)
 		x.Release()
 		y.Release()
-		opt.(optim.Optimizer).Release()
+		opt.Release()
 		nn.Release(m)
 		if n := dev.Allocator().Allocated(); n != 0 {
 			t.Errorf("ahead %d: %d bytes left on the device", ahead, n)
 		}
 	}
-}
-
-func firstBitDiff32(a, b []float32) int {
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return i
-		}
-	}
-	return -1
 }
