@@ -207,6 +207,11 @@ type Plan struct {
 
 	policy *offload.Policy
 	info   offload.ModelInfo
+	// settle, set where the plan fits, replays its policy for steps
+	// steps and, where that still fits the budgets, makes the plan's
+	// predicted peaks that replay's (the most any step but the first
+	// used) and says so; MakeJoint settles the plan it chooses.
+	settle func(steps int) (Outcome, bool, error)
 	// planner, where nothing fits and the descent was deferred, is kept
 	// for Plan.descend.
 	planner *planner
@@ -447,6 +452,7 @@ func makePlan(opts Options) (*Plan, error) {
 		p.Counts = pl.problem(ib, opts.Budget, 0).counts(keepAll)
 		p.policy = pl.policy(pl.problem(ib, opts.Budget, 0), keepAll, ib, p)
 		p.CopiesInFlight, p.Lookahead = p.policy.CopiesInFlight, p.policy.Lookahead // nothing moves: not chosen
+		p.settle = pl.settleFor(p)
 		return p, nil
 	}
 	best, err := pl.choose(p)
@@ -477,6 +483,7 @@ func makePlan(opts Options) (*Plan, error) {
 	p.policy = pl.policy(pr, best.choice, best.ib, p)
 	p.CopiesInFlight, p.CopiesChosen = p.policy.CopiesInFlight, pl.chooseInFlight
 	p.Lookahead = p.policy.Lookahead
+	p.settle = pl.settleFor(p)
 	return p, nil
 }
 
@@ -967,10 +974,35 @@ func (pl *planner) policy(pr *problem, choice []option, ib bool, p *Plan) *offlo
 			}
 		}
 	}
-	pol.Comment = fmt.Sprintf("ferry plan: %s on %s, budget %s: predicted peak %s, step %.4g s (%.3f × unlimited)",
+	pol.Comment = pl.comment(p)
+	return pol
+}
+
+// comment is the comment p's policy carries: what was planned, and the
+// prediction.
+func (pl *planner) comment(p *Plan) string {
+	return fmt.Sprintf("ferry plan: %s on %s, budget %s: predicted peak %s, step %.4g s (%.3f × unlimited)",
 		pl.opts.Model, pl.opts.Profile.Name, device.FormatBytes(pl.opts.Budget), device.FormatBytes(p.Predicted.PeakBytes),
 		p.Predicted.StepSeconds, p.Slowdown)
-	return pol
+}
+
+// settleFor returns Plan.settle for p, planned by pl.
+func (pl *planner) settleFor(p *Plan) func(steps int) (Outcome, bool, error) {
+	m, profile, oc := pl.opts.Model, pl.opts.Profile, *pl.opts.Offload
+	return func(steps int) (Outcome, bool, error) {
+		pl.replays++
+		p.Replays++
+		out, err := replayFor(m, profile, p.policy, oc, steps)
+		// (A plan that keeps every saved tensor fits by its device
+		// peak alone, as Make decided: the host budget bounds offloaded
+		// tensors.)
+		if err != nil || !pl.fits(out) && !(p.KeepsEverything && out.PeakBytes <= pl.opts.Budget) {
+			return out, false, err
+		}
+		p.Predicted.PeakBytes, p.Predicted.HostPeakBytes = out.PeakBytes, out.HostPeakBytes
+		p.policy.Comment = pl.comment(p)
+		return out, true, nil
+	}
 }
 
 // replay writes choice as a policy and runs it on the meta device.
@@ -1008,6 +1040,11 @@ func (pl *planner) replay(choice []option, ib bool) (Outcome, error) {
 // start of backward, did; every step must fit). `ferry demo --device
 // meta --policy FILE` runs the same steps.
 func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.Config) (Outcome, error) {
+	return replayFor(m, profile, policy, oc, replaySteps(policy))
+}
+
+// replayFor is Replay for steps steps (2 at least).
+func replayFor(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.Config, steps int) (Outcome, error) {
 	dev := meta.New(device.Options{}, profile)
 	defer dev.Close()
 	oc.Lookahead = policy.Ahead(oc.Lookahead)
@@ -1034,7 +1071,7 @@ func Replay(m Model, profile *meta.Profile, policy *offload.Policy, oc offload.C
 	defer step.Release()
 	var out Outcome
 	var peak, hostPeak int64
-	for i := 0; i < replaySteps(policy); i++ {
+	for i := 0; i < max(2, steps); i++ {
 		dev.Allocator().ResetPeak()
 		dev.Host().Allocator().ResetPeak()
 		before, t0, stall0, busy0 := off.Stats(), dev.Now(), dev.StallSeconds(), dev.Busy()
