@@ -3,6 +3,7 @@ package plan
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -382,7 +383,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			// The host is busier than the links: the updates of the
 			// parameters after those kept (or visiting) move to the
 			// device, their state over the links (visitRest).
-			if err := visitRest(best, tried[slices.Index(plans, best)].State, params, pinAt, try); err != nil {
+			if err := visitRest(best, tried[slices.Index(plans, best)].State, params, func() { pinned = nil }, try); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -483,38 +484,94 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 // 64.
 const visitAhead = 4
 
+// visitShares are the shares of the parameters after those kept that
+// visitRest sends visiting, smallest first; visitRefine bounds the tries
+// between them.
+var visitShares = []int{8, 4, 2, 1} // rest/8, rest/4, rest/2, all of it
+
+const visitRefine = 4
+
 // visitRest tries, after the parameters whose state base keeps on the
-// device or sends visiting, the next quarter of the rest visiting the
-// device (optim.StateVisits, visitAhead ahead), then half and all of it
-// while each is faster than the last, each a plan of its own at on's
-// copies in flight: where the host's optimizer is busier than the links,
-// each parameter moved takes its update off the host for 16 bytes over
-// the links (AdamW's state up and down), and its state is on the device
-// only around its update. (GPT-2 124M at batch 1, 60 % of h200-pcie5: 60
-// kept and the next 60 visiting stepped in 0.03128 s, 1.016 × its
-// compute, against 0.03576 s, 1.160 ×, with 60 kept alone; TinyLlama at
-// 4 GiB, whose links carry its activations, was slower with a quarter
-// and tries no more.)
-func visitRest(on *Plan, base State, params []Param, pinAt func(*Plan), try func(State) (*Plan, error)) error {
+// device or sends visiting, the next eighth of the rest visiting the
+// device (optim.StateVisits, visitAhead ahead), then a quarter, half and
+// all of it while each is faster than the one before, each a plan of its
+// own: where the host's optimizer is busier than the links, each
+// parameter moved takes its update off the host for 16 bytes over the
+// links (AdamW's state up and down), and its state is on the device only
+// around its update. More is not always faster: the states' copies up
+// share the link with backward's prefetches, and an update waits for its
+// state. So where one of those was faster than on, the count between
+// them is refined: the midpoint of the wider gap beside the fastest so
+// far, visitRefine times at most, while a gap is wider than one (the
+// origin model on 35 % of h200-pcie5: 0.1134 s with none visiting, 0.1094
+// s with 6, 0.1148 s with 13; 0.1081 s with 3 or 4).
+//
+// Each try chooses its own copies in flight (unpin; unless the caller
+// pinned them): the host's work shrinks and the forward's copies off the
+// device become the critical path, which more copies in flight hide
+// (GPT-2 124M at batch 1, 60 % of h100-pcie5: 47 kept stepped in
+// 0.04144 s at the plan's one copy in flight, and at every count; the
+// next 12 visiting, in 0.04207 s at one and 0.03863 s at eight).
+func visitRest(on *Plan, base State, params []Param, unpin func(), try func(State) (*Plan, error)) error {
 	first := len(base.StateOnDevice) + len(base.StateVisiting)
 	rest := len(params) - first
-	last := on
-	for _, v := range []int{rest / 4, rest / 2, rest} {
-		if v < 1 {
-			continue
-		}
-		pinAt(on)
+	// step[v]: the step with the next v visiting (0: on itself), +Inf
+	// where that does not fit.
+	step := map[int]float64{0: on.Predicted.StepSeconds}
+	visit := func(v int) error {
+		unpin()
 		s := base
 		s.StateVisiting, s.StateAhead = names(params[len(base.StateOnDevice):first+v]), visitAhead
 		p, err := try(s)
 		if err != nil {
 			return err
 		}
-		p.CopiesChosen = on.CopiesChosen
-		if !p.Fits || p.Predicted.StepSeconds >= last.Predicted.StepSeconds {
-			return nil
+		step[v] = p.Predicted.StepSeconds
+		if !p.Fits {
+			step[v] = math.Inf(1)
 		}
-		last = p
+		return nil
+	}
+	best := 0
+	for _, share := range visitShares {
+		v := rest / share
+		if _, done := step[v]; v < 1 || done {
+			continue
+		}
+		if err := visit(v); err != nil {
+			return err
+		}
+		if step[v] >= step[best] {
+			break
+		}
+		best = v
+	}
+	for range visitRefine {
+		if best == 0 {
+			return nil // nothing visiting was faster
+		}
+		left, right := 0, best // the nearest counts tried beside best (right: none above)
+		for v := range step {
+			if v < best && v > left {
+				left = v
+			}
+			if v > best && (right == best || v < right) {
+				right = v
+			}
+		}
+		v := (left + best) / 2
+		if right-best > best-left {
+			v = (best + right) / 2
+		}
+		if _, done := step[v]; done || v == best {
+			return nil // no gap wider than one
+		}
+		if err := visit(v); err != nil {
+			return err
+		}
+		if step[v] < step[best] {
+			best = v
+		}
 	}
 	return nil
 }
