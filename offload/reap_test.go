@@ -153,3 +153,62 @@ func TestUsesOutsideAStepAreNotTheOrder(t *testing.T) {
 		}
 	}
 }
+
+// A parameter the last step used again much later (an embedding in
+// forward and at its update at backward's end) and whose earlier use
+// that step did not note (it was on the device already) does not move
+// the guess to that later use: the uses after it are still prefetched.
+func TestPrefetchKeepsItsPlaceAcrossAnUnnotedUse(t *testing.T) {
+	dev, err := cpu.New(device.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	var params []*ferry.Tensor
+	for i := range 20 {
+		params = append(params, ferry.Zeros(dev, 64).SetName(fmt.Sprintf("p%d", i)))
+	}
+	s, err := NewStreamer(dev, StreamConfig{Params: params, Prefetch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	use := func(p *ferry.Tensor) {
+		t.Helper()
+		if err := s.PageIn(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.pageOut(s.byStorage[p.Storage()]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The last step: p1's first use unnoted, its use at the end noted.
+	if err := s.BeginStep(); err != nil {
+		t.Fatal(err)
+	}
+	use(params[0])
+	for _, p := range params[2:] {
+		use(p)
+	}
+	use(params[1])
+	if err := s.pageOutAll(true); err != nil {
+		t.Fatal(err)
+	}
+	// This step uses p1 early: p2's use still prefetches p3 and p4.
+	if err := s.BeginStep(); err != nil {
+		t.Fatal(err)
+	}
+	use(params[0])
+	use(params[1])
+	if err := s.PageIn(params[2]); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range params[3:5] {
+		if st := s.byStorage[p.Storage()]; st.pending == nil && !st.resident {
+			t.Errorf("%s is not on its way after p2's use: the guess moved to p1's later use", p.Name())
+		}
+	}
+	if err := s.pageOutAll(true); err != nil {
+		t.Fatal(err)
+	}
+}
