@@ -44,6 +44,9 @@ type problem struct {
 	// memo, if set, holds each unit's options once listed (they depend on
 	// the units, the tiers and the profile, not the budget).
 	memo []unitOptions
+	// sortKeys and sorted are sortStates's buffers, kept between units.
+	sortKeys []stateKey
+	sorted   []state
 }
 
 type punit struct {
@@ -498,7 +501,22 @@ func (pr *problem) thin(opts []option, wopt []int, limit int) []int {
 // stateCmp orders states by time, then peak; the previous state and the
 // option tell any two apart, so that the order is total and nothing
 // depends on a sort's stability.
-func stateCmp(a, b state) int {
+func stateCmp(a, b state) int { return keyOf(a, 0).cmp(keyOf(b, 0)) }
+
+// stateKey is what stateCmp orders a state by, and (for sortStates) its
+// index: 32 bytes against the state's 56.
+type stateKey struct {
+	seconds  float64
+	peak     int64
+	prev     int64
+	opt, idx int32
+}
+
+func keyOf(st state, idx int) stateKey {
+	return stateKey{st.seconds, st.peak, int64(st.prev), int32(st.opt), int32(idx)}
+}
+
+func (a stateKey) cmp(b stateKey) int {
 	switch { // seconds are finite: no NaN to order
 	case a.seconds < b.seconds:
 		return -1
@@ -514,40 +532,21 @@ func stateCmp(a, b state) int {
 	return cmp.Compare(a.opt, b.opt)
 }
 
-// sortStates sorts states by stateCmp. It sorts small keys and then
-// moves each state once: pdqsort's swaps of the 56-byte states took a
+// sortStates sorts states by stateCmp. It sorts their keys and then
+// moves each state once: pdqsort's swaps of the states themselves took a
 // quarter of GPT-2 XL's planning time.
-func sortStates(states []state) {
-	type key struct {
-		seconds  float64
-		peak     int64
-		prev     int64 // prev, then opt: stateCmp's order
-		opt, idx int32
-	}
-	keys := make([]key, len(states))
+func (pr *problem) sortStates(states []state) {
+	keys := pr.sortKeys[:0]
 	for i, st := range states {
-		keys[i] = key{st.seconds, st.peak, int64(st.prev), int32(st.opt), int32(i)}
+		keys = append(keys, keyOf(st, i))
 	}
-	slices.SortFunc(keys, func(a, b key) int {
-		switch {
-		case a.seconds < b.seconds:
-			return -1
-		case a.seconds > b.seconds:
-			return 1
-		}
-		if c := cmp.Compare(a.peak, b.peak); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.prev, b.prev); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.opt, b.opt)
-	})
-	sorted := make([]state, len(states))
-	for i, k := range keys {
-		sorted[i] = states[k.idx]
+	slices.SortFunc(keys, stateKey.cmp)
+	sorted := pr.sorted[:0]
+	for _, k := range keys {
+		sorted = append(sorted, states[k.idx])
 	}
 	copy(states, sorted)
+	pr.sortKeys, pr.sorted = keys, sorted
 }
 
 // maxFront bounds the partial plans kept after a unit. Where more than
@@ -566,7 +565,7 @@ var maxFront = 1024 // a variable for tests
 func (pr *problem) prune(states []state) []state {
 	// A total order (the previous state and the option tell any two
 	// apart), so the result does not depend on the sort's stability.
-	sortStates(states)
+	pr.sortStates(states)
 	g := pr.grain
 	all := states
 	for {
