@@ -56,7 +56,11 @@ import (
 // host updates end the step; on the device they take a moment. Where none
 // of that was faster, the first parameter's state stays on the host but
 // visits the device for its update (State.StateVisiting): brought up at
-// backward's first gradient, and, a plan of its own, at the update.
+// backward's first gradient, and, a plan of its own, at the update. And
+// where the host's optimizer is still busier than both links, the
+// parameters after those kept visit the device for their updates, as
+// many as step fastest (visitRest: an eighth first, each try choosing its
+// own copies in flight).
 //
 // Last, where the fastest plan brings tensors back to the device (saved
 // tensors offloaded, parameters streamed), is not bound by the host, and
