@@ -21,6 +21,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"ferry"
 	"ferry/device"
@@ -665,12 +666,25 @@ func (pl *planner) search(p *Plan) (*replayed, error) {
 		}
 		var sol *solution
 		solIB := false
-		for _, ib := range pl.inBackward() {
-			pr := pl.problem(ib, budget, host)
-			s, ok := pr.solve()
-			pl.grain = max(pl.grain, pr.grain, pr.optionGrain)
-			if ok && (sol == nil || s.seconds < sol.seconds) {
-				sol, solIB = &s, ib
+		// The two placements of the optimizer (inside backward or
+		// after it) are solved side by side: their problems share
+		// nothing (each its own options' memo), and the faster is
+		// taken as in order.
+		ibs := pl.inBackward()
+		prs := make([]*problem, len(ibs))
+		for i, ib := range ibs {
+			prs[i] = pl.problem(ib, budget, host)
+		}
+		sols, oks := make([]solution, len(ibs)), make([]bool, len(ibs))
+		var wg sync.WaitGroup
+		for i := range ibs {
+			wg.Go(func() { sols[i], oks[i] = prs[i].solve() })
+		}
+		wg.Wait()
+		for i, ib := range ibs {
+			pl.grain = max(pl.grain, prs[i].grain, prs[i].optionGrain)
+			if oks[i] && (sol == nil || sols[i].seconds < sol.seconds) {
+				sol, solIB = &sols[i], ib
 			}
 		}
 		if sol == nil {
