@@ -478,7 +478,7 @@ rm -rf "$r34"
 
 # Kills midway.
 kdir=$work/kill; mkdir -p "$kdir"
-killed=0; left=0
+killed=0; left=0; left_names=""
 for sig in KILL INT; do
   for i in $(seq "$KILLS"); do
     "$bin" demo --device cpu --modes offload-disk --layers 400 --width 128 --batch 4 --steps 3 --disk-dir "$kdir" >/dev/null 2>&1 &
@@ -486,13 +486,17 @@ for sig in KILL INT; do
     sleep "0.$(( RANDOM % 9 + 1 ))"
     kill -s "$sig" "$pid" 2>/dev/null; sleep 0.05; kill -9 "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null || true; killed=$((killed + 1))
-    n=$(ls -A "$kdir" | wc -l); left=$((left + n)); rm -rf "${kdir:?}"/*
+    n=$(ls -A "$kdir" | wc -l); left=$((left + n))
+    [ "$n" -gt 0 ] && left_names+="demo SIG$sig: $(ls -A "$kdir" | tr '\n' ' ')"
+    rm -rf "${kdir:?}"/*
   done
 done
 for i in $(seq 5); do
   "$bin" calibrate --disk-dir "$kdir" --seconds 0.3 >/dev/null 2>&1 &
   pid=$!; sleep "0.$(( RANDOM % 9 + 1 ))"; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-  killed=$((killed + 1)); n=$(ls -A "$kdir" | wc -l); left=$((left + n)); rm -rf "${kdir:?}"/*
+  killed=$((killed + 1)); n=$(ls -A "$kdir" | wc -l); left=$((left + n))
+  [ "$n" -gt 0 ] && left_names+="calibrate SIGKILL: $(ls -A "$kdir" | tr '\n' ' ')"
+  rm -rf "${kdir:?}"/*
 done
 # ferry tune killed midway: no file but a whole table (from a run that
 # finished saving) may be left, and that table must load.
@@ -502,6 +506,7 @@ for sig in INT KILL; do
     "$bin" tune --layers 4 --width 256 --batch 64 --check-rounds 2 --save "$kdir/t.json" >/dev/null 2>&1 &
     pid=$!; sleep "0.$(( RANDOM % 9 + 1 ))"; kill -s "$sig" "$pid" 2>/dev/null; sleep 0.05; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
     killed=$((killed + 1)); n=$(ls -A "$kdir" | grep -vcx 't.json'); left=$((left + n))
+    [ "$n" -gt 0 ] && left_names+="tune SIG$sig: $(ls -A "$kdir" | grep -vx 't.json' | tr '\n' ' ')"
     if [ -f "$kdir/t.json" ] && FERRY_MATMUL_TABLE="$kdir/t.json" "$bin" doctor 2>&1 | grep -q 'ignored'; then tune_bad=$((tune_bad + 1)); fi
     rm -rf "${kdir:?}"/*
   done
@@ -649,7 +654,7 @@ fi
 
 echo
 echo "probes: clear-error ${count[clear-error]:-0} · ok ${count[ok]:-0} · wrong-exit-0 ${count[wrong-exit-0]:-0} · panic ${count[panic]:-0} · hang ${count[hang]:-0} · files-left ${count[files-left]:-0} · unexpected-error ${count[unexpected-error]:-0} · known-loop ${count[known-loop]:-0} (expected to fail until the loop is fixed)"
-echo "kills: $killed runs killed midway (demo offload-disk with SIGKILL and SIGINT, calibrate with SIGKILL, tune with both); files left behind: $left; tune tables that do not load: $tune_bad"
+echo "kills: $killed runs killed midway (demo offload-disk with SIGKILL and SIGINT, calibrate with SIGKILL, tune with both); files left behind: $left${left_names:+ (${left_names% })}; tune tables that do not load: $tune_bad"
 echo "checkpoints: $tkills train text runs interrupted during checkpoint writes (2 × SIGINT and kill -9; state on the device and on the host); temporaries left: $ck_left; latest unloadable: $ck_bad; good checkpoints lost: $lost"
 bad=$(( ${count[wrong-exit-0]:-0} + ${count[panic]:-0} + ${count[hang]:-0} + ${count[files-left]:-0} + ${count[unexpected-error]:-0} + left + tune_bad + ck_left + ck_bad + lost ))
 [ "$bad" -eq 0 ]
