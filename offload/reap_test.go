@@ -58,24 +58,32 @@ func TestCoveredCopies(t *testing.T) {
 	}
 }
 
-// A large parameter after a run of small ones starts its upload when
-// the run starts, not Prefetch uses before its own: the uses ahead are
-// prefetched until they hold the largest parameter's bytes.
-func TestPrefetchReachesTheLargeParameter(t *testing.T) {
+// streamerOver streams parameters p0, p1, … of the given element counts
+// on a CPU device, prefetch uses ahead; both are closed when t ends.
+func streamerOver(t *testing.T, sizes []int, prefetch int) (*Streamer, []*ferry.Tensor) {
+	t.Helper()
 	dev, err := cpu.New(device.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dev.Close()
+	t.Cleanup(func() { dev.Close() })
 	var params []*ferry.Tensor
-	for i, n := range []int{4, 4, 4, 4, 4096} { // norms, biases, then a weight
+	for i, n := range sizes {
 		params = append(params, ferry.Zeros(dev, n).SetName(fmt.Sprintf("p%d", i)))
 	}
-	s, err := NewStreamer(dev, StreamConfig{Params: params, Prefetch: 1})
+	s, err := NewStreamer(dev, StreamConfig{Params: params, Prefetch: prefetch})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s, params
+}
+
+// A large parameter after a run of small ones starts its upload when
+// the run starts, not Prefetch uses before its own: the uses ahead are
+// prefetched until they hold the largest parameter's bytes.
+func TestPrefetchReachesTheLargeParameter(t *testing.T) {
+	s, params := streamerOver(t, []int{4, 4, 4, 4, 4096}, 1) // norms, biases, then a weight
 	big := s.byStorage[params[4].Storage()]
 	for step := range 2 {
 		if err := s.BeginStep(); err != nil {
@@ -100,20 +108,7 @@ func TestPrefetchReachesTheLargeParameter(t *testing.T) {
 // uses alone. (An evaluation's uses were recorded: the step after it
 // prefetched in their order, which backward does not follow.)
 func TestUsesOutsideAStepAreNotTheOrder(t *testing.T) {
-	dev, err := cpu.New(device.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	var params []*ferry.Tensor
-	for i := range 4 {
-		params = append(params, ferry.Zeros(dev, 64).SetName(fmt.Sprintf("p%d", i)))
-	}
-	s, err := NewStreamer(dev, StreamConfig{Params: params, Prefetch: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, params := streamerOver(t, []int{64, 64, 64, 64}, 1)
 	evaluate := func() {
 		for i := len(params) - 1; i >= 0; i-- {
 			if err := s.PageIn(params[i]); err != nil {
@@ -159,20 +154,11 @@ func TestUsesOutsideAStepAreNotTheOrder(t *testing.T) {
 // that step did not note (it was on the device already) does not move
 // the guess to that later use: the uses after it are still prefetched.
 func TestPrefetchKeepsItsPlaceAcrossAnUnnotedUse(t *testing.T) {
-	dev, err := cpu.New(device.Options{})
-	if err != nil {
-		t.Fatal(err)
+	sizes := make([]int, 20)
+	for i := range sizes {
+		sizes[i] = 64
 	}
-	defer dev.Close()
-	var params []*ferry.Tensor
-	for i := range 20 {
-		params = append(params, ferry.Zeros(dev, 64).SetName(fmt.Sprintf("p%d", i)))
-	}
-	s, err := NewStreamer(dev, StreamConfig{Params: params, Prefetch: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, params := streamerOver(t, sizes, 2)
 	use := func(p *ferry.Tensor) {
 		t.Helper()
 		if err := s.PageIn(p); err != nil {
