@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"ferry/device"
+	"ferry/internal/fsx"
 	"ferry/nn"
 )
 
@@ -173,12 +174,9 @@ func checkExportDir(out string) (string, error) {
 			return "", fmt.Errorf("%s exists and is not empty: give a new directory (ferry export replaces nothing)", out)
 		}
 		// An empty but read-only out is the user's "do not write here".
-		f, err := os.CreateTemp(out, ".ferry-write-test-*")
-		if err != nil {
-			return "", fmt.Errorf("%s is not writable: %w", out, errors.Unwrap(err))
+		if err := fsx.ProbeWritable(out); err != nil {
+			return "", err
 		}
-		f.Close()
-		os.Remove(f.Name())
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("%s: %w", out, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"ferry/internal/fsx"
 )
 
 // Files of the disk tier never outlive the process. Where the file system
@@ -22,7 +24,7 @@ import (
 const offloadFilePrefix = "ferry-offload-"
 
 func createUnlinked(dir string) (*diskFile, error) {
-	if f, err := openTmpfile(dir); err == nil {
+	if f, err := fsx.OpenUnnamed(dir); err == nil {
 		return &diskFile{f: f}, nil
 	}
 	f, err := os.CreateTemp(dir, offloadFilePrefix+strconv.Itoa(os.Getpid())+"-*.bin")

@@ -11,6 +11,7 @@ import (
 
 	"ferry/device"
 	"ferry/device/meta"
+	"ferry/internal/fsx"
 	"ferry/offload"
 )
 
@@ -434,13 +435,16 @@ func diskRates(dir string, size int) (write, read float64, err error) {
 	if dir == "" {
 		dir = os.TempDir()
 	}
-	f, err := os.CreateTemp(dir, "ferry-calibrate-*")
+	// Without a name (or unlinked at once where the file system needs
+	// one): the test file cannot outlive the process, even if it is
+	// killed.
+	f, err := fsx.OpenUnnamed(dir)
 	if err != nil {
-		return 0, 0, fmt.Errorf("calibrate: disk test in %s: %w", dir, err)
+		if f, err = os.CreateTemp(dir, "ferry-calibrate-*"); err != nil {
+			return 0, 0, fmt.Errorf("calibrate: disk test in %s: %w", dir, err)
+		}
+		os.Remove(f.Name())
 	}
-	// Unlinked at once: the test file cannot outlive the process, even if
-	// it is killed.
-	os.Remove(f.Name())
 	defer f.Close()
 	const piece = 16 << 20
 	buf := make([]byte, piece)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"ferry/internal/fsx"
 )
 
 // One writer per checkpoint directory.
@@ -137,14 +139,8 @@ func (c *Checkpointer) CheckWritable() error {
 	if !st.IsDir() {
 		return fmt.Errorf("--checkpoint-dir %s is not a directory; give a directory (it is created if missing)", c.Dir)
 	}
-	f, err := os.CreateTemp(c.Dir, ".write-test-*")
-	if err != nil {
-		return fmt.Errorf("checkpoint directory %s is not writable: %w; give a --checkpoint-dir you can write to", c.Dir, err)
-	}
-	name := f.Name()
-	f.Close()
-	if err := os.Remove(name); err != nil {
-		return fmt.Errorf("checkpoint directory %s: %w", c.Dir, err)
+	if err := fsx.ProbeWritable(c.Dir); err != nil {
+		return fmt.Errorf("checkpoint directory: %w; give a --checkpoint-dir you can write to", err)
 	}
 	return nil
 }

@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // Kind names a file that is not a regular file or a directory, for
@@ -62,31 +64,47 @@ func WriteAtomic(path string, write func(w io.Writer) error) (err error) {
 		return nil
 	}
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
+	// The data is written into a file with no name where the file system
+	// allows (OpenUnnamed), so a kill while it is written and synced
+	// leaves nothing; it is named (tmpName) only just before the rename.
+	tmp, err := OpenUnnamed(dir)
+	unnamed := err == nil
+	if !unnamed {
+		tmp, err = os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+		if err != nil {
+			return err
+		}
 	}
+	tmpName := tmp.Name()
 	defer func() {
 		if err != nil {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			if !unnamed {
+				os.Remove(tmpName)
+			}
 		}
 	}()
 	if err = write(tmp); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	// CreateTemp makes the file private; the result is an ordinary file,
-	// readable as os.Create's would be (before the umask).
+	// The temporary is private; the result is an ordinary file, readable
+	// as os.Create's would be (before the umask).
 	if err = tmp.Chmod(0o644); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err = tmp.Sync(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
+	if unnamed {
+		if tmpName, err = nameUnnamed(tmp, dir, path); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		unnamed = false // it has a name now, removed on error like any
+	}
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
+	if err = os.Rename(tmpName, path); err != nil {
 		return err
 	}
 	if d, derr := os.Open(dir); derr == nil {
@@ -97,6 +115,47 @@ func WriteAtomic(path string, write func(w io.Writer) error) (err error) {
 		d.Close()
 	}
 	return nil
+}
+
+// link is linkUnnamed; tests replace it to take the copying fallback.
+var link = linkUnnamed
+
+// nameUnnamed links tmp, a synced file from OpenUnnamed, into dir under a
+// fresh temporary name beside path, and returns the name. Where linking
+// fails (no /proc) it copies tmp into a named temporary instead, synced.
+func nameUnnamed(tmp *os.File, dir, path string) (string, error) {
+	for range 100 {
+		name := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+strconv.FormatUint(uint64(rand.Uint32()), 10))
+		err := link(tmp, name)
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
+	named, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	_, err = tmp.Seek(0, io.SeekStart)
+	if err == nil {
+		_, err = io.Copy(named, tmp)
+	}
+	if err == nil {
+		err = named.Chmod(0o644)
+	}
+	if err == nil {
+		err = named.Sync()
+	}
+	if cerr := named.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(named.Name())
+		return "", err
+	}
+	return named.Name(), nil
 }
 
 // CheckWritableDir makes dir (and its parents) if needed and checks that
@@ -128,8 +187,13 @@ func CheckWritableDir(dir string) error {
 }
 
 // ProbeWritable checks that a file can be created in the existing
-// directory dir, by creating one and removing it again.
+// directory dir, by creating one (without a name where the file system
+// allows) and removing it again.
 func ProbeWritable(dir string) error {
+	// A file with no name first: a kill during the probe leaves nothing.
+	if f, err := OpenUnnamed(dir); err == nil {
+		return f.Close()
+	}
 	f, err := os.CreateTemp(dir, ".ferry-write-test-*")
 	if err != nil {
 		return fmt.Errorf("%s is not writable: %w", dir, err)

@@ -101,3 +101,86 @@ func TestCheckWritableDir(t *testing.T) {
 		t.Errorf("left in %s: %v", ro, ents)
 	}
 }
+
+// While WriteAtomic's data is written and synced, the directory holds
+// no new name where the file system has files without one: a kill then
+// leaves nothing behind. The result is the data, readable by others.
+func TestWriteAtomicNamesNothingWhileWriting(t *testing.T) {
+	dir := t.TempDir()
+	if f, err := OpenUnnamed(dir); err != nil {
+		t.Skipf("no files without a name here: %v", err)
+	} else {
+		f.Close()
+	}
+	p := filepath.Join(dir, "out.json")
+	var seen []string
+	err := WriteAtomic(p, func(w io.Writer) error {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			seen = append(seen, e.Name())
+		}
+		_, err := w.Write([]byte("data"))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 0 {
+		t.Errorf("named while writing: %v", seen)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "data" {
+		t.Errorf("file is %q", b)
+	}
+	if st, _ := os.Stat(p); st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v", st.Mode())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("left behind: %v", ents)
+	}
+}
+
+// ProbeWritable leaves nothing in a writable directory and refuses a
+// read-only one.
+func TestProbeWritableLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	if err := ProbeWritable(dir); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("left behind: %v", ents)
+	}
+	ro := filepath.Join(dir, "ro")
+	os.Mkdir(ro, 0o555)
+	if os.Geteuid() != 0 {
+		if err := ProbeWritable(ro); err == nil || !strings.Contains(err.Error(), "not writable") {
+			t.Errorf("read-only directory: %v", err)
+		}
+	}
+}
+
+// Where the unnamed file cannot be linked (no /proc), WriteAtomic copies
+// it into a named temporary and still leaves only the result.
+func TestWriteAtomicWithoutLinking(t *testing.T) {
+	dir := t.TempDir()
+	if f, err := OpenUnnamed(dir); err != nil {
+		t.Skipf("no files without a name here: %v", err)
+	} else {
+		f.Close()
+	}
+	linked := link
+	link = func(*os.File, string) error { return errors.New("no /proc") }
+	defer func() { link = linked }()
+	p := filepath.Join(dir, "out.json")
+	if err := WriteAtomic(p, func(w io.Writer) error { _, err := w.Write([]byte("copied")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "copied" {
+		t.Errorf("file is %q", b)
+	}
+	if st, _ := os.Stat(p); st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v", st.Mode())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("left behind: %v", ents)
+	}
+}
