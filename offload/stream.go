@@ -185,6 +185,13 @@ type streamed struct {
 	// (or its host step) does.
 	mirrored bool
 	kept     *device.Block
+	// stepsHere: its gradient stays on the device and its optimizer
+	// steps it there (StreamConfig.GradsOnDevice). Inside backward
+	// (Backward with a GradReady after the Streamer's) it stays on the
+	// device through its update and is written back after, rather than
+	// paged out at its gradient's completion and brought back at once
+	// for the update.
+	stepsHere bool
 }
 
 // gradCopy is one gradient on its way to the host.
@@ -250,6 +257,11 @@ func NewStreamer(dev device.Device, cfg StreamConfig) (*Streamer, error) {
 			}
 			if err := s.adopt(p, false); err != nil {
 				return err
+			}
+		}
+		for _, p := range cfg.GradsOnDevice {
+			if st := s.byStorage[p.Storage()]; st != nil {
+				st.stepsHere = true
 			}
 		}
 		if !s.beside {
@@ -685,6 +697,13 @@ func (s *Streamer) Backward(loss *ferry.Tensor, opts ferry.BackwardOptions) erro
 	}
 	next := opts.GradReady
 	opts.GradReady = func(p *ferry.Tensor) {
+		if st := s.byStorage[p.Storage()]; next != nil && st != nil && st.stepsHere {
+			next(p) // its update, on the device
+			if err := s.pageOut(st); err != nil {
+				panic(err)
+			}
+			return
+		}
 		if st := s.byStorage[p.Storage()]; next != nil && s.beside && st != nil && s.grads[p] {
 			if ev := s.gradReadyBeside(p); ev != nil {
 				s.runBeside(st, ev, func() { next(p) })

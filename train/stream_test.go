@@ -90,8 +90,9 @@ func firstNames(t *testing.T, gpt bool, n int) []string {
 
 // streamOpts are trainStreamed's less common choices.
 type streamOpts struct {
-	keep      int  // the first parameters keep their optimizer state on the device
-	hostBuilt bool // the GPT is built in host memory (as ferry train does when it streams parameters)
+	keep      int   // the first parameters keep their optimizer state on the device
+	visit     []int // these parameters' state visits the device for their updates
+	hostBuilt bool  // the GPT is built in host memory (as ferry train does when it streams parameters)
 }
 
 // trainStreamed trains under setup; hostOpt keeps the optimizer's state
@@ -111,6 +112,12 @@ func trainStreamed(t *testing.T, gpt bool, setup offload.Setup, hostOpt bool, cf
 				setup.StateOnDevice = append(setup.StateOnDevice, p.Name())
 			}
 			opts = append(opts, optim.KeepOnDevice(setup.StateOnDevice...))
+		}
+		if len(o.visit) > 0 {
+			for _, i := range o.visit {
+				setup.StateVisiting = append(setup.StateVisiting, model.Parameters()[i].Name())
+			}
+			opts = append(opts, optim.StateVisits(setup.StateVisiting...))
 		}
 	}
 	opt := optim.NewAdamW(model.Parameters(), 1e-2, opts...)
@@ -250,4 +257,42 @@ func TestGradientsOnHostNeedAHostOptimizer(t *testing.T) {
 		t.Fatal("no error")
 	}
 	t.Log(err)
+}
+
+// Streamed parameters whose state visits the device step there to the
+// bits of a run on the device, the optimizer after backward and inside
+// it. Inside backward each stays on the device from its gradient through
+// its update (offload's streamed.stepsHere): the MLP's weights, which
+// backward uses, cross the link up no more often than where the host
+// steps them, not once more for their updates.
+func TestStreamedVisitingStateTrainsToTheSameBits(t *testing.T) {
+	for _, gpt := range []bool{false, true} {
+		for _, inBwd := range []bool{false, true} {
+			t.Run(fmt.Sprintf("gpt=%v/inBackward=%v", gpt, inBwd), func(t *testing.T) {
+				cfg := train.Config{Steps: 3}
+				base := offload.Setup{Mode: offload.None, OptimizerInBackward: inBwd}
+				want := trainStreamed(t, gpt, base, false, cfg, streamOpts{})
+				s := base
+				s.ParamsOnHost, s.GradsOnHost = []string{"*"}, true
+				host := trainStreamed(t, gpt, s, true, cfg, streamOpts{})
+				visit := []int{2, 4} // the MLP's second and third weights
+				if gpt {
+					visit = []int{1, 3, 4, 5}
+				}
+				got := trainStreamed(t, gpt, s, true, cfg, streamOpts{visit: visit})
+				if !sameBits(got.params, want.params) {
+					t.Error("parameters differ from the run on the device")
+				}
+				for i := range want.losses {
+					if math.Float64bits(got.losses[i]) != math.Float64bits(want.losses[i]) {
+						t.Errorf("step %d: loss %v, want %v", i+1, got.losses[i], want.losses[i])
+					}
+				}
+				if !gpt && inBwd && got.stats.ParamUploads != host.stats.ParamUploads {
+					t.Errorf("%d parameter uploads with two weights' state visiting, %d with every parameter stepped on the host: want as many",
+						got.stats.ParamUploads, host.stats.ParamUploads)
+				}
+			})
+		}
+	}
 }
