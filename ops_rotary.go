@@ -91,6 +91,14 @@ func RotaryTables(dev device.Device, T, D int, theta float64) (cos, sin *Tensor)
 	if T < 0 || D < 2 || D%2 != 0 || !(theta > 0) {
 		panicf("rotary_tables", "need T >= 0, an even D >= 2 and theta > 0, got T %d, D %d, theta %v", T, D, theta)
 	}
+	if !device.HasData(dev) {
+		// No values to compute or upload (the meta device, where the
+		// planner replays a Llama's step many times: the tables of 4096
+		// positions took a quarter of its planning time).
+		return Empty(dev, T, D), Empty(dev, T, D)
+	}
+	c := make([]float32, T*D)
+	s := make([]float32, T*D)
 	half := D / 2
 	inv := make([]float32, half)
 	for i := range inv {
@@ -99,8 +107,6 @@ func RotaryTables(dev device.Device, T, D int, theta float64) (cos, sin *Tensor)
 		e := float32(2*i) / float32(D)
 		inv[i] = float32(1 / float32(math.Pow(theta, float64(e))))
 	}
-	c := make([]float32, T*D)
-	s := make([]float32, T*D)
 	for t := 0; t < T; t++ {
 		for i := 0; i < half; i++ {
 			a := float64(float32(t) * inv[i])
