@@ -188,7 +188,8 @@ type streamed struct {
 	// stepsHere: its gradient stays on the device and its optimizer
 	// steps it there (StreamConfig.GradsOnDevice). Inside backward
 	// (Backward with a GradReady after the Streamer's) it stays on the
-	// device through its update and is written back after, rather than
+	// device through its update and is written back after (or, one of
+	// the next step's first uses, stays there: firstUses), rather than
 	// paged out at its gradient's completion and brought back at once
 	// for the update.
 	stepsHere bool
@@ -699,6 +700,9 @@ func (s *Streamer) Backward(loss *ferry.Tensor, opts ferry.BackwardOptions) erro
 	opts.GradReady = func(p *ferry.Tensor) {
 		if st := s.byStorage[p.Storage()]; next != nil && st != nil && st.stepsHere {
 			next(p) // its update, on the device
+			if slices.Contains(s.firstUses(s.uses), st) {
+				return // the next step's first: it stays (EndStep)
+			}
 			if err := s.pageOut(st); err != nil {
 				panic(err)
 			}
