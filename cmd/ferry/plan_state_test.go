@@ -119,13 +119,15 @@ func TestPlanPlacesTheTrainingState(t *testing.T) {
 // profile, a plan whose busiest resource is the host's optimizer (every
 // parameter streamed, the state on the host) predicts a step within 1.1 ×
 // that resource's busy time. (Waiting at the end of backward for the
-// updates, as before, gave 1.36 × here.)
+// updates, as before, gave 1.36 × here.) The whole state is placed on
+// the host: left to choose, the planner keeps part of it on the device
+// and sends more visiting, and the host is then no longer the busiest.
 func TestHostBoundPlanOverlaps(t *testing.T) {
 	// h200: the host is far the busiest; h100: compute and the links
 	// are closer to it, so a copy backward waits for shows.
 	for _, prof := range []string{"h200-pcie5", "h100-pcie5"} {
 		out, errOut, code := runCLI(t, "plan", "--profile", prof, "--model", "mlp", "--layers", "40", "--width", "1024",
-			"--batch", "256", "--budget", "64MiB", "--json")
+			"--batch", "256", "--budget", "64MiB", "--optimizer-state", "host", "--json")
 		if code != 0 {
 			t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
 		}
@@ -322,12 +324,13 @@ func TestPlanChoosesTheLookahead(t *testing.T) {
 // each step (its gradient is backward's last, its values forward's
 // first) and its state does not fit on the device for the whole step,
 // the plan steps it on the device with its state brought up from the
-// host (optim.StateVisits), ahead of the update.
+// host (optim.StateVisits), ahead of the update (and may send the
+// parameters after it visiting too).
 func TestPlanVisitsTheEmbeddingState(t *testing.T) {
 	model := []string{"--model", "gpt", "--layers", "4", "--heads", "8", "--embd", "512", "--vocab", "16000", "--seq", "256", "--batch", "8"}
 	visiting, ahead := planVisits(t, model, "348MiB")
-	if !slices.Equal(visiting, []string{"transformer.wte.weight"}) || ahead <= 0 {
-		t.Errorf("visiting %v, %d ahead: want the embedding's state, ahead of its update", visiting, ahead)
+	if len(visiting) == 0 || visiting[0] != "transformer.wte.weight" || ahead <= 0 {
+		t.Errorf("visiting %v, %d ahead: want the embedding's state first, ahead of its update", visiting, ahead)
 	}
 }
 
