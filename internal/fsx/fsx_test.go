@@ -107,11 +107,7 @@ func TestCheckWritableDir(t *testing.T) {
 // leaves nothing behind. The result is the data, readable by others.
 func TestWriteAtomicNamesNothingWhileWriting(t *testing.T) {
 	dir := t.TempDir()
-	if f, err := OpenUnnamed(dir); err != nil {
-		t.Skipf("no files without a name here: %v", err)
-	} else {
-		f.Close()
-	}
+	skipWithoutUnnamed(t, dir)
 	p := filepath.Join(dir, "out.json")
 	var seen []string
 	err := WriteAtomic(p, func(w io.Writer) error {
@@ -128,15 +124,7 @@ func TestWriteAtomicNamesNothingWhileWriting(t *testing.T) {
 	if len(seen) != 0 {
 		t.Errorf("named while writing: %v", seen)
 	}
-	if b, _ := os.ReadFile(p); string(b) != "data" {
-		t.Errorf("file is %q", b)
-	}
-	if st, _ := os.Stat(p); st.Mode().Perm() != 0o644 {
-		t.Errorf("mode %v", st.Mode())
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Errorf("left behind: %v", ents)
-	}
+	checkWrittenAlone(t, p, "data")
 }
 
 // ProbeWritable leaves nothing in a writable directory and refuses a
@@ -162,11 +150,7 @@ func TestProbeWritableLeavesNothing(t *testing.T) {
 // it into a named temporary and still leaves only the result.
 func TestWriteAtomicWithoutLinking(t *testing.T) {
 	dir := t.TempDir()
-	if f, err := OpenUnnamed(dir); err != nil {
-		t.Skipf("no files without a name here: %v", err)
-	} else {
-		f.Close()
-	}
+	skipWithoutUnnamed(t, dir)
 	linked := link
 	link = func(*os.File, string) error { return errors.New("no /proc") }
 	defer func() { link = linked }()
@@ -174,13 +158,31 @@ func TestWriteAtomicWithoutLinking(t *testing.T) {
 	if err := WriteAtomic(p, func(w io.Writer) error { _, err := w.Write([]byte("copied")); return err }); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(p); string(b) != "copied" {
-		t.Errorf("file is %q", b)
+	checkWrittenAlone(t, p, "copied")
+}
+
+// skipWithoutUnnamed skips a test where dir's file system has no files
+// without a name (O_TMPFILE).
+func skipWithoutUnnamed(t *testing.T, dir string) {
+	t.Helper()
+	f, err := OpenUnnamed(dir)
+	if err != nil {
+		t.Skipf("no files without a name here: %v", err)
 	}
-	if st, _ := os.Stat(p); st.Mode().Perm() != 0o644 {
-		t.Errorf("mode %v", st.Mode())
+	f.Close()
+}
+
+// checkWrittenAlone checks that p holds want, readable by others, and is
+// the only file in its directory.
+func checkWrittenAlone(t *testing.T, p, want string) {
+	t.Helper()
+	if b, _ := os.ReadFile(p); string(b) != want {
+		t.Errorf("file is %q, want %q", b, want)
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+	if st, _ := os.Stat(p); st == nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("stat %v", st)
+	}
+	if ents, _ := os.ReadDir(filepath.Dir(p)); len(ents) != 1 {
 		t.Errorf("left behind: %v", ents)
 	}
 }
