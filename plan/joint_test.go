@@ -1,6 +1,10 @@
 package plan
 
-import "testing"
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
 
 // settle takes the fastest plan that still fits after the longer replay,
 // with that replay's peaks; a plan whose longer replay overshoots is
@@ -52,5 +56,38 @@ func TestSettleTakesTheFastestThatStillFits(t *testing.T) {
 	overshoots.Fits = true
 	if got, _ := settle([]*Plan{overshoots}, make([]Tried, 1)); got != nil {
 		t.Errorf("settled on %v where the only plan overshoots, want none", got.Model)
+	}
+}
+
+// fastestFitting takes visiting variants of one placement as placements
+// of their own, and adds the fastest plan of another placement of the
+// memory where the n are all variants of one.
+func TestFastestFittingTriesVisitingVariantsAndAnotherPlacement(t *testing.T) {
+	plan := func(step float64, params []string, visiting, ahead int) *Plan {
+		p := &Plan{Fits: true, OptimizerState: "host", Gradients: "host", ParamsOnHost: params, StateAhead: ahead}
+		for i := range visiting {
+			p.StateVisiting = append(p.StateVisiting, fmt.Sprint("p", i))
+		}
+		p.Predicted.StepSeconds = step
+		return p
+	}
+	all, some := []string{"*"}, []string{"a", "b"}
+	plans := []*Plan{
+		plan(0.40, all, 0, 0),  // 0: none visiting
+		plan(0.33, all, 1, 0),  // 1: one visiting, brought up for its update
+		plan(0.34, all, 37, 4), // 2: 37 visiting, brought up ahead
+		plan(0.35, all, 1, 0),  // 3: as 1, slower
+		plan(0.37, some, 0, 0), // 4: another placement of the parameters
+		{Fits: false},          // 5
+	}
+	if got, want := fastestFitting(plans, 2, 0), []int{1, 2, 4}; !slices.Equal(got, want) {
+		t.Errorf("fastestFitting(2) = %v, want %v", got, want)
+	}
+	if got, want := fastestFitting(plans, 1, 0), []int{1}; !slices.Equal(got, want) {
+		t.Errorf("fastestFitting(1) = %v, want %v", got, want)
+	}
+	plans[4].Predicted.StepSeconds = 0.335
+	if got, want := fastestFitting(plans, 2, 0), []int{1, 4}; !slices.Equal(got, want) {
+		t.Errorf("with the other placement second: fastestFitting(2) = %v, want %v", got, want)
 	}
 }
