@@ -24,18 +24,11 @@ import (
 const offloadFilePrefix = "ferry-offload-"
 
 func createUnlinked(dir string) (*diskFile, error) {
-	if f, err := fsx.OpenUnnamed(dir); err == nil {
-		return &diskFile{f: f}, nil
-	}
-	f, err := os.CreateTemp(dir, offloadFilePrefix+strconv.Itoa(os.Getpid())+"-*.bin")
+	f, name, err := fsx.CreateUnlinked(dir, offloadFilePrefix+strconv.Itoa(os.Getpid())+"-*.bin")
 	if err != nil {
 		return nil, err
 	}
-	d := &diskFile{f: f}
-	if os.Remove(f.Name()) != nil {
-		d.name = f.Name()
-	}
-	return d, nil
+	return &diskFile{f: f, name: name}, nil
 }
 
 // probeDir checks that dir is a directory in which a file can be created,

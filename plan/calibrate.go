@@ -435,15 +435,10 @@ func diskRates(dir string, size int) (write, read float64, err error) {
 	if dir == "" {
 		dir = os.TempDir()
 	}
-	// Without a name (or unlinked at once where the file system needs
-	// one): the test file cannot outlive the process, even if it is
-	// killed.
-	f, err := fsx.OpenUnnamed(dir)
+	// The test file cannot outlive the process, even if it is killed.
+	f, _, err := fsx.CreateUnlinked(dir, "ferry-calibrate-*")
 	if err != nil {
-		if f, err = os.CreateTemp(dir, "ferry-calibrate-*"); err != nil {
-			return 0, 0, fmt.Errorf("calibrate: disk test in %s: %w", dir, err)
-		}
-		os.Remove(f.Name())
+		return 0, 0, fmt.Errorf("calibrate: disk test in %s: %w", dir, err)
 	}
 	defer f.Close()
 	const piece = 16 << 20

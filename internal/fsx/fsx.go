@@ -158,6 +158,24 @@ func nameUnnamed(tmp *os.File, dir, path string) (string, error) {
 	return named.Name(), nil
 }
 
+// CreateUnlinked makes a file in dir that a kill cannot leave behind: one
+// with no name (OpenUnnamed), or, where the file system has none, one
+// made as os.CreateTemp(dir, pattern) makes it and removed at once. name
+// is the file's path where that removal failed (the caller's to remove
+// later), else "".
+func CreateUnlinked(dir, pattern string) (f *os.File, name string, err error) {
+	if f, err := OpenUnnamed(dir); err == nil {
+		return f, "", nil
+	}
+	if f, err = os.CreateTemp(dir, pattern); err != nil {
+		return nil, "", err
+	}
+	if os.Remove(f.Name()) != nil {
+		name = f.Name()
+	}
+	return f, name, nil
+}
+
 // CheckWritableDir makes dir (and its parents) if needed and checks that
 // a file can be created in it, so that a read-only directory fails before
 // training rather than at the first save. Every directory it made for the
