@@ -602,16 +602,7 @@ const settleSteps = 6
 // the budgets, marks it as not fitting and tries the next fastest; nil
 // where none still fits.
 func settle(plans []*Plan, tried []Tried) (*Plan, error) {
-	var fit []int
-	for i, p := range plans {
-		if p.Fits {
-			fit = append(fit, i)
-		}
-	}
-	slices.SortStableFunc(fit, func(a, b int) int {
-		return cmp.Compare(plans[a].Predicted.StepSeconds, plans[b].Predicted.StepSeconds)
-	})
-	for _, i := range fit {
+	for _, i := range fittingByStep(plans, 0) {
 		p := plans[i]
 		if p.settle == nil {
 			return p, nil
@@ -630,6 +621,21 @@ func settle(plans []*Plan, tried []Tried) (*Plan, error) {
 	return nil, nil
 }
 
+// fittingByStep returns the indexes of the plans that fit among
+// plans[from:], fastest first (in plans' order between equals).
+func fittingByStep(plans []*Plan, from int) []int {
+	var fit []int
+	for i := from; i < len(plans); i++ {
+		if plans[i].Fits {
+			fit = append(fit, i)
+		}
+	}
+	slices.SortStableFunc(fit, func(a, b int) int {
+		return cmp.Compare(plans[a].Predicted.StepSeconds, plans[b].Predicted.StepSeconds)
+	})
+	return fit
+}
+
 // fastestFitting returns the indexes of the n fastest plans that fit
 // among plans[from:], fastest first, one of each placement of the
 // state, where each count of visiting state, brought up ahead or not, is
@@ -642,15 +648,7 @@ func settle(plans []*Plan, tried []Tried) (*Plan, error) {
 // added: a longer lookahead holds more on the device, and is then not
 // tried on one placement's memory only.
 func fastestFitting(plans []*Plan, n, from int) []int {
-	var fit []int
-	for i := from; i < len(plans); i++ {
-		if plans[i].Fits {
-			fit = append(fit, i)
-		}
-	}
-	slices.SortStableFunc(fit, func(a, b int) int {
-		return cmp.Compare(plans[a].Predicted.StepSeconds, plans[b].Predicted.StepSeconds)
-	})
+	fit := fittingByStep(plans, from)
 	memory := func(p *Plan) string {
 		return fmt.Sprint(p.OptimizerState, p.Gradients, p.ParamsOnHost, p.StateOnDevice, p.SerialGradCopies)
 	}
