@@ -698,7 +698,8 @@ func (s *Streamer) Backward(loss *ferry.Tensor, opts ferry.BackwardOptions) erro
 	}
 	next := opts.GradReady
 	opts.GradReady = func(p *ferry.Tensor) {
-		if st := s.byStorage[p.Storage()]; next != nil && st != nil && st.stepsHere {
+		st := s.byStorage[p.Storage()]
+		if next != nil && st != nil && st.stepsHere {
 			next(p) // its update, on the device
 			if slices.Contains(s.firstUses(s.uses), st) {
 				return // the next step's first: it stays (EndStep)
@@ -708,7 +709,7 @@ func (s *Streamer) Backward(loss *ferry.Tensor, opts ferry.BackwardOptions) erro
 			}
 			return
 		}
-		if st := s.byStorage[p.Storage()]; next != nil && s.beside && st != nil && s.grads[p] {
+		if next != nil && s.beside && st != nil && s.grads[p] {
 			if ev := s.gradReadyBeside(p); ev != nil {
 				s.runBeside(st, ev, func() { next(p) })
 				return
