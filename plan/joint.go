@@ -488,6 +488,15 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 // 64.
 const visitAhead = 4
 
+// visitAheadTried are the other distances ahead that visitRest tries at
+// the fastest count visiting. Where the link is as busy as the host, a
+// state's copy up and backward's prefetches take turns, and which
+// distance interleaves them best is not monotone: GPT-2 355M at batch 1,
+// 35 % of h200-pcie5, 64 visiting, stepped in 0.09494, 0.09458, 0.09719,
+// 0.09697, 0.09551, 0.09516 and 0.09659 s at 1, 2, 3, 4, 6, 8 and 12
+// ahead, at the same peak.
+var visitAheadTried = []int{2, 8}
+
 // visitShares are the shares of the parameters after those kept that
 // visitRest sends visiting, smallest first; visitRefine bounds the tries
 // between them.
@@ -516,7 +525,9 @@ const visitGain = 0.005
 // them is refined: the midpoint of the wider gap beside the fastest so
 // far, visitRefine times at most, while a gap is wider than one (the
 // origin model on 35 % of h200-pcie5: 0.1134 s with none visiting, 0.1094
-// s with 6, 0.1148 s with 13; 0.1081 s with 3 or 4).
+// s with 6, 0.1148 s with 13; 0.1081 s with 3 or 4). The fastest count
+// is then tried at visitAheadTried's distances ahead too, where it steps
+// above lookaheadAbove × its busiest resource.
 //
 // Each try chooses its own copies in flight (unpin; unless the caller
 // pinned them): the host's work shrinks and the forward's copies off the
@@ -530,20 +541,24 @@ func visitRest(on *Plan, base State, params []Param, unpin func(), try func(Stat
 	// step[v]: the step with the next v visiting (0: on itself), +Inf
 	// where that does not fit.
 	step := map[int]float64{0: on.Predicted.StepSeconds}
-	visit := func(v int) error {
+	ratio := map[int]float64{0: on.Predicted.OverlapRatio} // step[v] over its busiest resource
+	stepAt := func(v, ahead int) error {
 		unpin()
 		s := base
-		s.StateVisiting, s.StateAhead = names(params[len(base.StateOnDevice):first+v]), visitAhead
+		s.StateVisiting, s.StateAhead = names(params[len(base.StateOnDevice):first+v]), ahead
 		p, err := try(s)
 		if err != nil {
 			return err
 		}
-		step[v] = p.Predicted.StepSeconds
-		if !p.Fits {
-			step[v] = math.Inf(1)
+		if ahead == visitAhead {
+			step[v], ratio[v] = p.Predicted.StepSeconds, p.Predicted.OverlapRatio
+			if !p.Fits {
+				step[v] = math.Inf(1)
+			}
 		}
 		return nil
 	}
+	visit := func(v int) error { return stepAt(v, visitAhead) }
 	best := 0
 	for _, share := range visitShares {
 		v := rest / share
@@ -558,31 +573,53 @@ func visitRest(on *Plan, base State, params []Param, unpin func(), try func(Stat
 		}
 		best = v
 	}
+	if err := visitRefined(step, &best, visit); err != nil || best == 0 || ratio[best] <= lookaheadAbove {
+		return err
+	}
+	// How far ahead the states start up: the fastest count visiting,
+	// where it steps above lookaheadAbove × its busiest resource, tried
+	// at visitAheadTried too, each with its own copies in flight (at the
+	// count's, 2 ahead stepped in 0.1073 s rather than 0.09458 s in the
+	// case visitAheadTried cites: the saved tensors placed anew). A plan
+	// each; the fastest wins in MakeJoint.
+	for _, ahead := range visitAheadTried {
+		if err := stepAt(best, ahead); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// visitRefined refines best, the fastest count visiting among those in
+// step (0: none was faster than none visiting), as visitRest says:
+// visit(v) adds step[v].
+func visitRefined(step map[int]float64, best *int, visit func(v int) error) error {
 	for range visitRefine {
-		if best == 0 {
+		b := *best
+		if b == 0 {
 			return nil // nothing visiting was faster
 		}
-		left, right := 0, best // the nearest counts tried beside best (right: none above)
+		left, right := 0, b // the nearest counts tried beside b (right: none above)
 		for v := range step {
-			if v < best && v > left {
+			if v < b && v > left {
 				left = v
 			}
-			if v > best && (right == best || v < right) {
+			if v > b && (right == b || v < right) {
 				right = v
 			}
 		}
-		v := (left + best) / 2
-		if right-best > best-left {
-			v = (best + right) / 2
+		v := (left + b) / 2
+		if right-b > b-left {
+			v = (b + right) / 2
 		}
-		if _, done := step[v]; done || v == best {
+		if _, done := step[v]; done || v == b {
 			return nil // no gap wider than one
 		}
 		if err := visit(v); err != nil {
 			return err
 		}
-		if step[v] < step[best] {
-			best = v
+		if step[v] < step[b] {
+			*best = v
 		}
 	}
 	return nil

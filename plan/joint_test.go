@@ -91,3 +91,83 @@ func TestFastestFittingTriesVisitingVariantsAndAnotherPlacement(t *testing.T) {
 		t.Errorf("with the other placement second: fastestFitting(2) = %v, want %v", got, want)
 	}
 }
+
+// visitRest tries shares of the rest visiting, refines around the
+// fastest, and tries that count at the other distances ahead only where
+// it steps above lookaheadAbove × its busiest resource.
+func TestVisitRestTriesDistancesAheadAtTheFastestCount(t *testing.T) {
+	params := make([]Param, 40)
+	for i := range params {
+		params[i] = Param{Name: fmt.Sprint("p", i), Bytes: 100}
+	}
+	for _, c := range []struct {
+		name      string
+		bestRatio float64 // the fastest count's step over its busiest resource
+		wantAhead bool
+	}{{"far from the bound", 1.3, true}, {"near it", 1.05, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			base := State{OptimizerState: "host", Gradients: "host", StateOnDevice: names(params[:4])}
+			// The step falls towards 9 visiting, then rises; 2 ahead is
+			// faster than visitAhead.
+			stepOf := func(v, ahead int) float64 {
+				d := float64(v - 9)
+				s := 1 + d*d/100
+				if ahead == 2 {
+					s -= 0.01
+				}
+				return s
+			}
+			type try struct{ v, ahead int }
+			var tries []try
+			unpinned := 0
+			on := &Plan{Fits: true}
+			on.Predicted.StepSeconds, on.Predicted.OverlapRatio = stepOf(0, visitAhead), 1.5
+			err := visitRest(on, base, params, func() { unpinned++ }, func(s State) (*Plan, error) {
+				if !slices.Equal(s.StateOnDevice, base.StateOnDevice) {
+					t.Errorf("state kept %v, want base's %v", s.StateOnDevice, base.StateOnDevice)
+				}
+				v := len(s.StateVisiting)
+				if v > 0 && s.StateVisiting[0] != "p4" {
+					t.Errorf("visiting starts at %s, want p4 (after those kept)", s.StateVisiting[0])
+				}
+				tries = append(tries, try{v, s.StateAhead})
+				p := &Plan{Fits: true}
+				p.Predicted.StepSeconds = stepOf(v, s.StateAhead)
+				p.Predicted.OverlapRatio = 1.5
+				if v == 9 {
+					p.Predicted.OverlapRatio = c.bestRatio
+				}
+				return p, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if unpinned != len(tries) {
+				t.Errorf("copies in flight unpinned %d times for %d tries", unpinned, len(tries))
+			}
+			var counts []int
+			var ahead []try
+			for _, tr := range tries {
+				if tr.ahead == visitAhead {
+					counts = append(counts, tr.v)
+				} else {
+					ahead = append(ahead, tr)
+				}
+			}
+			// Shares of the 36 after those kept: 4, 9, 18 (slower: stop);
+			// then refined around 9.
+			if len(counts) < 3 || !slices.Equal(counts[:3], []int{4, 9, 18}) || !slices.Contains(counts, 13) {
+				t.Errorf("counts tried %v, want 4, 9, 18, then refined around 9 (13 among them)", counts)
+			}
+			var want []try
+			if c.wantAhead {
+				for _, a := range visitAheadTried {
+					want = append(want, try{9, a})
+				}
+			}
+			if !slices.Equal(ahead, want) {
+				t.Errorf("other distances ahead tried %v, want %v", ahead, want)
+			}
+		})
+	}
+}
