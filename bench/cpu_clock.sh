@@ -13,13 +13,14 @@
 # steps per measured run, 10, 40 and 20), MLP_PROFILE
 # (cpu), GPT_PROFILE (cpu-gpt, both GPTs), MODELS (mlp gpt; gpt8 the
 # larger GPT), KINDS (all), FIT=1 to
-# fit each model's profile first (ferry calibrate --seconds 1 on the
+# fit each model's profile first (ferry calibrate on the
 # model, saved in the work directory: the machine as it is now, rather
 # than as the built-in profile found it) or
 # FIT=round to fit it again before each round of each model (each
 # measurement is then set against a profile of the machine as it was a
 # few seconds before: on a machine whose speed drifts by a fifth over
-# minutes, the clock checked apart from the drift),
+# minutes, the clock checked apart from the drift), FIT_SECONDS (1)
+# for ferry calibrate's --seconds in those fits,
 # FERRY_CLOCK_QUIET=0 not to wait for quiet cores, and
 # FERRY_CLOCK_RAW=FILE to keep every run's figure (model kind round
 # predicted measured load, one line each: load is the 1-minute load
@@ -97,7 +98,7 @@ step() { # device args...: the run's median step
 # fit MODEL [WHEN]: ferry calibrate on the model, its profile from now on.
 fit() {
 	# shellcheck disable=SC2086
-	"$bin" calibrate ${model_args[$1]/--optimizer sgd/} --seconds 1 --save "$work/$1.json" >/dev/null 2>&1
+	"$bin" calibrate ${model_args[$1]/--optimizer sgd/} --seconds "${FIT_SECONDS:-1}" --save "$work/$1.json" >/dev/null 2>&1
 	model_profile[$1]=$work/$1.json
 	echo "$1${2:+ $2}: fitted $(python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); print("products %.0f GFLOP/s, elementwise %.1f GB/s, host optimizer %.1f GB/s, copy share %.2f" % (p["matmul_flops"]/1e9, p["memory_bytes_per_sec"]/1e9, p["host_optimizer_bytes_per_sec"]/1e9, p["copy_compute_share"]))' "$work/$1.json")"
 }
