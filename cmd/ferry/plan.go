@@ -350,6 +350,9 @@ func printPlan(w io.Writer, p *plan.Plan, replay string) {
 			}
 			fmt.Fprintf(w, "  at most %d copies off the device in flight at once (%s)\n", p.CopiesInFlight, how)
 		}
+		if p.KeptLast > 0 {
+			fmt.Fprintf(w, "  the last %d saved tensors of forward kept on the device, where the placements tried below moved them off (faster, and still fits)\n", p.KeptLast)
+		}
 	}
 	if p.Lookahead > 0 && (p.Counts.Host+p.Counts.Disk > 0 || len(p.ParamsOnHost) > 0) {
 		how := "--lookahead N sets it"

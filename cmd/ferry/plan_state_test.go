@@ -459,3 +459,63 @@ func planVisits(t *testing.T, model []string, budget string) (visiting []string,
 	}
 	return p.Visiting, p.Ahead
 }
+
+// TestPlanKeepsTheLastSavedTensors: GPT-2 124M at batch 1 on 35 % of its
+// unlimited peak, h100-pcie5, where the cost model's estimated peak lies
+// above the replay's: the placements chosen send the cross-entropy's
+// probabilities (forward's last saved tensor, 196 MiB) to the host, a
+// copy out and straight back on the step's critical path. The planner
+// keeps it on the device (plan.Plan.KeptLast), the replay peaks and
+// steps at the prediction, and the same policy with it on the host steps
+// slower.
+func TestPlanKeepsTheLastSavedTensors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("plans GPT-2 124M (seconds)")
+	}
+	model := []string{"--model", "gpt", "--layers", "12", "--heads", "12", "--embd", "768", "--seq", "1024", "--vocab", "50257", "--batch", "1", "--profile", "h100-pcie5"}
+	unl, errOut, code := runCLI(t, append([]string{"plan", "--budget", "1000TiB", "--json"}, model...)...)
+	var u struct {
+		Unlimited struct {
+			PeakBytes int64 `json:"peak_bytes"`
+		} `json:"unlimited"`
+	}
+	if err := json.Unmarshal([]byte(unl), &u); code != 0 || err != nil {
+		t.Fatalf("plan: exit %d, %v\n%s", code, err, errOut)
+	}
+	pol := filepath.Join(t.TempDir(), "p.json")
+	out, errOut, code := runCLI(t, append([]string{"plan", "--budget", itoa(u.Unlimited.PeakBytes * 35 / 100), "--out", pol, "--json"}, model...)...)
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+	}
+	var p struct {
+		Fits      bool `json:"fits"`
+		KeptLast  int  `json:"kept_last"`
+		Predicted struct {
+			PeakBytes   int64   `json:"peak_bytes"`
+			StepSeconds float64 `json:"step_seconds"`
+		} `json:"predicted"`
+	}
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatal(err)
+	}
+	written, err := offload.LoadPolicy(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := len(written.Tensors) - 1
+	if !p.Fits || p.KeptLast < 1 || last < 0 || written.Tensors[last].Op != "cross_entropy" || written.Tensors[last].Placement != offload.Keep {
+		t.Fatalf("fits %v, %d last kept, policy's last tensor %+v: want the cross-entropy's probabilities kept on the device", p.Fits, p.KeptLast, written.Tensors[max(last, 0)])
+	}
+	run := demoPolicyRuns(t, pol, 3, model, "meta", "--modes", "policy")[0]
+	if run.Peak != p.Predicted.PeakBytes || math.Abs(run.Step-p.Predicted.StepSeconds) > 1e-9*p.Predicted.StepSeconds {
+		t.Errorf("replay: peak %d, step %g s; predicted %d, %g s", run.Peak, run.Step, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
+	}
+	written.Tensors[last].Placement = offload.Host
+	host := filepath.Join(t.TempDir(), "host.json")
+	if err := written.Save(host); err != nil {
+		t.Fatal(err)
+	}
+	if h := demoPolicyRuns(t, host, 3, model, "meta", "--modes", "policy")[0]; h.Step <= run.Step {
+		t.Errorf("with the cross-entropy's probabilities on the host the plan steps in %g s, kept in %g s: keeping them gained nothing", h.Step, run.Step)
+	}
+}
