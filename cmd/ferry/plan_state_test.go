@@ -355,20 +355,7 @@ func TestPlanVisitsForHostWork(t *testing.T) {
 // peaks at the prediction (the plan is settled over as many).
 func TestPlanRefinesTheVisitingCount(t *testing.T) {
 	profile := []string{"--profile", "h200-pcie5"}
-	unl, errOut, code := runCLI(t, append([]string{"plan", "--budget", "1000TiB", "--json"}, profile...)...)
-	var u struct {
-		Unlimited struct {
-			PeakBytes int64 `json:"peak_bytes"`
-		} `json:"unlimited"`
-	}
-	if err := json.Unmarshal([]byte(unl), &u); code != 0 || err != nil {
-		t.Fatalf("plan: exit %d, %v\n%s", code, err, errOut)
-	}
-	pol := filepath.Join(t.TempDir(), "p.json")
-	out, errOut, code := runCLI(t, append([]string{"plan", "--budget", itoa(u.Unlimited.PeakBytes * 35 / 100), "--out", pol, "--json"}, profile...)...)
-	if code != 0 {
-		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
-	}
+	out, pol := planAtShare(t, profile, 35)
 	var p struct {
 		Fits      bool     `json:"fits"`
 		Kept      []string `json:"optimizer_state_on_device"`
@@ -473,20 +460,7 @@ func TestPlanKeepsTheLastSavedTensors(t *testing.T) {
 		t.Skip("plans GPT-2 124M (seconds)")
 	}
 	model := []string{"--model", "gpt", "--layers", "12", "--heads", "12", "--embd", "768", "--seq", "1024", "--vocab", "50257", "--batch", "1", "--profile", "h100-pcie5"}
-	unl, errOut, code := runCLI(t, append([]string{"plan", "--budget", "1000TiB", "--json"}, model...)...)
-	var u struct {
-		Unlimited struct {
-			PeakBytes int64 `json:"peak_bytes"`
-		} `json:"unlimited"`
-	}
-	if err := json.Unmarshal([]byte(unl), &u); code != 0 || err != nil {
-		t.Fatalf("plan: exit %d, %v\n%s", code, err, errOut)
-	}
-	pol := filepath.Join(t.TempDir(), "p.json")
-	out, errOut, code := runCLI(t, append([]string{"plan", "--budget", itoa(u.Unlimited.PeakBytes * 35 / 100), "--out", pol, "--json"}, model...)...)
-	if code != 0 {
-		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
-	}
+	out, pol := planAtShare(t, model, 35)
 	var p struct {
 		Fits      bool `json:"fits"`
 		KeptLast  int  `json:"kept_last"`
@@ -518,4 +492,26 @@ func TestPlanKeepsTheLastSavedTensors(t *testing.T) {
 	if h := demoPolicyRuns(t, host, 3, model, "meta", "--modes", "policy")[0]; h.Step <= run.Step {
 		t.Errorf("with the cross-entropy's probabilities on the host the plan steps in %g s, kept in %g s: keeping them gained nothing", h.Step, run.Step)
 	}
+}
+
+// planAtShare plans args (model and profile flags) at pct % of their
+// unlimited peak, the policy written to a temporary file, and returns
+// ferry plan's JSON and the policy's path.
+func planAtShare(t *testing.T, args []string, pct int64) (out, pol string) {
+	t.Helper()
+	unl, errOut, code := runCLI(t, append([]string{"plan", "--budget", "1000TiB", "--json"}, args...)...)
+	var u struct {
+		Unlimited struct {
+			PeakBytes int64 `json:"peak_bytes"`
+		} `json:"unlimited"`
+	}
+	if err := json.Unmarshal([]byte(unl), &u); code != 0 || err != nil {
+		t.Fatalf("plan: exit %d, %v\n%s", code, err, errOut)
+	}
+	pol = filepath.Join(t.TempDir(), "p.json")
+	out, errOut, code = runCLI(t, append([]string{"plan", "--budget", itoa(u.Unlimited.PeakBytes * pct / 100), "--out", pol, "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
+	}
+	return out, pol
 }
