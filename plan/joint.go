@@ -174,7 +174,6 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 	var tried []Tried
 	var best, smallest, ref *Plan // ref: the state on the device, for Slowdown
 	var plans []*Plan             // by tried's index
-	var made []Options            // by tried's index: what Make was given
 	triedSerial := false
 	var pinned *offload.Config // the copies in flight a candidate keeps (nil: chosen per plan)
 	ahead := opts.Lookahead    // the lookahead a candidate assumes (0: the offloader's)
@@ -199,13 +198,12 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 		}
 		o.Model, o.OptimizerState, o.Gradients, o.ParamsOnHost = m, s.OptimizerState, s.Gradients, s.ParamsOnHost
 		o.SerialGradCopies, o.StateOnDevice, o.StateVisiting, o.StateAhead = s.SerialGradCopies, s.StateOnDevice, s.StateVisiting, s.StateAhead
-		o.deferDescent, o.skipKeepLast = true, true
+		o.deferDescent, o.deferKeepLast = true, true
 		o.Lookahead = ahead
 		p, err := Make(o)
 		if err != nil {
 			return nil, err
 		}
-		made = append(made, o)
 		p.ParamsOnHostBytes = hostBytes(params, s.ParamsOnHost)
 		if s.OptimizerState == "device" && s.Gradients == "device" && len(s.ParamsOnHost) == 0 {
 			ref = p
@@ -444,7 +442,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 			return nil, nil, err
 		}
 		if best != nil {
-			if best, err = withKeepLast(best, made[slices.Index(plans, best)]); err != nil {
+			if best, err = withKeepLast(best); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -665,25 +663,21 @@ func settle(plans []*Plan, tried []Tried) (*Plan, error) {
 	return nil, nil
 }
 
-// withKeepLast makes p's plan again from the options o that made it, now
-// with planner.keepLast, and returns that plan where it is faster and its
-// settling replay still fits, else p.
-func withKeepLast(p *Plan, o Options) (*Plan, error) {
-	o.skipKeepLast = false
-	q, err := Make(o)
-	if err != nil {
-		return nil, err
-	}
-	if !q.Fits || q.Predicted.StepSeconds >= p.Predicted.StepSeconds {
+// withKeepLast returns p with planner.keepLast's placements
+// (Plan.keepLast) where they kept something and their settling replay
+// still fits, else p.
+func withKeepLast(p *Plan) (*Plan, error) {
+	if p.keepLast == nil {
 		return p, nil
 	}
-	if q.settle != nil {
-		_, fits, err := q.settle(settleSteps)
-		if err != nil || !fits {
-			return p, err
-		}
+	q, err := p.keepLast()
+	if err != nil || q == p {
+		return p, err
 	}
-	q.ParamsOnHostBytes, q.CopiesChosen, q.LookaheadChosen = p.ParamsOnHostBytes, p.CopiesChosen, p.LookaheadChosen
+	if _, fits, err := q.settle(settleSteps); err != nil || !fits {
+		return p, err
+	}
+	q.CopiesChosen = p.CopiesChosen // MakeJoint's, kept
 	return q, nil
 }
 

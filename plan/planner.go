@@ -101,10 +101,11 @@ type Options struct {
 	// and leave the descent to the least budget (planner.leastBudget) to
 	// Plan.descend; MakeJoint descends only when no candidate fits.
 	deferDescent bool
-	// skipKeepLast: leave keepLast out. MakeJoint's candidates skip it,
-	// and the settled plan alone is made again with it (a candidate made
-	// faster by it can lead the joint search elsewhere, to a slower plan).
-	skipKeepLast bool
+	// deferKeepLast: leave keepLast to Plan.keepLast. MakeJoint's
+	// candidates defer it, and it runs on the settled plan alone (a
+	// candidate made faster by it can lead the joint search elsewhere,
+	// to a slower plan).
+	deferKeepLast bool
 }
 
 // Outcome is a step replayed on the meta device.
@@ -220,6 +221,10 @@ type Plan struct {
 	// predicted peaks that replay's (the most any step but the first
 	// used) and says so; MakeJoint settles the plan it chooses.
 	settle func(steps int) (Outcome, bool, error)
+	// keepLast, set where the plan fits and Options.deferKeepLast,
+	// returns the plan with planner.keepLast's placements (settled
+	// anew), or the plan itself where that kept nothing.
+	keepLast func() (*Plan, error)
 	// planner, where nothing fits and the descent was deferred, is kept
 	// for Plan.descend.
 	planner *planner
@@ -493,13 +498,36 @@ func makePlan(opts Options) (*Plan, error) {
 			}
 		}
 	}
-	keptLast := 0
-	if !opts.skipKeepLast {
-		if best, keptLast, err = pl.keepLast(best); err != nil {
-			return nil, err
+	if opts.deferKeepLast {
+		from := best
+		p.keepLast = func() (*Plan, error) {
+			before := pl.replays
+			more, kept, err := pl.keepLast(from)
+			if err != nil || kept == 0 {
+				return p, err
+			}
+			q := *p
+			q.Replays += pl.replays - before
+			q.keepLast = nil
+			pl.finish(&q, more, kept, unl)
+			return &q, nil
 		}
+		pl.finish(p, best, 0, unl)
+		return p, nil
 	}
-	pr := pl.problem(best.ib, opts.Budget, opts.HostBudget)
+	best, kept, err := pl.keepLast(best)
+	if err != nil {
+		return nil, err
+	}
+	pl.finish(p, best, kept, unl)
+	return p, nil
+}
+
+// finish fills in p, a plan that fits, from best, its placements and
+// their replay, after keepLast kept kept of them on the device; unl is
+// the step with nothing moved.
+func (pl *planner) finish(p *Plan, best *replayed, kept int, unl Outcome) {
+	pr := pl.problem(best.ib, pl.opts.Budget, pl.opts.HostBudget)
 	model, _ := pr.evaluate(best.choice)
 	p.Fits, p.OptimizerInBackward, p.Predicted = true, best.ib, best.out
 	p.ModelPeakBytes, p.ModelStepSeconds = model.peak, model.seconds
@@ -508,9 +536,8 @@ func makePlan(opts Options) (*Plan, error) {
 	p.policy = pl.policy(pr, best.choice, best.ib, p)
 	p.CopiesInFlight, p.CopiesChosen = p.policy.CopiesInFlight, pl.chooseInFlight
 	p.Lookahead = p.policy.Lookahead
-	p.KeptLast = keptLast
+	p.KeptLast = kept
 	p.settle = pl.settleFor(p)
-	return p, nil
 }
 
 // choose returns the plan for p's budget: the search's, or else one of
@@ -703,7 +730,7 @@ func (pl *planner) recomputeFirst(best *replayed) (*replayed, error) {
 // step fell from 0.04716 s to 0.04340 s at the same replayed peak, where
 // keeping the final layer norm's and the head's inputs too overshot the
 // budget). MakeJoint runs it on the plan it settles on alone
-// (Options.skipKeepLast).
+// (Options.deferKeepLast).
 func (pl *planner) keepLast(best *replayed) (*replayed, int, error) {
 	pr := pl.problem(best.ib, pl.opts.Budget, pl.opts.HostBudget)
 	kept := 0
