@@ -94,8 +94,14 @@ type StreamStats struct {
 // its device storage is paged (ferry.Pager): an op that uses it brings it
 // back, a prefetch brings it back ahead of use, and the Streamer frees it
 // when the op that used it in forward has been recorded, and when its
-// gradient is complete in backward. A tied weight is one storage: one
-// master, one device copy at a time.
+// gradient is complete in backward. A recomputed segment's forward, run
+// again in backward, frees none: its backward uses the same parameters
+// next, so they stay until their gradients complete (as FSDP keeps a
+// unit's parameters gathered through the unit's backward). That holds a
+// segment's parameters on the device at once, and saves bringing each
+// back a second time in backward: GPT-2 124M at batch 1, eight blocks
+// recomputed, on 35 % of h200-pcie5, stepped in 0.03684 s, not 0.03807.
+// A tied weight is one storage: one master, one device copy at a time.
 //
 // An offloaded gradient leaves the device when backward completes it
 // (GradReady): it is copied to a host tensor on a side stream and the
@@ -141,9 +147,13 @@ type Streamer struct {
 	// evaluation's forwards, a checkpoint's reads) are not recorded: the
 	// next step's prefetches follow the last step's uses alone.
 	stepping bool
-	stats    StreamStats
-	hostGrad int64
-	closed   bool
+	// inBackward: between BeginBackward and EndBackward. Ops recorded
+	// then are a recomputed segment's forward, whose parameters its
+	// backward uses next: they stay until their gradients complete.
+	inBackward bool
+	stats      StreamStats
+	hostGrad   int64
+	closed     bool
 	// Host steps beside the device (StreamConfig.HostStepsBeside, see
 	// beside.go): the worker that runs them, the step in flight for each
 	// parameter, which a copy of it to the device waits for, the tasks a
@@ -604,6 +614,9 @@ func (s *Streamer) recorded(op string, inputs []*ferry.Tensor) {
 			st.used = true
 		}
 	}
+	if s.inBackward {
+		return
+	}
 	for _, st := range s.params {
 		if !st.resident || !st.used || st.mirrored || s.usedBy(st, inputs) {
 			continue
@@ -756,6 +769,7 @@ func (s *Streamer) BeginBackward() error {
 	if err != nil {
 		return err
 	}
+	s.inBackward = true
 	return s.pageOutAll(false)
 }
 
@@ -982,6 +996,7 @@ func blockOf(t *ferry.Tensor) *device.Block {
 // brought back leave the device, but the next step's first uses
 // (firstUses).
 func (s *Streamer) EndBackward() error {
+	s.inBackward = false
 	err := ferry.Catch(func() error {
 		s.reapAll()
 		for p := range s.hostGrads {
