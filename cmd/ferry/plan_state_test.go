@@ -164,7 +164,7 @@ func TestHostBoundPlanOverlaps(t *testing.T) {
 // tensor moved and none recomputed, beat the overlapped ones.
 func TestPlanWeighsSerialGradientCopies(t *testing.T) {
 	out, errOut, code := runCLI(t, "plan", "--profile", "h200-pcie5", "--model", "mlp", "--layers", "40", "--width", "1024",
-		"--batch", "256", "--budget", "24MiB", "--json")
+		"--batch", "256", "--budget", "20MiB", "--json")
 	if code != 0 {
 		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
 	}
