@@ -272,7 +272,23 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 				}
 				triedSerial = true
 			}
-			if pAll.Fits && !bound && !fitBefore && jo.Params != "host" && opts.Ranks <= 1 {
+			// Fewer streamed parameters are faster only where streaming
+			// none is (it did not fit: its plan is its smallest, the
+			// most moved or recomputed). Where even that is slower than
+			// streaming all, so is every k between: the host's updates
+			// of the parameters not streamed (mirrored) run beside
+			// backward as the streamed ones' do, and the saved tensors
+			// have less room (GPT-2 355M at batch 4 on 15 % of
+			// h200-pcie5: none 0.3574 s, all 0.3461 s, k = 146 to 255
+			// 0.3684 to 0.3709 s; five plans, a third of its planning).
+			noneFaster := true
+			for i, t := range tried {
+				if t.State.OptimizerState == base.OptimizerState && t.State.Gradients == base.Gradients &&
+					len(t.State.ParamsOnHost) == 0 && !t.State.SerialGradCopies && len(t.State.StateOnDevice)+len(t.State.StateVisiting) == 0 {
+					noneFaster = plans[i].Predicted.StepSeconds < pAll.Predicted.StepSeconds
+				}
+			}
+			if pAll.Fits && !bound && !fitBefore && noneFaster && jo.Params != "host" && opts.Ranks <= 1 {
 				// (Across ranks, ZeRO-3 keeps all of its shards in host
 				// memory or none: no bisection.)
 				//
@@ -507,15 +523,20 @@ var visitAheadTried = []int{2, 8}
 // between them.
 var visitShares = []int{8, 4, 2, 1} // rest/8, rest/4, rest/2, all of it
 
-const visitRefine = 4
+const visitRefine = 3 // 4 found the same plans, a try later (GPT-2 355M and 124M)
 
 // visitGain is how much faster than the one before a share's plan must
 // step for visitRest to go on to the next share (and, from none, to
 // refine at all): each try is a plan of its own, and a gain below it is
 // within what the lookahead and copies in flight move a plan by anyway
 // (TinyLlama at batch 2 on 15 % of h200-pcie5: 24 visiting stepped 0.1 %
-// faster than none, and five more tries, 4 s of planning, found 0.8 %).
-const visitGain = 0.005
+// faster than none, and five more tries, 4 s of planning, found 0.8 %;
+// Llama-2-7B on 60 % of h200-pcie5: 11 visiting stepped 0.7 % faster
+// than none, and at 0.005 the tries after them, 9 s of 16 s of planning,
+// led to a plan 4.6 % faster, 1.606 s rather than 1.683 s, though at
+// 1.278 × its busiest resource rather than 1.037 ×: planning within 15
+// s is worth more).
+const visitGain = 0.01
 
 // visitRest tries, after the parameters whose state base keeps on the
 // device or sends visiting, the next eighth of the rest visiting the
@@ -532,7 +553,8 @@ const visitGain = 0.005
 // origin model on 35 % of h200-pcie5: 0.1134 s with none visiting, 0.1094
 // s with 6, 0.1148 s with 13; 0.1081 s with 3 or 4). The fastest count
 // is then tried at visitAheadTried's distances ahead too, where it steps
-// above lookaheadAbove × its busiest resource.
+// above lookaheadAbove × its busiest resource, and where one of those is
+// faster, the count again about it at that distance (visitPattern).
 //
 // Each try chooses its own copies in flight (unpin; unless the caller
 // pinned them): the host's work shrinks and the forward's copies off the
@@ -545,7 +567,10 @@ func visitRest(on *Plan, base State, params []Param, unpin func(), try func(Stat
 	rest := len(params) - first
 	// step[v]: the step with the next v visiting (0: on itself), +Inf
 	// where that does not fit.
-	step := map[int]float64{0: on.Predicted.StepSeconds}
+	// stepBy[ahead][v]: the step with the next v visiting, ahead
+	// ahead; step is visitAhead's.
+	stepBy := map[int]map[int]float64{visitAhead: {0: on.Predicted.StepSeconds}}
+	step := stepBy[visitAhead]
 	ratio := map[int]float64{0: on.Predicted.OverlapRatio} // step[v] over its busiest resource
 	stepAt := func(v, ahead int) error {
 		unpin()
@@ -555,11 +580,15 @@ func visitRest(on *Plan, base State, params []Param, unpin func(), try func(Stat
 		if err != nil {
 			return err
 		}
+		if stepBy[ahead] == nil {
+			stepBy[ahead] = map[int]float64{}
+		}
+		stepBy[ahead][v] = p.Predicted.StepSeconds
+		if !p.Fits {
+			stepBy[ahead][v] = math.Inf(1)
+		}
 		if ahead == visitAhead {
-			step[v], ratio[v] = p.Predicted.StepSeconds, p.Predicted.OverlapRatio
-			if !p.Fits {
-				step[v] = math.Inf(1)
-			}
+			ratio[v] = p.Predicted.OverlapRatio
 		}
 		return nil
 	}
@@ -587,9 +616,71 @@ func visitRest(on *Plan, base State, params []Param, unpin func(), try func(Stat
 	// count's, 2 ahead stepped in 0.1073 s rather than 0.09458 s in the
 	// case visitAheadTried cites: the saved tensors placed anew). A plan
 	// each; the fastest wins in MakeJoint.
+	bestAhead := visitAhead
 	for _, ahead := range visitAheadTried {
 		if err := stepAt(best, ahead); err != nil {
 			return err
+		}
+		if stepBy[ahead][best] < stepBy[bestAhead][best] {
+			bestAhead = ahead
+		}
+	}
+	if bestAhead == visitAhead {
+		return nil
+	}
+	// The count was chosen at visitAhead; at another distance the
+	// fastest count may be another (GPT-2 124M at batch 1, 35 % of
+	// h200-pcie5, 8 ahead: 0.03684 s with 54 visiting, 0.03564 s with
+	// 58, 0.0358 s with 60 to 64; at 4 ahead 54 was the fastest).
+	return visitPattern(stepBy[bestAhead], best, max(1, rest/visitPatternShare), rest, visitPatternTries,
+		func(v int) error { return stepAt(v, bestAhead) })
+}
+
+// visitPatternShare sets visitPattern's first stride (the rest over it)
+// and visitPatternTries its tries, where visitRest refines the count at
+// another distance ahead.
+const (
+	visitPatternShare = 32
+	visitPatternTries = 6
+)
+
+// visitPattern searches the counts visiting about best (step: the step
+// at each count tried, best the fastest) by a pattern search: the counts
+// stride above and below, the first faster one taken, the stride halved
+// when neither is, down to one, tries at most, within [1, most]. Where
+// neither count of the first stride is faster by visitGain, it stops
+// there: the count is about right (GPT-2 355M at batch 4, 15 % of
+// h200-pcie5: 5 visiting, 0.3145 s; 14 and 9, 0.3147 and 0.3146 s; four
+// more tries, 5 s of planning, found 3 at 0.3145 s).
+func visitPattern(step map[int]float64, best, stride, most, tries int, visit func(v int) error) error {
+	first := true
+	for stride >= 1 && tries > 0 {
+		moved, gained := false, false
+		for _, v := range []int{best + stride, best - stride} {
+			if v < 1 || v > most {
+				continue
+			}
+			if _, done := step[v]; !done {
+				if tries == 0 {
+					return nil
+				}
+				tries--
+				if err := visit(v); err != nil {
+					return err
+				}
+			}
+			gained = gained || step[v] < step[best]*(1-visitGain)
+			if step[v] < step[best] {
+				best, moved = v, true
+				break
+			}
+		}
+		if first && !gained {
+			return nil
+		}
+		first = false
+		if !moved {
+			stride /= 2
 		}
 	}
 	return nil

@@ -94,7 +94,9 @@ func TestFastestFittingTriesVisitingVariantsAndAnotherPlacement(t *testing.T) {
 
 // visitRest tries shares of the rest visiting, refines around the
 // fastest, and tries that count at the other distances ahead only where
-// it steps above lookaheadAbove × its busiest resource.
+// it steps above lookaheadAbove × its busiest resource; where one of
+// those is faster, the count is searched again at that distance
+// (visitPattern), towards its own fastest.
 func TestVisitRestTriesDistancesAheadAtTheFastestCount(t *testing.T) {
 	params := make([]Param, 40)
 	for i := range params {
@@ -107,15 +109,15 @@ func TestVisitRestTriesDistancesAheadAtTheFastestCount(t *testing.T) {
 	}{{"far from the bound", 1.3, true}, {"near it", 1.05, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			base := State{OptimizerState: "host", Gradients: "host", StateOnDevice: names(params[:4])}
-			// The step falls towards 9 visiting, then rises; 2 ahead is
-			// faster than visitAhead.
+			// At visitAhead the step falls towards 9 visiting, then
+			// rises; 2 ahead is faster, and fastest at 11.
 			stepOf := func(v, ahead int) float64 {
 				d := float64(v - 9)
-				s := 1 + d*d/100
 				if ahead == 2 {
-					s -= 0.01
+					d = float64(v - 11)
+					return 1 + d*d/100 - 0.05
 				}
-				return s
+				return 1 + d*d/100
 			}
 			type try struct{ v, ahead int }
 			var tries []try
@@ -164,10 +166,48 @@ func TestVisitRestTriesDistancesAheadAtTheFastestCount(t *testing.T) {
 				for _, a := range visitAheadTried {
 					want = append(want, try{9, a})
 				}
+				// 2 ahead was the faster: from 9, one apart (36/32), 10
+				// and 11 faster, 12 not, 10 tried.
+				want = append(want, try{10, 2}, try{11, 2}, try{12, 2})
 			}
 			if !slices.Equal(ahead, want) {
 				t.Errorf("other distances ahead tried %v, want %v", ahead, want)
 			}
 		})
+	}
+}
+
+// visitPattern follows faster counts stride apart, halving the stride
+// where neither side is faster, within its tries; where neither count of
+// the first stride is faster by visitGain it stops there.
+func TestVisitPatternStopsWhereTheCountMattersLittle(t *testing.T) {
+	search := func(stepOf func(v int) float64, best, stride, tries int) []int {
+		step := map[int]float64{best: stepOf(best)}
+		var tried []int
+		err := visitPattern(step, best, stride, 100, tries, func(v int) error {
+			tried = append(tried, v)
+			step[v] = stepOf(v)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tried
+	}
+	// Fastest at 30, from 20, 8 apart: 28 (faster), 36 (slower), 20
+	// known; 4 apart: 32 (faster), 36 known, 28 known; 2 apart: 34
+	// (slower), 30 (faster); 1 apart ...
+	bowl := func(v int) float64 { d := float64(v - 30); return 1 + d*d/1000 }
+	if got := search(bowl, 20, 8, 100); !slices.Contains(got, 30) || slices.Contains(got, 12) {
+		t.Errorf("tried %v from 20: want 30 reached, 12 never tried", got)
+	}
+	if got := search(bowl, 20, 8, 2); len(got) != 2 {
+		t.Errorf("tried %v with 2 tries", got)
+	}
+	// Falling, but by less than visitGain: 28 is taken (faster), and
+	// the search stops there.
+	flat := func(v int) float64 { return 1 - float64(v)*1e-5 }
+	if got, want := search(flat, 20, 8, 100), []int{28}; !slices.Equal(got, want) {
+		t.Errorf("tried %v where the count matters little, want %v", got, want)
 	}
 }
