@@ -272,23 +272,7 @@ func MakeJoint(opts Options, params []Param, models StateModels, jo JointOptions
 				}
 				triedSerial = true
 			}
-			// Fewer streamed parameters are faster only where streaming
-			// none is (it did not fit: its plan is its smallest, the
-			// most moved or recomputed). Where even that is slower than
-			// streaming all, so is every k between: the host's updates
-			// of the parameters not streamed (mirrored) run beside
-			// backward as the streamed ones' do, and the saved tensors
-			// have less room (GPT-2 355M at batch 4 on 15 % of
-			// h200-pcie5: none 0.3574 s, all 0.3461 s, k = 146 to 255
-			// 0.3684 to 0.3709 s; five plans, a third of its planning).
-			noneFaster := true
-			for i, t := range tried {
-				if t.State.OptimizerState == base.OptimizerState && t.State.Gradients == base.Gradients &&
-					len(t.State.ParamsOnHost) == 0 && !t.State.SerialGradCopies && len(t.State.StateOnDevice)+len(t.State.StateVisiting) == 0 {
-					noneFaster = plans[i].Predicted.StepSeconds < pAll.Predicted.StepSeconds
-				}
-			}
-			if pAll.Fits && !bound && !fitBefore && noneFaster && jo.Params != "host" && opts.Ranks <= 1 {
+			if pAll.Fits && !bound && !fitBefore && jo.Params != "host" && opts.Ranks <= 1 {
 				// (Across ranks, ZeRO-3 keeps all of its shards in host
 				// memory or none: no bisection.)
 				//
