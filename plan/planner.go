@@ -653,7 +653,7 @@ func (pl *planner) withCopiesInFlight(best *replayed) (*replayed, error) {
 	// and 43.07 ms from 1 to 16, 876 and 915 MiB at 24 and 32 where
 	// the rest peak at 852), so the climb finds what replaying every
 	// count found, with two or three replays rather than nine: a third
-	// of the time to plan Llama-2-7B on 60 % of h200-pcie5.
+	// less time to plan Llama-2-7B on 60 % of h200-pcie5.
 	i := slices.Index(copiesInFlight, at)
 	climb := func(dir int) error {
 		last := chosen
