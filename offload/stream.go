@@ -640,6 +640,9 @@ func (s *Streamer) usedBy(st *streamed, inputs []*ferry.Tensor) bool {
 // read them) leave but the step's first uses (firstUses), and the first
 // Prefetch uses of the last step start their uploads.
 func (s *Streamer) BeginStep() error {
+	// A backward that failed before EndBackward left it set: forward's
+	// uses free their parameters again.
+	s.inBackward = false
 	if len(s.uses) > 0 {
 		s.order, s.uses = s.uses, s.order[:0]
 	}
