@@ -654,7 +654,7 @@ func (pl *planner) withCopiesInFlight(best *replayed) (*replayed, error) {
 	// the rest peak at 852), so the climb finds what replaying every
 	// count found, with two or three replays rather than nine: a third
 	// less time to plan Llama-2-7B on 60 % of h200-pcie5.
-	i := slices.Index(copiesInFlight, at)
+	i := slices.Index(copiesInFlight, at) // at is one of them: the default's 2, or a count chosen before
 	climb := func(dir int) error {
 		last := chosen
 		for j := i + dir; j >= 0 && j < len(copiesInFlight); j += dir {
@@ -676,20 +676,6 @@ func (pl *planner) withCopiesInFlight(best *replayed) (*replayed, error) {
 			last = c
 		}
 		return nil
-	}
-	if i < 0 { // a count of its own: every count is tried
-		for _, k := range copiesInFlight {
-			pl.inFlight = k
-			out, err := pl.replay(best.choice, best.ib)
-			if err != nil {
-				return nil, err
-			}
-			if c := (&replayed{choice: best.choice, ib: best.ib, out: out}); pl.fits(out) && better(c, chosen) {
-				chosen, n = c, k
-			}
-		}
-		pl.inFlight = n
-		return chosen, nil
 	}
 	if err := climb(1); err != nil {
 		return nil, err
