@@ -39,6 +39,25 @@ func demoPolicyRuns(t *testing.T, pol string, steps int, model []string, dev str
 	return d.Runs
 }
 
+// predictedFigures are `ferry plan --json`'s predicted peak and step.
+type predictedFigures struct {
+	PeakBytes   int64   `json:"peak_bytes"`
+	StepSeconds float64 `json:"step_seconds"`
+}
+
+// replayAsPredicted replays pol on the meta device (`ferry demo --modes
+// policy`, steps steps, model's flags) and checks that its first run
+// peaks at peak bytes and steps in step seconds, as the plan predicted;
+// it returns that run.
+func replayAsPredicted(t *testing.T, pol string, steps int, model []string, peak int64, step float64) policyRun {
+	t.Helper()
+	run := demoPolicyRuns(t, pol, steps, model, "meta", "--modes", "policy")[0]
+	if run.Peak != peak || math.Abs(run.Step-step) > 1e-9*step {
+		t.Errorf("replay: peak %d, step %g s; predicted %d, %g s", run.Peak, run.Step, peak, step)
+	}
+	return run
+}
+
 // Below the model's own parameter bytes, ferry plan puts the optimizer's
 // state, the gradients and parameters in host memory; the policy records
 // them; `ferry demo --device meta` replays the plan to the byte, and
@@ -278,13 +297,10 @@ func TestPlanChoosesTheLookahead(t *testing.T) {
 	dir := t.TempDir()
 	pol := filepath.Join(dir, "p.json")
 	planned := func(extra ...string) (p struct {
-		Fits      bool `json:"fits"`
-		Lookahead int  `json:"lookahead"`
-		Chosen    bool `json:"lookahead_chosen"`
-		Predicted struct {
-			PeakBytes   int64   `json:"peak_bytes"`
-			StepSeconds float64 `json:"step_seconds"`
-		} `json:"predicted"`
+		Fits      bool             `json:"fits"`
+		Lookahead int              `json:"lookahead"`
+		Chosen    bool             `json:"lookahead_chosen"`
+		Predicted predictedFigures `json:"predicted"`
 	}) {
 		t.Helper()
 		args := append(append([]string{"plan", "--profile", "h200-pcie5", "--budget", "275MiB", "--out", pol, "--json"}, model...), extra...)
@@ -307,10 +323,7 @@ func TestPlanChoosesTheLookahead(t *testing.T) {
 			p.Lookahead, p.Chosen, p.Fits, written.Lookahead, offload.DefaultConfig().Lookahead)
 	}
 	profile := []string{"--profile", "h200-pcie5"}
-	run := demoPolicyRuns(t, pol, 3, append(model, profile...), "meta", "--modes", "policy")[0]
-	if run.Peak != p.Predicted.PeakBytes || math.Abs(run.Step-p.Predicted.StepSeconds) > 1e-9*p.Predicted.StepSeconds {
-		t.Errorf("replay: peak %d, step %g s; predicted %d, %g s", run.Peak, run.Step, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
-	}
+	run := replayAsPredicted(t, pol, 3, append(model, profile...), p.Predicted.PeakBytes, p.Predicted.StepSeconds)
 	def := demoPolicyRuns(t, pol, 3, append(model, profile...), "meta", "--modes", "policy", "--lookahead", "2")[0]
 	if def.Step <= run.Step {
 		t.Errorf("at the default lookahead the plan steps in %g s, at its chosen %d in %g s: the choice gained nothing", def.Step, p.Lookahead, run.Step)
@@ -377,10 +390,7 @@ func TestPlanRefinesTheVisitingCount(t *testing.T) {
 	if r := p.Predicted.StepOverBound; !(r >= 1 && r <= 1.15) {
 		t.Errorf("step %.3f × the busiest resource, want ≤ 1.15", r)
 	}
-	run := demoPolicyRuns(t, pol, 5, profile, "meta", "--modes", "policy")[0]
-	if run.Peak != p.Predicted.PeakBytes || math.Abs(run.Step-p.Predicted.StepSeconds) > 1e-9*p.Predicted.StepSeconds {
-		t.Errorf("replay: peak %d, step %g s; predicted %d, %g s", run.Peak, run.Step, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
-	}
+	run := replayAsPredicted(t, pol, 5, profile, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
 	written, err := offload.LoadPolicy(pol)
 	if err != nil {
 		t.Fatal(err)
@@ -413,13 +423,10 @@ func planVisits(t *testing.T, model []string, budget string) (visiting []string,
 		t.Fatalf("plan: exit %d\n%s%s", code, out, errOut)
 	}
 	var p struct {
-		Fits      bool     `json:"fits"`
-		Visiting  []string `json:"optimizer_state_visiting"`
-		Ahead     int      `json:"optimizer_state_ahead"`
-		Predicted struct {
-			PeakBytes   int64   `json:"peak_bytes"`
-			StepSeconds float64 `json:"step_seconds"`
-		} `json:"predicted"`
+		Fits      bool             `json:"fits"`
+		Visiting  []string         `json:"optimizer_state_visiting"`
+		Ahead     int              `json:"optimizer_state_ahead"`
+		Predicted predictedFigures `json:"predicted"`
 	}
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatal(err)
@@ -432,10 +439,7 @@ func planVisits(t *testing.T, model []string, budget string) (visiting []string,
 		t.Fatalf("plan: fits %v, visiting %v %d ahead; policy %v %d ahead: want visiting state, recorded",
 			p.Fits, p.Visiting, p.Ahead, written.OptimizerStateVisiting, written.OptimizerStateAhead)
 	}
-	run := demoPolicyRuns(t, pol, 3, append(model, profile...), "meta", "--modes", "policy")[0]
-	if run.Peak != p.Predicted.PeakBytes || math.Abs(run.Step-p.Predicted.StepSeconds) > 1e-9*p.Predicted.StepSeconds {
-		t.Errorf("replay: peak %d, step %g s; predicted %d, %g s", run.Peak, run.Step, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
-	}
+	run := replayAsPredicted(t, pol, 3, append(model, profile...), p.Predicted.PeakBytes, p.Predicted.StepSeconds)
 	written.OptimizerStateVisiting, written.OptimizerStateAhead = nil, 0
 	host := filepath.Join(t.TempDir(), "host.json")
 	if err := written.Save(host); err != nil {
@@ -462,12 +466,9 @@ func TestPlanKeepsTheLastSavedTensors(t *testing.T) {
 	model := []string{"--model", "gpt", "--layers", "12", "--heads", "12", "--embd", "768", "--seq", "1024", "--vocab", "50257", "--batch", "1", "--profile", "h100-pcie5"}
 	out, pol := planAtShare(t, model, 35)
 	var p struct {
-		Fits      bool `json:"fits"`
-		KeptLast  int  `json:"kept_last"`
-		Predicted struct {
-			PeakBytes   int64   `json:"peak_bytes"`
-			StepSeconds float64 `json:"step_seconds"`
-		} `json:"predicted"`
+		Fits      bool             `json:"fits"`
+		KeptLast  int              `json:"kept_last"`
+		Predicted predictedFigures `json:"predicted"`
 	}
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatal(err)
@@ -480,10 +481,7 @@ func TestPlanKeepsTheLastSavedTensors(t *testing.T) {
 	if !p.Fits || p.KeptLast < 1 || last < 0 || written.Tensors[last].Op != "cross_entropy" || written.Tensors[last].Placement != offload.Keep {
 		t.Fatalf("fits %v, %d last kept, policy's last tensor %+v: want the cross-entropy's probabilities kept on the device", p.Fits, p.KeptLast, written.Tensors[max(last, 0)])
 	}
-	run := demoPolicyRuns(t, pol, 3, model, "meta", "--modes", "policy")[0]
-	if run.Peak != p.Predicted.PeakBytes || math.Abs(run.Step-p.Predicted.StepSeconds) > 1e-9*p.Predicted.StepSeconds {
-		t.Errorf("replay: peak %d, step %g s; predicted %d, %g s", run.Peak, run.Step, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
-	}
+	run := replayAsPredicted(t, pol, 3, model, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
 	written.Tensors[last].Placement = offload.Host
 	host := filepath.Join(t.TempDir(), "host.json")
 	if err := written.Save(host); err != nil {
