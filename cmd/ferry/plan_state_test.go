@@ -39,6 +39,17 @@ func demoPolicyRuns(t *testing.T, pol string, steps int, model []string, dev str
 	return d.Runs
 }
 
+// loadPolicy loads the policy file a plan wrote, failing the test where
+// it does not load.
+func loadPolicy(t *testing.T, file string) *offload.Policy {
+	t.Helper()
+	p, err := offload.LoadPolicy(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // predictedFigures are `ferry plan --json`'s predicted peak and step.
 type predictedFigures struct {
 	PeakBytes   int64   `json:"peak_bytes"`
@@ -314,10 +325,7 @@ func TestPlanChoosesTheLookahead(t *testing.T) {
 		return p
 	}
 	p := planned()
-	written, err := offload.LoadPolicy(pol)
-	if err != nil {
-		t.Fatal(err)
-	}
+	written := loadPolicy(t, pol)
 	if !p.Fits || !p.Chosen || p.Lookahead <= offload.DefaultConfig().Lookahead || written.Lookahead != p.Lookahead {
 		t.Fatalf("plan lookahead %d (chosen %v, fits %v), policy %d; want one above the default %d, recorded",
 			p.Lookahead, p.Chosen, p.Fits, written.Lookahead, offload.DefaultConfig().Lookahead)
@@ -391,10 +399,7 @@ func TestPlanRefinesTheVisitingCount(t *testing.T) {
 		t.Errorf("step %.3f × the busiest resource, want ≤ 1.15", r)
 	}
 	run := replayAsPredicted(t, pol, 5, profile, p.Predicted.PeakBytes, p.Predicted.StepSeconds)
-	written, err := offload.LoadPolicy(pol)
-	if err != nil {
-		t.Fatal(err)
-	}
+	written := loadPolicy(t, pol)
 	written.OptimizerStateVisiting = nil
 	for i := len(p.Kept); i < len(p.Kept)+eighth; i++ {
 		written.OptimizerStateVisiting = append(written.OptimizerStateVisiting, fmt.Sprintf("layers.%d.%s", i/2, []string{"weight", "bias"}[i%2]))
@@ -431,10 +436,7 @@ func planVisits(t *testing.T, model []string, budget string) (visiting []string,
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatal(err)
 	}
-	written, err := offload.LoadPolicy(pol)
-	if err != nil {
-		t.Fatal(err)
-	}
+	written := loadPolicy(t, pol)
 	if !p.Fits || len(p.Visiting) == 0 || !slices.Equal(written.OptimizerStateVisiting, p.Visiting) || written.OptimizerStateAhead != p.Ahead {
 		t.Fatalf("plan: fits %v, visiting %v %d ahead; policy %v %d ahead: want visiting state, recorded",
 			p.Fits, p.Visiting, p.Ahead, written.OptimizerStateVisiting, written.OptimizerStateAhead)
@@ -473,10 +475,7 @@ func TestPlanKeepsTheLastSavedTensors(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatal(err)
 	}
-	written, err := offload.LoadPolicy(pol)
-	if err != nil {
-		t.Fatal(err)
-	}
+	written := loadPolicy(t, pol)
 	last := len(written.Tensors) - 1
 	if !p.Fits || p.KeptLast < 1 || last < 0 || written.Tensors[last].Op != "cross_entropy" || written.Tensors[last].Placement != offload.Keep {
 		t.Fatalf("fits %v, %d last kept, policy's last tensor %+v: want the cross-entropy's probabilities kept on the device", p.Fits, p.KeptLast, written.Tensors[max(last, 0)])
