@@ -77,16 +77,30 @@ func processGone(pid int) bool {
 	return errors.Is(err, syscall.ESRCH)
 }
 
-// DiskRoundTrip writes b to a new file as the disk tier does (created
-// unlinked in dir), reads it back into b and closes the file: one
-// offloaded tensor's trip through the disk, for calibration (plan's
-// Calibrate times the fixed cost of a transfer with it).
-func DiskRoundTrip(dir string, b []byte) error {
-	d, err := createUnlinked(dir)
+// DiskFile is a file made as the disk tier makes its files (created
+// unlinked), for calibration: plan's Calibrate times the fixed cost of a
+// transfer on it. In a training step the tier writes over the spare files
+// of the step before (disk.go), so a round trip on one DiskFile, again
+// and again, is what each saved tensor costs after the first step.
+type DiskFile struct{ f *diskFile }
+
+// CreateDiskFile makes a DiskFile in dir.
+func CreateDiskFile(dir string) (*DiskFile, error) {
+	f, err := createUnlinked(dir)
 	if err != nil {
+		return nil, err
+	}
+	return &DiskFile{f}, nil
+}
+
+// RoundTrip writes b at the file's start and reads it back into b, as the
+// tier writes a tensor out and reads it back.
+func (d *DiskFile) RoundTrip(b []byte) error {
+	if _, err := d.f.f.WriteAt(b, 0); err != nil {
 		return err
 	}
-	_, werr := d.f.WriteAt(b, 0)
-	_, rerr := d.f.ReadAt(b, 0)
-	return errors.Join(werr, rerr, d.close())
+	return readFull(d.f, b)
 }
+
+// Close closes the file; its bytes go with it.
+func (d *DiskFile) Close() error { return d.f.close() }

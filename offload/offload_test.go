@@ -287,3 +287,89 @@ func TestBackwardOvertakingCopiesLeaksNothing(t *testing.T) {
 		}
 	}
 }
+
+// The disk tier writes each step's tensors over the files of the step
+// before (a step saves the same sizes every step): after the first step it
+// creates no file, the bits stay the base run's, and the files it keeps,
+// live and spare together, never hold more than its peak. A model of
+// other sizes on the same offloader makes files of its own sizes without
+// the bound being passed; Close closes them all.
+func TestDiskTierWritesOverTheLastStepsFiles(t *testing.T) {
+	dev := openCPU(t, device.Options{})
+	m := model(t, dev)
+	base, _ := step(t, dev, m, nil)
+	fds := openFiles(t)
+	cfg := offload.DefaultConfig()
+	cfg.DiskDir, cfg.HostLimit = t.TempDir(), -1
+	off, err := offload.New(dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made int
+	for i := 0; i < 3; i++ {
+		r, err := step(t, dev, m, off.Hooks())
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalBits(t, base, r)
+		n, live, spare := offload.DiskFiles(off)
+		if i == 0 {
+			made = n
+			if made == 0 {
+				t.Fatal("the first step made no file: nothing went to disk")
+			}
+		} else if n != made {
+			t.Errorf("step %d made %d files more than the first step's %d", i+1, n-made, made)
+		}
+		if peak := off.Stats().DiskPeakBytes; live+spare > peak {
+			t.Errorf("step %d: %d bytes live and %d spare, above the peak of %d", i+1, live, spare, peak)
+		}
+	}
+	// Other sizes: hidden layers twice as wide, so that most saved
+	// tensors fit no spare file (the first layer's input still does).
+	rng := rand.New(rand.NewPCG(9, 9))
+	var ms []nn.Module
+	for i := 0; i < layers; i++ {
+		in, out := 2*width, 2*width
+		if i == 0 {
+			in = width
+		}
+		if i == layers-1 {
+			out = width
+		}
+		l, err := nn.NewLinear(dev, in, out, true, rng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, l, nn.Tanh{})
+	}
+	other := nn.NewSequential(ms...)
+	otherBase, _ := step(t, dev, other, nil)
+	for i := 0; i < 2; i++ {
+		r, err := step(t, dev, other, off.Hooks())
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalBits(t, otherBase, r)
+		if _, live, spare := offload.DiskFiles(off); live+spare > off.Stats().DiskPeakBytes {
+			t.Errorf("other model, step %d: %d bytes live and %d spare, above the peak of %d", i+1, live, spare, off.Stats().DiskPeakBytes)
+		}
+	}
+	if err := off.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := openFiles(t); fds >= 0 && after > fds {
+		t.Errorf("%d files open after Close, %d before New", after, fds)
+	}
+}
+
+// openFiles counts the process's open file descriptors (-1 where
+// /proc/self/fd cannot be read).
+func openFiles(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Logf("open files not counted: %v", err)
+		return -1
+	}
+	return len(ents)
+}

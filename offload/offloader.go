@@ -192,9 +192,15 @@ type Offloader struct {
 	queue     []*record       // saved, not yet moved (KeepLast)
 	inFlight  []*record       // copies off the device not yet known to be finished
 	hostBytes int64
-	diskBytes int64
-	stats     Stats
-	hooks     *ferry.SavedTensorHooks
+	diskBytes int64 // bytes in the disk tier's files of live records
+	// spare holds the disk tier's files of dropped records, open and
+	// unlinked, by size, for later writes of that size (disk.go);
+	// spareBytes is their sum. Training goroutine only.
+	spare      map[int64][]*diskFile
+	spareBytes int64
+	filesMade  int // files the disk tier was asked to create (tests)
+	stats      Stats
+	hooks      *ferry.SavedTensorHooks
 
 	// earlyFree releases the device tensor as soon as its copy is enqueued
 	// rather than when the copy has finished: the torchtune bug. Tests set
@@ -260,6 +266,7 @@ func (o *Offloader) Close() error {
 	}
 	if o.disk != nil {
 		o.disk.Close()
+		errs = append(errs, o.closeSpares())
 	}
 	return errors.Join(errs...)
 }

@@ -109,6 +109,7 @@ func (o *Offloader) moveOut(r *record) {
 		}
 		o.diskBytes += r.bytes
 		o.stats.DiskPeakBytes = max(o.stats.DiskPeakBytes, o.diskBytes)
+		o.trimSpares()
 		o.stats.BytesToDisk += r.bytes
 	}
 	o.stats.Offloaded++
@@ -385,9 +386,13 @@ func (o *Offloader) drop(r *record) error {
 		r.outIO = nil
 	}
 	if r.file != nil {
-		err = r.file.close()
-		r.file = nil
 		o.diskBytes -= r.bytes
+		if r.inIO == nil || r.inIO.err == nil {
+			o.keepSpare(r.file, r.bytes)
+		} else {
+			err = r.file.close()
+		}
+		r.file = nil
 	}
 	delete(o.records, r.key)
 	if r.index < len(o.order) && o.order[r.index] == r {

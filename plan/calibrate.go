@@ -239,7 +239,7 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	if o.DiskBytes > 0 {
 		diskFiles = device.FormatBytes(int64(o.DiskBytes))
 	}
-	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, %s, 64 MiB host copies, a 256 MiB file, round trips of %s files; "+
+	p.Source = fmt.Sprintf("measured by ferry calibrate on %s: products of Linear(%d) at batch %d, %s, 64 MiB host copies, a 256 MiB file, round trips of %s through one file; "+
 		"the copy share measured beside those products; elementwise rate and host optimizer rate fitted to %s", dev.Name(), w, b, bf16Note, diskFiles, fitOn)
 	if fitNote != "" {
 		p.Source += "; " + fitNote
@@ -389,12 +389,14 @@ func medianOf(budget float64, most int, measure func() (float64, error)) (float6
 }
 
 // diskLatency is the fixed cost of one disk transfer as the offloader's
-// disk tier makes them (offload/disk.go): on a goroutine of its own,
-// which the caller hands the work to and waits for, a file created
-// unlinked and size bytes written (0: 4 KiB; CalibrateOptions.DiskBytes);
-// then, handed over again, read back and the file closed. Half the median round trip, less the bytes at the disk
-// rates, is charged to each transfer: the system calls and the two
-// goroutines' hand-offs.
+// disk tier makes them after a step's first (offload/disk.go): on a
+// goroutine of its own, which the caller hands the work to and waits for,
+// size bytes (0: 4 KiB; CalibrateOptions.DiskBytes) written over a file
+// the tier made and kept, and read back. Half the median round trip, less
+// the bytes at the disk rates, is charged to each transfer: the system
+// calls and the two goroutines' hand-offs. (A new file for each tensor,
+// as the tier made them before it kept them, cost ten times as much: the
+// file's creation and closing, not timed here.)
 func diskLatency(dir string, budget, write, read float64, size int) (float64, error) {
 	if dir == "" {
 		dir = os.TempDir()
@@ -403,6 +405,11 @@ func diskLatency(dir string, budget, write, read float64, size int) (float64, er
 		size = 4 << 10
 	}
 	buf := make([]byte, size)
+	f, err := offload.CreateDiskFile(dir)
+	if err != nil {
+		return 0, fmt.Errorf("calibrate: disk test in %s: %w", dir, err)
+	}
+	defer f.Close()
 	work, done := make(chan func() error), make(chan error)
 	defer close(work)
 	go func() {
@@ -413,7 +420,7 @@ func diskLatency(dir string, budget, write, read float64, size int) (float64, er
 	on := func(f func() error) error { work <- f; return <-done }
 	t, err := repeat(budget/4, func() error {
 		var trip error
-		if err := on(func() error { trip = offload.DiskRoundTrip(dir, buf); return nil }); err != nil {
+		if err := on(func() error { trip = f.RoundTrip(buf); return nil }); err != nil {
 			return err
 		}
 		if err := on(func() error { return nil }); err != nil { // the read's hand-off

@@ -101,9 +101,9 @@ type Profile struct {
 	// host worker, BeginHostAt) takes compute's time as well instead of
 	// running on cores of its own.
 	HostSharesCompute bool `json:"host_shares_compute,omitempty"`
-	// DiskSeconds is a fixed cost per disk transfer (creating, opening and
-	// closing a file, the system calls around the bytes), beside the
-	// bytes at the disk rates.
+	// DiskSeconds is a fixed cost per disk transfer (the system calls
+	// around the bytes and the hand-offs to the disk tier's goroutine),
+	// beside the bytes at the disk rates.
 	DiskSeconds float64 `json:"disk_seconds,omitempty"`
 }
 
