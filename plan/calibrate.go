@@ -181,8 +181,21 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 		return nil, err
 	}
 	defer dev.Host().Allocator().Free(hb)
+	// Both blocks written before they are timed: a block never written
+	// may be the system's one page of zeros (a fresh mapping on the CPU
+	// device), and copying from it ran at 52 GB/s where copying written
+	// memory runs at 18 (docs/plan.md, "Copies timed from written memory").
+	if err := k.Fill(device.View{Block: db, Shape: []int{linkBytes / 4}, Strides: []int{1}}, 1); err != nil {
+		return nil, err
+	}
 	s, err := dev.NewStream("calibrate")
 	if err != nil {
+		return nil, err
+	}
+	if err := dev.Copy(s, device.Whole(hb), device.Whole(db)); err != nil {
+		return nil, err
+	}
+	if err := s.Synchronize(); err != nil {
 		return nil, err
 	}
 	for _, dir := range []struct {
