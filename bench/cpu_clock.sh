@@ -7,6 +7,10 @@
 # other; each run's figure is its median step, and the table gives the
 # median over the rounds of each, the median of the rounds' ratios
 # (predicted / measured) and the measured range. The load average is printed before and after.
+# A run's figure is its fast step (demo's step_seconds_fast, the tenth
+# percentile of its steps: the machine with nothing else running, which
+# is what ferry calibrate fits the profile to); the table also gives the
+# ratio to the run's median step.
 # Usage:
 #   bash bench/cpu_clock.sh [ferry binary]
 # Environment: ROUNDS (3), MLP_STEPS, GPT_STEPS and GPT8_STEPS (timed
@@ -23,8 +27,9 @@
 # for ferry calibrate's --seconds in those fits,
 # FERRY_CLOCK_QUIET=0 not to wait for quiet cores, and
 # FERRY_CLOCK_RAW=FILE to keep every run's figure (model kind round
-# predicted measured load, one line each: load is the 1-minute load
-# average as the measured run started).
+# predicted measured load median, one line each: measured is the fast
+# step, load the 1-minute load average as the measured run started,
+# median the run's median step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-}
@@ -91,8 +96,8 @@ quiet() {
 	done
 }
 
-step() { # device args...: the run's median step
-	"$bin" demo --device "$@" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["runs"][0]["step_seconds"])'
+step() { # device args...: the run's fast step and its median step
+	"$bin" demo --device "$@" --json | python3 -c 'import json,sys; r=json.load(sys.stdin)["runs"][0]; print(r["step_seconds_fast"], r["step_seconds"])'
 }
 
 # fit MODEL [WHEN]: ferry calibrate on the model, its profile from now on.
@@ -122,7 +127,7 @@ for m in ${MODELS:-mlp gpt}; do
 			load=$(cut -d' ' -f1 /proc/loadavg)
 			# shellcheck disable=SC2086
 			t=$(step cpu ${model_args[$m]} $flags --steps "${model_steps[$m]}")
-			echo "$m $name $r $p $t $load" >>"$raw"
+			echo "$m $name $r ${p%% *} ${t%% *} $load ${t#* }" >>"$raw"
 		done
 	done
 done

@@ -10,8 +10,9 @@ import (
 
 // bench/cpu_clock.sh's logic, against a stub ferry that prints canned
 // steps: rounds alternate predicted and measured kind by kind, the table
-// gives each kind's medians over the rounds and their ratio, and marks a
-// ratio outside 0.9 to 1.1. No timing: the figures are the stub's.
+// gives each kind's medians over the rounds of the runs' fast steps and
+// their ratio, marks a ratio outside 0.9 to 1.1, and gives the ratio to
+// the runs' median steps beside. No timing: the figures are the stub's.
 func TestCPUClockScript(t *testing.T) {
 	// Measured steps in call order: round by round, none then recompute.
 	out, calls := runClockScript(t, `case " $* " in
@@ -23,10 +24,12 @@ func TestCPUClockScript(t *testing.T) {
 esac`, "KINDS=none recompute")
 	none, recompute := clockRow(out, "none"), clockRow(out, "recompute")
 	// none: measured 0.10, 0.11, 0.09; recompute: 0.20, 0.22, 0.18.
-	if want := "3 0.1000 0.1000 1.000 0.0900–0.1100"; none != want {
+	// The ratio to the runs' median steps (twice their fast steps in the
+	// stub) comes last.
+	if want := "3 0.1000 0.1000 1.000 0.0900–0.1100 0.500"; none != want {
 		t.Errorf("none: %q, want %q\n%s", none, want, out)
 	}
-	if want := "3 0.2500 0.2000 1.250 * 0.1800–0.2200"; recompute != want {
+	if want := "3 0.2500 0.2000 1.250 * 0.1800–0.2200 0.625"; recompute != want {
 		t.Errorf("recompute: %q, want %q\n%s", recompute, want, out)
 	}
 	if len(calls) != 12 {
@@ -64,7 +67,7 @@ case " $* " in
 esac`, "KINDS=none", "FIT=round")
 	// Rounds' ratios 0.10/0.10, 0.20/0.11, 0.30/0.09: median 1.818 (the
 	// ratio of the medians would be 2.000).
-	if want, none := "3 0.2000 0.1000 1.818 * 0.0900–0.1100", clockRow(out, "none"); none != want {
+	if want, none := "3 0.2000 0.1000 1.818 * 0.0900–0.1100 0.909", clockRow(out, "none"); none != want {
 		t.Errorf("none: %q, want %q\n%s", none, want, out)
 	}
 	var kinds []string
@@ -98,7 +101,8 @@ func runClockScript(t *testing.T, body string, env ...string) (string, []string)
 	dir := t.TempDir()
 	calls := filepath.Join(dir, "calls")
 	stub := "#!/usr/bin/env bash\necho \"$*\" >>" + calls + "\n" + strings.ReplaceAll(body, "CALLS", calls) + "\n" +
-		`echo "{\"runs\": [{\"step_seconds\": $s}]}"` + "\n"
+		`m=$(awk "BEGIN { print 2 * $s }")` + "\n" +
+		`echo "{\"runs\": [{\"step_seconds_fast\": $s, \"step_seconds\": $m}]}"` + "\n"
 	bin := filepath.Join(dir, "ferry")
 	if err := os.WriteFile(bin, []byte(stub), 0o755); err != nil {
 		t.Fatal(err)

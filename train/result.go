@@ -54,6 +54,23 @@ func metricMap(ms []Metric) map[string]float64 {
 	return m
 }
 
+// Quantile is the q-quantile of xs (0 ≤ q ≤ 1; linear between the
+// two nearest of the sorted values), NaN for none: Quantile(xs, 0.5) is
+// Median(xs).
+func Quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 || !(q >= 0 && q <= 1) {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	at := q * float64(len(s)-1)
+	i := int(at)
+	if i+1 >= len(s) {
+		return s[len(s)-1]
+	}
+	return s[i] + (at-float64(i))*(s[i+1]-s[i])
+}
+
 // Median is the median of xs (the mean of the middle two for an even
 // count), NaN for none: what a run reports as its step time.
 func Median(xs []float64) float64 {

@@ -14,6 +14,7 @@ import (
 	"ferry/models"
 	_ "ferry/models/all" // the families the demo and the planner know
 	"ferry/nn"
+	"ferry/plan"
 	"ferry/train"
 	"fmt"
 	"hash/fnv"
@@ -171,21 +172,25 @@ func (cfg Config) sizes() models.Sizes {
 // (PyTorch's memory_allocated), from the last timed step; every step gives
 // the same figures.
 type Run struct {
-	Mode               string    `json:"mode"`
-	BeforeForwardBytes int64     `json:"before_forward_bytes"`
-	AfterForwardBytes  int64     `json:"after_forward_bytes"`
-	PeakForwardBytes   int64     `json:"peak_forward_bytes"`
-	PeakStepBytes      int64     `json:"peak_step_bytes"`
-	StepSeconds        float64   `json:"step_seconds"` // median of the timed steps
-	StepSecondsAll     []float64 `json:"step_seconds_all"`
-	Loss               float32   `json:"loss"` // of the first step
-	GradsEqualNone     *bool     `json:"grads_equal_none"`
-	OffloadedBytes     int64     `json:"offloaded_bytes"` // per step, to host and disk
-	ToHostBytes        int64     `json:"to_host_bytes"`
-	ToDiskBytes        int64     `json:"to_disk_bytes"`
-	StallSeconds       float64   `json:"stall_seconds"` // per step
-	OverlapRatio       float64   `json:"overlap_ratio"`
-	PeakRSSBytes       int64     `json:"peak_rss_bytes,omitempty"`
+	Mode               string  `json:"mode"`
+	BeforeForwardBytes int64   `json:"before_forward_bytes"`
+	AfterForwardBytes  int64   `json:"after_forward_bytes"`
+	PeakForwardBytes   int64   `json:"peak_forward_bytes"`
+	PeakStepBytes      int64   `json:"peak_step_bytes"`
+	StepSeconds        float64 `json:"step_seconds"` // median of the timed steps
+	// StepSecondsFast is their tenth percentile (plan.FastQuantile):
+	// the step on the machine with nothing else running, what a profile
+	// fitted by ferry calibrate predicts.
+	StepSecondsFast float64   `json:"step_seconds_fast"`
+	StepSecondsAll  []float64 `json:"step_seconds_all"`
+	Loss            float32   `json:"loss"` // of the first step
+	GradsEqualNone  *bool     `json:"grads_equal_none"`
+	OffloadedBytes  int64     `json:"offloaded_bytes"` // per step, to host and disk
+	ToHostBytes     int64     `json:"to_host_bytes"`
+	ToDiskBytes     int64     `json:"to_disk_bytes"`
+	StallSeconds    float64   `json:"stall_seconds"` // per step
+	OverlapRatio    float64   `json:"overlap_ratio"`
+	PeakRSSBytes    int64     `json:"peak_rss_bytes,omitempty"`
 	// Simulated is true when times are the meta device\'s predictions.
 	Simulated bool `json:"simulated,omitempty"`
 	// Clock says what the times are: "measured" on a device that computes,
@@ -577,6 +582,7 @@ func runMode(cfg Config, mode string) (*Run, error) {
 		}
 	}
 	r.StepSeconds = train.Median(r.StepSecondsAll)
+	r.StepSecondsFast = train.Quantile(r.StepSecondsAll, plan.FastQuantile)
 	switch {
 	case r.Simulated:
 		r.Clock = "predicted"
