@@ -7,41 +7,44 @@ import "ferry/device/meta"
 //
 //	ferry calibrate --model mlp --layers 16 --width 1024 --batch 128 --seconds 1 --save FILE
 //
-// on 2026-12-06, the middle (by matrix-product rate) of three runs in a
-// row (products 212, 213 and 214 GFLOP/s; elementwise 29.8, 35.4 and 30.1
-// GB/s; host optimizer 17.0, 15.8 and 15.6 GB/s; copy share 0.85, 0.89
-// and 0.87). Products timed at the MLP's own shape (Linear(1024) at 128
-// rows); host link = memcpy between the CPU device and its host allocator
-// on a side stream; the copy share = what such copies take from those
-// products running beside them (measured since 2026-12-06; fitted before,
-// it swung from 0 to 6 fit to fit); disk = page-cache writes and reads of
-// a 256 MiB file, and the fixed cost of one transfer as the offloader's
-// disk tier makes it (a file created unlinked, its bytes, a hand-off to
-// the disk goroutine and back); the elementwise rate and the host
-// optimizer's rate fitted to training steps of that MLP (SGD): everything
-// on the device; the optimizer's state and the gradients on the host. The
-// host is the device (HostSharesCompute). Earlier fits: 2026-12-02
+// on 2026-12-07, the middle (by matrix-product rate) of three runs in a
+// row (products 216, 216 and 213 GFLOP/s; elementwise 32.3, 37.0 and 40.4
+// GB/s; host optimizer 21.3, 19.9 and 23.7 GB/s; copy share 0.93, 0.60
+// and 0.65), each time the tenth percentile of those taken (the machine
+// with nothing else running; plan.FastQuantile). Products timed at the
+// MLP's own shape (Linear(1024) at 128 rows); host link = memcpy between
+// the CPU device and its host allocator on a side stream, from written
+// memory (until 2026-12-07 the device block was never written, and the
+// copy to the host read the zero page at 52 GB/s); the copy share = what
+// such copies take from those products running beside them; disk =
+// page-cache writes and reads of a 256 MiB file, and round trips of one
+// file as the offloader's disk tier makes them after a step's first (see
+// cpuDiskNote); the elementwise rate and the host optimizer's rate fitted
+// to training steps of that MLP (SGD): everything on the device; the
+// optimizer's state and the gradients on the host. The host is the
+// device (HostSharesCompute). Earlier fits: 2026-12-06 (medians rather
+// than the fast end: products 213 GFLOP/s, elementwise 35.4 GB/s, host
+// optimizer 15.8 GB/s, copy share 0.885, to host 52.5 GB/s); 2026-12-02
 // (matmul 344 GFLOP/s, before the pure-Go AVX-512 kernel, elementwise
-// 30.8 GB/s, copy share 6.0, no host optimizer rate) predicted this MLP's
-// step in mode none at 0.66 × the measured one; the first 2026-12-06 fit
-// (copy share fitted to 0) predicted the parameters on the host at 0.80 ×
-// in this session. See docs/plan.md ("A clock checked against the CPU")
-// for how well this one predicts.
+// 30.8 GB/s, copy share 6.0, no host optimizer rate), which predicted
+// this MLP's step in mode none at 0.66 × the measured one. See
+// docs/plan.md ("A clock checked against the CPU") for how well this one
+// predicts.
 var cpuProfile = meta.Profile{
 	Name:                     "cpu",
-	Source:                   "measured on the 2-core development machine (AMD EPYC Zen 5, AVX-512) by ferry calibrate --model mlp --layers 16 --width 1024 --batch 128 --seconds 1 on 2026-12-06 (the middle of three runs; the copy share measured)",
-	MatmulFLOPS:              2.135e+11,
-	MatmulBF16FLOPS:          3.859e+11,
+	Source:                   "measured on the 2-core development machine (AMD EPYC Zen 5, AVX-512) by ferry calibrate --model mlp --layers 16 --width 1024 --batch 128 --seconds 1 on 2026-12-07 (the middle of three runs; each time the tenth percentile of those taken)",
+	MatmulFLOPS:              2.159e+11,
+	MatmulBF16FLOPS:          4.027e+11,
 	ElementwiseBF16:          true, // the CPU device's kernels take bfloat16 views
-	MemoryBytesPerSec:        3.537e+10,
-	KernelSeconds:            4.016e-08,
-	H2DBytesPerSec:           2.167e+10,
-	D2HBytesPerSec:           5.249e+10,
-	DiskWriteBytesPerSec:     1.093e+10,
-	DiskReadBytesPerSec:      1.59e+10,
+	MemoryBytesPerSec:        3.229e+10,
+	KernelSeconds:            3.876e-08,
+	H2DBytesPerSec:           2.34e+10,
+	D2HBytesPerSec:           2.341e+10,
+	DiskWriteBytesPerSec:     1.249e+10,
+	DiskReadBytesPerSec:      1.88e+10,
 	DiskSeconds:              0, // see cpuDiskNote
-	HostOptimizerBytesPerSec: 1.579e+10,
-	CopyComputeShare:         0.885,
+	HostOptimizerBytesPerSec: 2.128e+10,
+	CopyComputeShare:         0.9332,
 	HostSharesCompute:        true,
 	MemoryBytes:              24 << 30,
 }
@@ -60,37 +63,41 @@ var cpuProfile = meta.Profile{
 //
 //	ferry calibrate --model gpt --layers 4 --heads 4 --embd 128 --seq 64 --vocab 256 --batch 4 --seconds 1 --save FILE
 //
-// on 2026-12-06, the middle (by matrix-product rate) of three runs in a
-// row (products 138, 208 and 213 GFLOP/s; elementwise 26.6, 11.0 and 16.0
-// GB/s; host optimizer 10.7, 9.2 and 10.1 GB/s; copy share 0.39, 0.63 and
-// 0.80): products timed at the small GPT's own width (Linear(128) at 4 ×
-// 64 rows), the copy share measured beside them, the elementwise rate and
-// the host optimizer's rate fitted to training steps of that GPT (4
-// layers, 4 heads, embedding 128, sequence 64, vocabulary 256, batch 4,
-// AdamW) as for cpuProfile. Everything such a GPT does beyond its
-// products (attention, softmax, layer norm, GELU, the tensor layer's own
-// work) is charged to the elementwise rate. Use it to plan small GPTs on
-// this CPU. Its step is 15–20 ms: a minute's swing of this shared
-// machine moves it by a fifth. It replaces the first 2026-12-06 fit
-// (copy share fitted to 2.07), and that the 2026-12-03 fit at batch 16
-// (matmul 250 GFLOP/s, elementwise 7.3 GB/s, copy share 1.55, no host
-// optimizer rate), which predicted this GPT's steps at 1.12–1.49 × the
-// measured ones (docs/plan.md, "A clock checked against the CPU").
+// on 2026-12-07, the middle (by matrix-product rate) of three runs in a
+// row (products 198, 204 and 145 GFLOP/s; elementwise 17.8, 16.1 and 23.6
+// GB/s; host optimizer 15.1, 16.5 and 21.0 GB/s; copy share 0.65, 0.61
+// and 0.36), each time the tenth percentile of those taken: products
+// timed at the small GPT's own width (Linear(128) at 4 × 64 rows), the
+// copy share measured beside them, the elementwise rate and the host
+// optimizer's rate fitted to training steps of that GPT (4 layers, 4
+// heads, embedding 128, sequence 64, vocabulary 256, batch 4, AdamW) as
+// for cpuProfile. Everything such a GPT does beyond its products
+// (attention, softmax, layer norm, GELU, the tensor layer's own work) is
+// charged to the elementwise rate. Use it to plan small GPTs on this CPU.
+// Its step is 14–16 ms at the machine's own speed; a minute's swing of
+// this shared machine moves the median step by a fifth. It replaces the
+// 2026-12-06 fit (medians: products 208 GFLOP/s, elementwise 11.0 GB/s,
+// host optimizer 9.2 GB/s, copy share 0.63, to host 51 GB/s from the
+// zero page), the first 2026-12-06 fit (copy share fitted to 2.07), and
+// the 2026-12-03 fit at batch 16 (matmul 250 GFLOP/s, elementwise 7.3
+// GB/s, copy share 1.55, no host optimizer rate), which predicted this
+// GPT's steps at 1.12–1.49 × the measured ones (docs/plan.md, "A clock
+// checked against the CPU").
 var cpuGPTProfile = meta.Profile{
 	Name:                     "cpu-gpt",
-	Source:                   "measured on the 2-core development machine (AMD EPYC Zen 5, AVX-512) by ferry calibrate --model gpt --layers 4 --heads 4 --embd 128 --seq 64 --vocab 256 --batch 4 --seconds 1 on 2026-12-06 (the middle of three runs; the copy share measured)",
-	MatmulFLOPS:              2.084e+11,
-	MatmulBF16FLOPS:          3.495e+11,
+	Source:                   "measured on the 2-core development machine (AMD EPYC Zen 5, AVX-512) by ferry calibrate --model gpt --layers 4 --heads 4 --embd 128 --seq 64 --vocab 256 --batch 4 --seconds 1 on 2026-12-07 (the middle of three runs; each time the tenth percentile of those taken)",
+	MatmulFLOPS:              1.98e+11,
+	MatmulBF16FLOPS:          3.278e+11,
 	ElementwiseBF16:          true,
-	MemoryBytesPerSec:        1.104e+10,
-	KernelSeconds:            7.351e-08,
-	H2DBytesPerSec:           1.359e+10,
-	D2HBytesPerSec:           5.105e+10,
-	DiskWriteBytesPerSec:     8.165e+09,
-	DiskReadBytesPerSec:      1.3e+10,
+	MemoryBytesPerSec:        1.782e+10,
+	KernelSeconds:            3.865e-08,
+	H2DBytesPerSec:           2.273e+10,
+	D2HBytesPerSec:           2.302e+10,
+	DiskWriteBytesPerSec:     1.043e+10,
+	DiskReadBytesPerSec:      1.566e+10,
 	DiskSeconds:              0, // see cpuDiskNote
-	HostOptimizerBytesPerSec: 9.154e+09,
-	CopyComputeShare:         0.631,
+	HostOptimizerBytesPerSec: 1.513e+10,
+	CopyComputeShare:         0.6539,
 	HostSharesCompute:        true,
 	MemoryBytes:              24 << 30,
 }
