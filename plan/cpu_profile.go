@@ -8,10 +8,11 @@ import "ferry/device/meta"
 //	ferry calibrate --model mlp --layers 16 --width 1024 --batch 128 --seconds 1 --save FILE
 //
 // on 2026-12-07, the middle (by matrix-product rate) of three runs in a
-// row (products 216, 216 and 213 GFLOP/s; elementwise 32.3, 37.0 and 40.4
-// GB/s; host optimizer 21.3, 19.9 and 23.7 GB/s; copy share 0.93, 0.60
+// row (products 214, 213 and 212 GFLOP/s; elementwise 31.4, 36.8 and 22.8
+// GB/s; host optimizer 17.2, 20.9 and 42.2 GB/s; copy share 0.64, 0.62
 // and 0.65), each time the tenth percentile of those taken (the machine
-// with nothing else running; plan.FastQuantile). Products timed at the
+// with nothing else running; plan.FastQuantile; for the fitted steps,
+// each run's, the median over the runs). Products timed at the
 // MLP's own shape (Linear(1024) at 128 rows); host link = memcpy between
 // the CPU device and its host allocator on a side stream, from written
 // memory (until 2026-12-07 the device block was never written, and the
@@ -33,18 +34,18 @@ import "ferry/device/meta"
 var cpuProfile = meta.Profile{
 	Name:                     "cpu",
 	Source:                   "measured on the 2-core development machine (AMD EPYC Zen 5, AVX-512) by ferry calibrate --model mlp --layers 16 --width 1024 --batch 128 --seconds 1 on 2026-12-07 (the middle of three runs; each time the tenth percentile of those taken)",
-	MatmulFLOPS:              2.159e+11,
-	MatmulBF16FLOPS:          4.027e+11,
+	MatmulFLOPS:              2.128e+11,
+	MatmulBF16FLOPS:          3.886e+11,
 	ElementwiseBF16:          true, // the CPU device's kernels take bfloat16 views
-	MemoryBytesPerSec:        3.229e+10,
-	KernelSeconds:            3.876e-08,
-	H2DBytesPerSec:           2.34e+10,
-	D2HBytesPerSec:           2.341e+10,
-	DiskWriteBytesPerSec:     1.249e+10,
-	DiskReadBytesPerSec:      1.88e+10,
+	MemoryBytesPerSec:        3.683e+10,
+	KernelSeconds:            6.47e-08,
+	H2DBytesPerSec:           2.302e+10,
+	D2HBytesPerSec:           2.188e+10,
+	DiskWriteBytesPerSec:     1.315e+10,
+	DiskReadBytesPerSec:      1.89e+10,
 	DiskSeconds:              0, // see cpuDiskNote
-	HostOptimizerBytesPerSec: 2.128e+10,
-	CopyComputeShare:         0.9332,
+	HostOptimizerBytesPerSec: 2.085e+10,
+	CopyComputeShare:         0.6201,
 	HostSharesCompute:        true,
 	MemoryBytes:              24 << 30,
 }
@@ -64,9 +65,9 @@ var cpuProfile = meta.Profile{
 //	ferry calibrate --model gpt --layers 4 --heads 4 --embd 128 --seq 64 --vocab 256 --batch 4 --seconds 1 --save FILE
 //
 // on 2026-12-07, the middle (by matrix-product rate) of three runs in a
-// row (products 198, 204 and 145 GFLOP/s; elementwise 17.8, 16.1 and 23.6
-// GB/s; host optimizer 15.1, 16.5 and 21.0 GB/s; copy share 0.65, 0.61
-// and 0.36), each time the tenth percentile of those taken: products
+// row (products 205, 172 and 205 GFLOP/s; elementwise 15.3, 16.8 and 15.2
+// GB/s; host optimizer 13.1, 13.8 and 13.5 GB/s; copy share 0.62, 0.56
+// and 0.57), each time the tenth percentile of those taken: products
 // timed at the small GPT's own width (Linear(128) at 4 × 64 rows), the
 // copy share measured beside them, the elementwise rate and the host
 // optimizer's rate fitted to training steps of that GPT (4 layers, 4
@@ -86,18 +87,18 @@ var cpuProfile = meta.Profile{
 var cpuGPTProfile = meta.Profile{
 	Name:                     "cpu-gpt",
 	Source:                   "measured on the 2-core development machine (AMD EPYC Zen 5, AVX-512) by ferry calibrate --model gpt --layers 4 --heads 4 --embd 128 --seq 64 --vocab 256 --batch 4 --seconds 1 on 2026-12-07 (the middle of three runs; each time the tenth percentile of those taken)",
-	MatmulFLOPS:              1.98e+11,
-	MatmulBF16FLOPS:          3.278e+11,
+	MatmulFLOPS:              2.055e+11,
+	MatmulBF16FLOPS:          3.436e+11,
 	ElementwiseBF16:          true,
-	MemoryBytesPerSec:        1.782e+10,
-	KernelSeconds:            3.865e-08,
-	H2DBytesPerSec:           2.273e+10,
-	D2HBytesPerSec:           2.302e+10,
-	DiskWriteBytesPerSec:     1.043e+10,
-	DiskReadBytesPerSec:      1.566e+10,
+	MemoryBytesPerSec:        1.517e+10,
+	KernelSeconds:            3.876e-08,
+	H2DBytesPerSec:           2.168e+10,
+	D2HBytesPerSec:           2.107e+10,
+	DiskWriteBytesPerSec:     1.085e+10,
+	DiskReadBytesPerSec:      1.518e+10,
 	DiskSeconds:              0, // see cpuDiskNote
-	HostOptimizerBytesPerSec: 1.513e+10,
-	CopyComputeShare:         0.6539,
+	HostOptimizerBytesPerSec: 1.354e+10,
+	CopyComputeShare:         0.5651,
 	HostSharesCompute:        true,
 	MemoryBytes:              24 << 30,
 }

@@ -16,8 +16,8 @@ import (
 // that is not a matrix product or a copy (bias, ReLU, their gradients, the
 // loss, the optimizer, and the tensor layer's own work) is charged to it.
 // Where dev holds data it then fits the host optimizer's rate and the copy
-// share (see fitSteps). Each figure is the fast end (plan.FastQuantile)
-// of all the steps of its kind, the kinds alternating, so that a
+// share (see fitSteps). Each figure is the median over its runs of each
+// run's fast step (plan.FastQuantile), the kinds alternating, so that a
 // machine's background load weighs on all alike.
 func FitProfile(dev device.Device, p *meta.Profile, o plan.CalibrateOptions) error {
 	cfg := DefaultConfig(dev.Name())
@@ -57,8 +57,11 @@ var fitKinds = []struct {
 // fitSteps times training steps of cfg's model on dev, rounds rounds of
 // each kind in fitKinds (alternating), each run as many steps as take
 // about o.Seconds (fitStepsFor), and fits one figure to each kind's
-// fast step (plan.FastQuantile): p.MemoryBytesPerSec to mode none; where
-// dev holds data, p.HostOptimizerBytesPerSec (the host optimizer's reads and writes, on
+// median over its runs of each run's fast step (plan.FastQuantile, as
+// bench/cpu_clock.sh measures a run; the fast end of all the runs' steps
+// together would be the fastest run's, faster than a run is):
+// p.MemoryBytesPerSec to mode none; where dev holds data,
+// p.HostOptimizerBytesPerSec (the host optimizer's reads and writes, on
 // the host's cores) to the step with the optimizer's state and the
 // gradients on the host. The copy share (what compute loses to a copy on
 // a side stream) is measured by plan.Calibrate, not fitted: fitted to
@@ -116,10 +119,10 @@ func fitSteps(dev device.Device, p *meta.Profile, o plan.CalibrateOptions, cfg C
 				if err != nil {
 					return fmt.Errorf("calibrate: timing training steps (%s): %w", fitKinds[k].name, err)
 				}
-				times[k] = append(times[k], res.Runs[0].StepSecondsAll...)
+				times[k] = append(times[k], res.Runs[0].StepSecondsFast)
 			}
 		}
-		measured = train.Quantile(times[0], plan.FastQuantile)
+		measured = train.Median(times[0])
 		var err error
 		if fitted, err = fitRate(p, measured, rateLo, rateHi, func(q meta.Profile) (float64, error) { return predict(q, 0) }); err != nil {
 			return err
@@ -147,7 +150,7 @@ func fitSteps(dev device.Device, p *meta.Profile, o plan.CalibrateOptions, cfg C
 	}
 	// The host optimizer's rate: the prediction falls as it grows (the
 	// gradients' copies to the host at the measured copy share).
-	rate, err := fitRate(p, train.Quantile(times[1], plan.FastQuantile), rateLo, rateHi, func(q meta.Profile) (float64, error) {
+	rate, err := fitRate(p, train.Median(times[1]), rateLo, rateHi, func(q meta.Profile) (float64, error) {
 		q.HostOptimizerBytesPerSec = q.MemoryBytesPerSec
 		q.MemoryBytesPerSec = p.MemoryBytesPerSec
 		return predict(q, 1)
