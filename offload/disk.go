@@ -20,7 +20,7 @@ import (
 // creating a file, filling it and closing it. On ext4, with 59 files of
 // 154 KiB alive at once (a small GPT's step), a new file cost 140 µs a
 // round trip (create 68, write 39, read 15, close 18) and a spare one 15
-// µs (docs/plan.md, "The disk tier's files reused"). The files alive and
+// µs (docs/plan.md, "The machine at its own speed"). The files alive and
 // the spare ones together never hold more bytes than the most the tier
 // held alive at once (Stats.DiskPeakBytes): spare files are closed to
 // keep it so (trimSpares). Spares are only touched on the training

@@ -59,8 +59,7 @@ func (o CalibrateOptions) progress(what string) {
 // tenth percentile is that end without its luckiest few steps. On the
 // 2-core development machine, the medians of 50 steps of a small GPT
 // swung from 14.4 to 21.8 ms within 15 s while their fastest stayed at
-// 14.0–16.3 (docs/plan.md, "The clock checked at the machine's own
-// speed").
+// 14.0–16.3 (docs/plan.md, "The machine at its own speed").
 const FastQuantile = 0.1
 
 // Calibrate measures dev and returns a profile for the meta device's cost
@@ -194,7 +193,7 @@ func Calibrate(dev device.Device, o CalibrateOptions) (*meta.Profile, error) {
 	// Both blocks written before they are timed: a block never written
 	// may be the system's one page of zeros (a fresh mapping on the CPU
 	// device), and copying from it ran at 52 GB/s where copying written
-	// memory runs at 18 (docs/plan.md, "Copies timed from written memory").
+	// memory runs at 22–24 (docs/plan.md, "The machine at its own speed").
 	if err := k.Fill(device.View{Block: db, Shape: []int{linkBytes / 4}, Strides: []int{1}}, 1); err != nil {
 		return nil, err
 	}

@@ -58,7 +58,7 @@ var cpuProfile = meta.Profile{
 // each (ferry calibrate, as above): no fixed cost is left. The
 // 2026-12-06 figures, 17 and 30 µs, were a new file's creation and
 // closing, which cost a small GPT's step 8 to 10 ms on the CPU device
-// (docs/plan.md, "The disk tier's files reused").
+// (docs/plan.md, "The machine at its own speed").
 
 // cpuGPTProfile is the same machine as measured by
 //
