@@ -57,9 +57,10 @@ func (o CalibrateOptions) progress(what string) {
 // machine with nothing else running on it: other work only ever adds
 // time, so the fast end of the steps is the machine's own speed, and the
 // tenth percentile is that end without its luckiest few steps. On the
-// 2-core development machine, the medians of 50 steps of a small GPT
-// swung from 14.4 to 21.8 ms within 15 s while their fastest stayed at
-// 14.0–16.3 (docs/plan.md, "The machine at its own speed").
+// 2-core development machine, in two runs of 1000 steps of a small GPT
+// (15 s each), the medians of 50 steps swung from 14.4 to 21.8 ms while
+// their fastest stayed at 14.0–16.3 (docs/plan.md, "The machine at its
+// own speed").
 const FastQuantile = 0.1
 
 // Calibrate measures dev and returns a profile for the meta device's cost
