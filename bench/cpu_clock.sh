@@ -4,7 +4,7 @@
 # (ferry demo --device meta --profile P) beside the step the CPU device
 # measures (ferry demo --device cpu), same flags. Rounds alternate: in each
 # round every kind is predicted and then measured, one kind after the
-# other; each run's figure is its median step, and the table gives the
+# other; each run's figure is its fast step (below), and the table gives the
 # median over the rounds of each, the median of the rounds' ratios
 # (predicted / measured) and the measured range. The load average is printed before and after.
 # A run's figure is its fast step (demo's step_seconds_fast, the tenth

@@ -187,19 +187,22 @@ func (o *Offloader) takeSpare(n int64) *diskFile {
 
 // keepSpare keeps f, a dropped record's file of n bytes written without
 // error, for a later write of that size. The caller has already taken n
-// off diskBytes, so the tier's bytes on disk are unchanged.
+// off diskBytes, so the live and spare bytes together are unchanged and
+// stay within the bound: only a new file adds to them (trimSpares).
 func (o *Offloader) keepSpare(f *diskFile, n int64) {
 	if o.spare == nil {
 		o.spare = map[int64][]*diskFile{}
 	}
 	o.spare[n] = append(o.spare[n], f)
 	o.spareBytes += n
-	o.trimSpares()
 }
 
 // trimSpares closes spare files, on the disk goroutine, until the files
 // alive and the spare ones hold no more than Stats.DiskPeakBytes.
 func (o *Offloader) trimSpares() {
+	if o.diskBytes+o.spareBytes <= o.stats.DiskPeakBytes {
+		return
+	}
 	for n, files := range o.spare {
 		for len(files) > 0 && o.diskBytes+o.spareBytes > o.stats.DiskPeakBytes {
 			f := files[len(files)-1]
